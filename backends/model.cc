@@ -1,0 +1,134 @@
+#include "backends/model.h"
+
+#include <cstring>
+
+#include "fmt/format.h"
+
+namespace infergate::backends {
+
+std::vector<int64_t> ModelConfig::fullShape(const TensorSpec& spec) const {
+  std::vector<int64_t> s;
+  s.reserve(spec.shape.size() + 1);
+  if (max_batch_size > 0) s.push_back(-1);
+  s.insert(s.end(), spec.shape.begin(), spec.shape.end());
+  return s;
+}
+
+void ModelRegistry::add(std::unique_ptr<Model> model) { models_.push_back(std::move(model)); }
+
+Model* ModelRegistry::find(std::string_view name, std::string_view version) const {
+  for (const auto& m : models_) {
+    const ModelConfig& c = m->config();
+    if (c.name == name && (version.empty() || c.version == version)) return m.get();
+  }
+  return nullptr;
+}
+
+bool ModelRegistry::allReady() const {
+  for (const auto& m : models_) {
+    if (!m->ready()) return false;
+  }
+  return true;
+}
+
+namespace {
+// Checks that BYTES data is a well-formed sequence of exactly `n` length-prefixed elements.
+bool bytesElementsOk(const std::vector<uint8_t>& data, uint64_t n) {
+  size_t off = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    if (data.size() - off < 4) return false;
+    uint32_t len;
+    std::memcpy(&len, data.data() + off, 4);
+    off += 4;
+    if (data.size() - off < len) return false;
+    off += len;
+  }
+  return off == data.size();
+}
+}  // namespace
+
+absl::Status validateRequest(const ModelConfig& config, const InferRequest& request) {
+  for (size_t i = 0; i < request.inputs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (request.inputs[i].name == request.inputs[j].name) {
+        return absl::InvalidArgumentError(
+            fmt::format("{}{}{}","input '", request.inputs[i].name, "' is given more than once"));
+      }
+    }
+  }
+  int64_t batch = -1;
+  for (const TensorSpec& spec : config.inputs) {
+    const Tensor* t = nullptr;
+    for (const Tensor& in : request.inputs) {
+      if (in.name == spec.name) t = &in;
+    }
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}","expected input '", spec.name, "' for model '",
+                                                     config.name, "' is missing"));
+    }
+    if (t->dtype != spec.dtype) {
+      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+          "input '", spec.name, "' has datatype ", dataTypeName(t->dtype), ", model '",
+          config.name, "' expects ", dataTypeName(spec.dtype)));
+    }
+    const std::vector<int64_t> want = config.fullShape(spec);
+    bool ok = t->shape.size() == want.size();
+    for (size_t d = 0; ok && d < want.size(); ++d) {
+      if (t->shape[d] < 0 || (want[d] >= 0 && t->shape[d] != want[d])) ok = false;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+          "input '", spec.name, "' has shape ", shapeToString(t->shape), ", model '", config.name,
+          "' expects ", shapeToString(want)));
+    }
+    if (config.max_batch_size > 0) {
+      if (t->shape[0] > config.max_batch_size) {
+        return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+            "input '", spec.name, "' has batch size ", t->shape[0], ", model '", config.name,
+            "' allows at most ", config.max_batch_size));
+      }
+      if (batch >= 0 && t->shape[0] != batch) {
+        return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}",
+            "input '", spec.name, "' has batch size ", t->shape[0],
+            ", other inputs have batch size ", batch));
+      }
+      batch = t->shape[0];
+    }
+    const std::optional<uint64_t> n = elementCount(t->shape);
+    if (!n) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}{}{}{}","input '", spec.name, "' has an invalid shape ", shapeToString(t->shape)));
+    }
+    if (spec.dtype == DataType::kBytes) {
+      if (!bytesElementsOk(t->data, *n)) {
+        return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}",
+            "input '", spec.name, "' BYTES data does not hold exactly ", *n,
+            " length-prefixed elements"));
+      }
+    } else if (t->data.size() != *n * dataTypeSize(spec.dtype)) {
+      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}{}{}",
+          "input '", spec.name, "' has ", t->data.size(), " bytes of data, shape ",
+          shapeToString(t->shape), " of ", dataTypeName(spec.dtype), " needs ",
+          *n * dataTypeSize(spec.dtype)));
+    }
+  }
+  for (const Tensor& in : request.inputs) {
+    bool known = false;
+    for (const TensorSpec& spec : config.inputs) known |= spec.name == in.name;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}{}{}{}{}","unexpected input '", in.name, "' for model '", config.name, "'"));
+    }
+  }
+  for (const RequestedOutput& out : request.outputs) {
+    bool known = false;
+    for (const TensorSpec& spec : config.outputs) known |= spec.name == out.name;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}{}{}{}{}","unexpected inference output '", out.name, "' for model '", config.name, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace infergate::backends

@@ -1,0 +1,68 @@
+#pragma once
+// The backend interface: a served model and the registry that finds models by name/version.
+// Every backend (in-process identity, Triton over gRPC, TF Serving) implements Model.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/tensor.h"
+
+namespace infergate::backends {
+
+struct ModelConfig {
+  std::string name;
+  std::string version = "1";
+  std::string backend = "identity";  // identity | triton | tfserving (later)
+  std::string platform = "infergate_identity";
+  // Triton semantics: with max_batch_size > 0 the model takes a leading batch dimension that
+  // is NOT part of `shape` in inputs/outputs; metadata reports it as -1.
+  int max_batch_size = 0;
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  // identity backend cost model (per dispatched batch): fixed + per_item * batch size.
+  uint64_t cost_fixed_us = 0;
+  uint64_t cost_per_item_us = 0;
+
+  // The shape a request must present for `spec`: `spec.shape` with -1 prepended when
+  // max_batch_size > 0.
+  std::vector<int64_t> fullShape(const TensorSpec& spec) const;
+};
+
+// Completion of an inference. May be invoked on any thread, exactly once.
+using InferCallback = std::function<void(absl::StatusOr<InferResponse>)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual bool ready() const = 0;
+  // Runs `request` (already validated against config()) and calls `done` exactly once.
+  virtual void infer(InferRequest request, InferCallback done) = 0;
+};
+
+// Read-mostly after start-up: models are added before serving starts, then only looked up
+// (from any thread, without locks).
+class ModelRegistry {
+ public:
+  void add(std::unique_ptr<Model> model);
+  // version empty: the model's (only / default) version. nullptr when not found.
+  Model* find(std::string_view name, std::string_view version = {}) const;
+  const std::vector<std::unique_ptr<Model>>& models() const { return models_; }
+  bool allReady() const;
+
+ private:
+  std::vector<std::unique_ptr<Model>> models_;
+};
+
+// Validates a decoded request against the model's configuration: every configured input is
+// present exactly once with the right datatype, a shape compatible with the config (variable
+// dimensions match anything >= 0, the batch dimension is within max_batch_size), and a data
+// size that matches the shape; requested outputs exist. INVALID_ARGUMENT names the input/output
+// and says why.
+absl::Status validateRequest(const ModelConfig& config, const InferRequest& request);
+
+}  // namespace infergate::backends

@@ -1,0 +1,90 @@
+#pragma once
+// Tensor and inference request/response types shared by every frontend codec and backend.
+// Threading: plain values; a request is owned by one thread at a time and moved between them.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace infergate::backends {
+
+// KServe v2 datatypes (the API names; Triton's TYPE_STRING is BYTES).
+enum class DataType : uint8_t {
+  kBool,
+  kUint8,
+  kUint16,
+  kUint32,
+  kUint64,
+  kInt8,
+  kInt16,
+  kInt32,
+  kInt64,
+  kFp16,
+  kBf16,
+  kFp32,
+  kFp64,
+  kBytes,
+};
+inline constexpr int kNumDataTypes = 14;
+
+// "FP32" -> kFp32; nullopt for an unknown name. Case-sensitive, as the protocol is.
+std::optional<DataType> parseDataType(std::string_view name);
+std::string_view dataTypeName(DataType t);
+// Bytes per element; 0 for BYTES (variable length).
+size_t dataTypeSize(DataType t);
+
+// Number of elements of a shape; nullopt when a dimension is negative or the product overflows.
+std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape);
+std::string shapeToString(const std::vector<int64_t>& shape);
+
+// A tensor as declared in configuration / metadata. -1 marks a variable dimension.
+struct TensorSpec {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  std::vector<int64_t> shape;
+};
+
+// A tensor with data. `data` holds the elements little-endian, row-major, unpadded; for BYTES
+// each element is a 4-byte little-endian length followed by its bytes (the binary tensor
+// extension's layout), so every codec and backend shares one representation.
+struct Tensor {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+struct RequestedOutput {
+  std::string name;
+  bool binary = false;  // KServe binary tensor extension: return raw bytes, not JSON
+};
+
+// Where a request came from; used for metrics and error encoding.
+enum class Protocol : uint8_t { kHttpKserve, kGrpcKserve, kHttpTfServing, kGrpcTfServing };
+std::string_view protocolName(Protocol p);
+
+struct InferRequest {
+  std::string model_name;
+  std::string model_version;  // empty: the model's default version
+  std::string id;
+  std::vector<Tensor> inputs;
+  std::vector<RequestedOutput> outputs;  // empty: all outputs, per binary_data_output
+  bool binary_data_output = false;
+  int64_t priority = 0;    // KServe "priority": 0 = default level, 1 = highest
+  uint64_t timeout_us = 0; // KServe "timeout": 0 = none
+  Protocol protocol = Protocol::kHttpKserve;
+};
+
+struct InferResponse {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  std::vector<Tensor> outputs;
+  std::vector<RequestedOutput> requested;  // copied from the request: which outputs, binary or not
+  bool binary_data_output = false;
+};
+
+}  // namespace infergate::backends

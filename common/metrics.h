@@ -1,0 +1,135 @@
+#pragma once
+// Metrics with cheap hot-path recording and Prometheus text exposition.
+//
+// Counters, gauges and histograms are registered at start-up (registration takes a mutex and
+// returns a reference that stays valid for the registry's lifetime); recording is lock-free:
+// each metric is sharded by thread (cache-line padded relaxed atomics) and shards are summed
+// when /metrics is scraped. Histograms use log-linear buckets (HDR-style: each power of two
+// split into a fixed number of linear sub-buckets), so recording is a few instructions and
+// relative error is bounded; exposition reports a fixed set of cumulative `le` buckets.
+
+#include <array>
+#include <functional>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace infergate::common {
+
+inline constexpr int kMetricShards = 16;
+
+// Index of the calling thread's shard (assigned round-robin on first use).
+int threadShard();
+
+struct alignas(64) PaddedCounter {
+  std::atomic<uint64_t> v{0};
+};
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+class Counter {
+ public:
+  void inc(uint64_t n = 1) { shards_[threadShard()].v.fetch_add(n, std::memory_order_relaxed); }
+  uint64_t value() const;
+
+ private:
+  std::array<PaddedCounter, kMetricShards> shards_{};
+};
+
+class Gauge {
+ public:
+  void add(int64_t n) { v_.fetch_add(n, std::memory_order_relaxed); }
+  void sub(int64_t n) { v_.fetch_sub(n, std::memory_order_relaxed); }
+  void set(int64_t n) { v_.store(n, std::memory_order_relaxed); }
+  int64_t value() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> v_{0};
+};
+
+// Log-linear histogram of non-negative integer values (e.g. microseconds or nanoseconds).
+// Values below kSubBuckets are exact; above, relative bucket width is at most 1/kSubBuckets.
+class LogLinearHistogram {
+ public:
+  static constexpr int kSubBucketBits = 3;                 // 8 linear sub-buckets per octave
+  static constexpr int kSubBuckets = 1 << kSubBucketBits;
+  static constexpr int kBuckets = (64 - kSubBucketBits + 1) * kSubBuckets;
+
+  static int bucketOf(uint64_t v);
+  static uint64_t bucketLow(int b);   // smallest value in bucket b
+  static uint64_t bucketHigh(int b);  // largest value in bucket b
+
+  void record(uint64_t v, uint64_t count = 1);
+  void merge(const LogLinearHistogram& other);
+  void clear();
+  uint64_t count() const;
+  uint64_t sum() const;
+  uint64_t max() const;
+  // Value at quantile q in [0,1]: the upper bound of the bucket holding it (clamped to max()).
+  uint64_t quantile(double q) const;
+  uint64_t bucketCount(int b) const { return buckets_[b]; }
+
+ private:
+  std::array<uint64_t, kBuckets> buckets_{};
+  uint64_t count_ = 0, sum_ = 0, max_ = 0;
+};
+
+// A Prometheus histogram recorded lock-free from many threads: per-shard log-linear buckets,
+// merged on scrape into the exposition bounds given at registration.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds, double scale);
+  // Records one observation, in the unit of recording (e.g. microseconds); exposition divides
+  // by `scale` (e.g. 1e6 to expose seconds).
+  void record(uint64_t v);
+  LogLinearHistogram snapshot() const;
+  const std::vector<double>& upperBounds() const { return bounds_; }
+  double scale() const { return scale_; }
+
+ private:
+  struct alignas(64) Shard {
+    std::array<std::atomic<uint64_t>, LogLinearHistogram::kBuckets> buckets{};
+    std::atomic<uint64_t> sum{0};
+    std::atomic<uint64_t> max{0};
+  };
+  std::vector<double> bounds_;
+  double scale_;
+  std::unique_ptr<Shard[]> shards_;
+};
+
+// Default exposition bounds for latencies in seconds: 1-2-5 steps from 10 µs to 10 s.
+std::vector<double> latencyBucketsSeconds();
+
+class MetricsRegistry {
+ public:
+  // The same (name, labels) registered twice returns the same object. `help` and the type
+  // must agree for one name (release assert otherwise).
+  Counter& counter(std::string_view name, std::string_view help, const Labels& labels = {});
+  Gauge& gauge(std::string_view name, std::string_view help, const Labels& labels = {});
+  Histogram& histogram(std::string_view name, std::string_view help, const Labels& labels,
+                       std::vector<double> upper_bounds, double scale);
+
+  // A value computed at scrape time (e.g. XDP per-CPU counters read from a BPF map).
+  using Collector = std::function<void(std::string& out)>;  // appends exposition lines
+  void addCollector(Collector c);
+
+  // Prometheus text exposition format 0.0.4.
+  std::string renderPrometheus() const;
+
+  // Process-wide registry.
+  static MetricsRegistry& global();
+
+ private:
+  struct Family;
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Family>, std::less<>> families_;
+  std::vector<Collector> collectors_;
+};
+
+}  // namespace infergate::common

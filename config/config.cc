@@ -1,0 +1,1 @@
+// config loader: see config.h

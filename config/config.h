@@ -1,0 +1,87 @@
+#pragma once
+// infergate's configuration: the schema (plain structs), the YAML loader and the validator.
+// A bad file is refused with a message naming the file, the key path and what is wrong, e.g.
+//   "infergate.yaml: models[0].inputs[1].datatype: unknown datatype 'FP33' (expected one of BOOL, UINT8, ...)".
+// Threading: load once at start-up; the resulting Config is read-only afterwards.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/model.h"
+
+namespace infergate::config {
+
+enum class Mode { kSocket, kXdpFilter, kAfXdp, kDpdk };
+std::string_view modeName(Mode m);                    // "socket", "xdp-filter", "afxdp", "dpdk"
+std::optional<Mode> parseMode(std::string_view name);
+
+struct ListenerConfig {
+  std::string name = "http";
+  std::string address = "0.0.0.0";
+  uint16_t port = 8000;             // 0: pick a free port (tests); the log says which
+  std::string protocol = "http";    // http (HTTP/1.1: KServe v2 REST) | grpc (later issues)
+};
+
+struct LimitsConfig {
+  uint64_t max_header_bytes = 16 * 1024;
+  uint64_t max_body_bytes = 64ull * 1024 * 1024;
+  uint64_t max_connections = 10000;          // per process; over it new connections are refused
+  uint64_t idle_timeout_ms = 60000;          // keep-alive connection with no request in progress
+  uint64_t header_timeout_ms = 10000;        // a started request whose headers are not complete -> 408
+  uint64_t body_timeout_ms = 60000;          // a request whose body is not complete -> 408
+};
+
+struct AdminConfig {
+  bool enabled = true;
+  std::string address = "127.0.0.1";
+  uint16_t port = 8002;  // 0: pick a free port
+};
+
+struct LoggingConfig {
+  std::string level = "info";  // trace|debug|info|warn|error|critical|off
+  bool access_log = false;
+};
+
+// XDP program settings (xdp-filter and afxdp modes).
+struct XdpRateLimit {
+  uint64_t rate_per_sec = 0;  // new connections (SYNs) per second per source; 0 = off
+  uint64_t burst = 0;
+};
+struct XdpConfig {
+  std::string interface;                   // required in xdp-filter/afxdp modes
+  std::string attach = "native";           // native | generic
+  std::vector<std::string> methods = {"GET", "POST"};
+  std::vector<std::string> path_prefixes = {"/v2/", "/v1/models/", "/metrics"};
+  uint32_t http2_max_frame_size = 16384;
+  XdpRateLimit rate_limit;
+  std::string pin_path;                    // bpffs directory to pin maps; empty = no pinning
+};
+
+struct Config {
+  std::string source = "<embedded>";  // file name the config came from (for messages)
+  Mode mode = Mode::kSocket;
+  int reactors = 1;          // reactor threads (one per core)
+  std::vector<int> cpus;     // optional pinning; empty = no pinning, else size == reactors
+  std::vector<ListenerConfig> listeners;
+  LimitsConfig limits;
+  AdminConfig admin;
+  LoggingConfig logging;
+  XdpConfig xdp;
+  std::vector<backends::ModelConfig> models;
+};
+
+// Loads and validates. The error status is INVALID_ARGUMENT (bad content) or NOT_FOUND
+// (unreadable file) and its message starts with the file name.
+absl::StatusOr<Config> loadConfigFile(const std::string& path);
+absl::StatusOr<Config> loadConfigString(std::string_view yaml, std::string_view source_name);
+
+// The embedded default configuration used by `infergate run` without -c and by the demo:
+// socket mode, one HTTP listener on 0.0.0.0:8000, admin on 127.0.0.1:8002, the identity model
+// "identity" (FP32 [-1,16], max_batch_size 8).
+std::string_view defaultConfigYaml();
+
+}  // namespace infergate::config

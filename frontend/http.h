@@ -1,0 +1,51 @@
+#pragma once
+// HTTP request/response values shared by the HTTP/1.1 codec (and later HTTP/2) and the API
+// handlers. Header names are stored lower-cased.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace infergate::frontend {
+
+struct HttpHeader {
+  std::string name;   // lower-case
+  std::string value;  // leading/trailing whitespace removed
+};
+
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...
+  std::string target;  // origin-form request target, e.g. "/v2/models/m/infer?x=1"
+  int version_minor = 1;
+  std::vector<HttpHeader> headers;
+  std::string body;       // complete body (de-chunked)
+  bool keep_alive = true; // after this request, per HTTP/1.x rules and Connection headers
+  uint64_t received_ns = 0;  // monotonic time the first byte of the request arrived
+
+  // First header with this (lower-case) name, or nullptr.
+  const std::string* header(std::string_view lower_name) const;
+  // The path part of the target (before '?').
+  std::string_view path() const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<HttpHeader> headers;  // extra headers (not Content-Length/Connection)
+  std::string body;
+  bool close = false;  // close the connection after sending
+};
+
+// "OK", "Bad Request", ... for the status codes infergate sends.
+std::string_view reasonPhrase(int status);
+
+// Serialises status line, headers, Content-Length, Connection: close (when close), body.
+void serializeResponse(const HttpResponse& resp, bool keep_alive, std::string& out);
+
+// {"error":"<escaped message>"} -- KServe's error body.
+std::string errorBody(std::string_view message);
+// Appends `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires.
+void appendJsonString(std::string& out, std::string_view s);
+
+}  // namespace infergate::frontend
