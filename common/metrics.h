@@ -76,6 +76,7 @@ class LogLinearHistogram {
   uint64_t bucketCount(int b) const { return buckets_[b]; }
 
  private:
+  friend class Histogram;  // snapshot() fills buckets, sum and max from its shards directly
   std::array<uint64_t, kBuckets> buckets_{};
   uint64_t count_ = 0, sum_ = 0, max_ = 0;
 };
@@ -84,6 +85,11 @@ class LogLinearHistogram {
 // merged on scrape into the exposition bounds given at registration.
 class Histogram {
  public:
+  // `upper_bounds` are in exposition units; they are sorted and deduplicated, and infinite or
+  // NaN entries dropped (`+Inf` is always exposed). `scale` must be positive and finite
+  // (release assert). An observation is counted under the first bound whose floor(bound *
+  // scale) is >= the upper value of its log-linear bucket: exact when bounds fall on bucket
+  // edges, conservative (counted under a later bound) otherwise.
   explicit Histogram(std::vector<double> upper_bounds, double scale);
   // Records one observation, in the unit of recording (e.g. microseconds); exposition divides
   // by `scale` (e.g. 1e6 to expose seconds).
@@ -108,6 +114,11 @@ std::vector<double> latencyBucketsSeconds();
 
 class MetricsRegistry {
  public:
+  MetricsRegistry();
+  ~MetricsRegistry();  // out of line: Family is incomplete here
+  MetricsRegistry(const MetricsRegistry&) = delete;
+  MetricsRegistry& operator=(const MetricsRegistry&) = delete;
+
   // The same (name, labels) registered twice returns the same object. `help` and the type
   // must agree for one name (release assert otherwise).
   Counter& counter(std::string_view name, std::string_view help, const Labels& labels = {});

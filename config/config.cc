@@ -1,1 +1,806 @@
-// config loader: see config.h
+// The configuration loader and validator: see config.h; every key is described in
+// docs/CONFIGURATION.md.
+//
+// yaml-cpp builds the document tree (and throws on syntax errors, which are caught here and
+// turned into "<source>:<line>:<column>: ..."); the walk below never calls a throwing
+// accessor (as<T>()), it reads scalars as text and converts them itself, so that every
+// refusal names the key path and the reason: "<source>: <key path>: <what is wrong>".
+// The first error wins; the loader does not try to report several.
+
+#include "config/config.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "fmt/format.h"
+#include "yaml-cpp/yaml.h"
+
+namespace infergate::config {
+
+std::string_view modeName(Mode m) {
+  switch (m) {
+    case Mode::kSocket:
+      return "socket";
+    case Mode::kXdpFilter:
+      return "xdp-filter";
+    case Mode::kAfXdp:
+      return "afxdp";
+    case Mode::kDpdk:
+      return "dpdk";
+  }
+  return "unknown";
+}
+
+std::optional<Mode> parseMode(std::string_view name) {
+  for (Mode m : {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp, Mode::kDpdk}) {
+    if (modeName(m) == name) return m;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+constexpr std::string_view kDefaultConfigYaml =
+    R"yaml(# infergate: the embedded default configuration (see docs/CONFIGURATION.md).
+mode: socket
+reactors: 1
+listeners:
+  - name: http
+    address: 0.0.0.0
+    port: 8000
+    protocol: http
+admin:
+  enabled: true
+  address: 127.0.0.1
+  port: 8002
+models:
+  - name: identity
+    version: "1"
+    backend: identity
+    max_batch_size: 8
+    inputs:
+      - {name: INPUT0, datatype: FP32, shape: [16]}
+    outputs:
+      - {name: OUTPUT0, datatype: FP32, shape: [16]}
+)yaml";
+
+// Ranges. Kept here, next to the checks, and mirrored in docs/CONFIGURATION.md.
+constexpr int64_t kMaxReactors = 256;
+constexpr int64_t kMaxCpu = 4095;
+constexpr int64_t kMinHeaderBytes = 1;           // tiny values refuse every request, harmlessly
+constexpr int64_t kMaxHeaderBytes = 16ll << 20;  // 16 MiB
+constexpr int64_t kMaxBodyBytes = 1ll << 40;     // 1 TiB
+constexpr int64_t kMaxConnections = 10'000'000;
+constexpr int64_t kMaxTimeoutMs = 86'400'000;  // one day
+constexpr int64_t kMinH2FrameSize = 16384;     // RFC 9113 SETTINGS_MAX_FRAME_SIZE bounds
+constexpr int64_t kMaxH2FrameSize = 16777215;
+constexpr int64_t kMaxRate = 1'000'000'000;
+constexpr size_t kMaxMethodLen = 16;
+constexpr size_t kMaxPathPrefixLen = 128;
+constexpr size_t kMaxInterfaceLen = 15;  // IFNAMSIZ - 1
+constexpr int64_t kMaxBatchSize = 1 << 20;
+constexpr int64_t kMaxCostUs = 60'000'000;  // one minute
+constexpr size_t kMaxNameLen = 128;
+
+constexpr std::string_view kKnownBackends = "identity";
+
+std::string join(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+}
+std::string at(const std::string& path, size_t i) { return fmt::format("{}[{}]", path, i); }
+
+// A quoted scalar ("8000", '8000') or one tagged !!str is a string even when it looks like a
+// number; yaml-cpp marks plain scalars with the non-specific tag "?".
+bool isStringScalar(const YAML::Node& n) {
+  return n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str";
+}
+
+std::string describe(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Scalar:
+      return isStringScalar(n) ? fmt::format("the string \"{}\"", n.Scalar())
+                               : fmt::format("'{}'", n.Scalar());
+    case YAML::NodeType::Sequence:
+      return "a sequence";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Undefined:
+      break;
+  }
+  return "nothing";
+}
+
+std::string joinNames(std::initializer_list<std::string_view> names) {
+  std::string s;
+  for (std::string_view n : names) {
+    if (!s.empty()) s += ", ";
+    s += n;
+  }
+  return s;
+}
+
+bool oneOf(std::string_view v, std::initializer_list<std::string_view> names) {
+  for (std::string_view n : names) {
+    if (v == n) return true;
+  }
+  return false;
+}
+
+// [A-Za-z0-9_.-]+, not "." or ".." (model names and versions appear in URL paths).
+bool isUrlSafeName(std::string_view s) {
+  if (s.empty() || s.size() > kMaxNameLen || s == "." || s == "..") return false;
+  for (char c : s) {
+    bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Printable ASCII without spaces: tensor names, listener names, interface names.
+bool isPrintableToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c <= ' ' || c > '~') return false;
+  }
+  return true;
+}
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// An address family plus its 16 address bytes (IPv4 in the first 4), for comparing listeners.
+struct IpAddress {
+  int family = AF_INET;
+  std::array<uint8_t, 16> bytes{};
+  bool wildcard() const {
+    for (uint8_t b : bytes) {
+      if (b != 0) return false;
+    }
+    return true;
+  }
+  bool operator==(const IpAddress&) const = default;
+};
+
+// "0.0.0.0:80", "[::1]:80".
+std::string endpointText(const std::string& address, uint16_t port) {
+  return address.find(':') == std::string::npos ? fmt::format("{}:{}", address, port)
+                                                : fmt::format("[{}]:{}", address, port);
+}
+
+std::optional<IpAddress> parseIp(const std::string& s) {
+  IpAddress a;
+  if (inet_pton(AF_INET, s.c_str(), a.bytes.data()) == 1) return a;
+  a.family = AF_INET6;
+  if (inet_pton(AF_INET6, s.c_str(), a.bytes.data()) == 1) return a;
+  return std::nullopt;
+}
+
+// Early return on a non-OK status; local to this file.
+#define IG_CONFIG_TRY(expr)                  \
+  do {                                       \
+    absl::Status ig_status_ = (expr);        \
+    if (!ig_status_.ok()) return ig_status_; \
+  } while (0)
+
+class Loader {
+ public:
+  explicit Loader(std::string source) : source_(std::move(source)) {}
+
+  absl::StatusOr<Config> load(std::string_view text) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(std::string(text));
+    } catch (const YAML::Exception& e) {
+      // ParserException and friends: e.msg is the reason, e.mark the 0-based position.
+      if (e.mark.is_null()) {
+        return absl::InvalidArgumentError(fmt::format("{}: invalid YAML: {}", source_, e.msg));
+      }
+      return absl::InvalidArgumentError(fmt::format("{}:{}:{}: invalid YAML: {}", source_,
+                                                    e.mark.line + 1, e.mark.column + 1, e.msg));
+    }
+    if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: the configuration is empty (expected a mapping with at least 'listeners' and "
+          "'models')",
+          source_));
+    }
+    if (docs.size() > 1) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: the file holds {} YAML documents; expected exactly one", source_, docs.size()));
+    }
+    if (!docs[0].IsMap()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{}: the top level must be a mapping (mode:, listeners:, models:, ...), got {}", source_,
+          describe(docs[0])));
+    }
+    Config c;
+    c.source = source_;
+    try {
+      IG_CONFIG_TRY(readRoot(docs[0], c));
+    } catch (const YAML::Exception& e) {
+      // The walk avoids throwing accessors; this is the backstop for the boundary promise.
+      return absl::InvalidArgumentError(
+          fmt::format("{}:{}:{}: {}", source_, e.mark.line + 1, e.mark.column + 1, e.msg));
+    }
+    return c;
+  }
+
+ private:
+  absl::Status err(const std::string& path, std::string_view what) const {
+    return absl::InvalidArgumentError(fmt::format("{}: {}: {}", source_, path, what));
+  }
+
+  // `n` must be a mapping whose keys are all in `allowed`, each at most once.
+  absl::Status checkMap(const YAML::Node& n, const std::string& path,
+                        std::initializer_list<std::string_view> allowed) const {
+    if (!n.IsMap()) return err(path, fmt::format("expected a mapping, got {}", describe(n)));
+    std::vector<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node& k = it->first;
+      if (!k.IsScalar()) {
+        return err(path, fmt::format("keys must be plain names, got {}", describe(k)));
+      }
+      const std::string& key = k.Scalar();
+      if (!oneOf(key, allowed)) {
+        return err(join(path, key),
+                   fmt::format("unknown key '{}' (expected one of {})", key, joinNames(allowed)));
+      }
+      for (const std::string& s : seen) {
+        if (s == key) return err(join(path, key), fmt::format("duplicate key '{}'", key));
+      }
+      seen.push_back(key);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status checkSeq(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsSequence()) return err(path, fmt::format("expected a sequence, got {}", describe(n)));
+    return absl::OkStatus();
+  }
+
+  // A decimal integer in [lo, hi]. Refuses quoted strings, fractions, hex and null.
+  absl::Status readInt(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi,
+                       int64_t& out) const {
+    if (!n.IsScalar() || isStringScalar(n)) {
+      return err(path, fmt::format("expected an integer, got {}", describe(n)));
+    }
+    const std::string& s = n.Scalar();
+    std::string_view digits = s;
+    if (!digits.empty() && digits[0] == '+') digits.remove_prefix(1);
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (digits.empty() || p != digits.data() + digits.size() ||
+        (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+      return err(path, fmt::format("expected an integer, got '{}'", s));
+    }
+    std::string range = hi == std::numeric_limits<int64_t>::max()
+                            ? fmt::format("must be >= {}", lo)
+                            : fmt::format("must be between {} and {}", lo, hi);
+    if (ec == std::errc::result_out_of_range || v < lo || v > hi) {
+      return err(path, fmt::format("{}, got {}", range, s));
+    }
+    out = v;
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::Status readNumber(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi,
+                          T& out) const {
+    int64_t v = 0;
+    IG_CONFIG_TRY(readInt(n, path, lo, hi, v));
+    out = static_cast<T>(v);
+    return absl::OkStatus();
+  }
+
+  absl::Status readString(const YAML::Node& n, const std::string& path, std::string& out) const {
+    if (!n.IsScalar()) return err(path, fmt::format("expected a string, got {}", describe(n)));
+    out = n.Scalar();
+    return absl::OkStatus();
+  }
+
+  absl::Status readChoice(const YAML::Node& n, const std::string& path, std::string_view what,
+                          std::initializer_list<std::string_view> choices, std::string& out) const {
+    std::string v;
+    IG_CONFIG_TRY(readString(n, path, v));
+    if (!oneOf(v, choices)) {
+      return err(path,
+                 fmt::format("unknown {} '{}' (expected one of {})", what, v, joinNames(choices)));
+    }
+    out = std::move(v);
+    return absl::OkStatus();
+  }
+
+  absl::Status readBool(const YAML::Node& n, const std::string& path, bool& out) const {
+    if (n.IsScalar() && !isStringScalar(n)) {
+      const std::string& s = n.Scalar();
+      if (oneOf(s, {"true", "True", "TRUE"})) {
+        out = true;
+        return absl::OkStatus();
+      }
+      if (oneOf(s, {"false", "False", "FALSE"})) {
+        out = false;
+        return absl::OkStatus();
+      }
+    }
+    return err(path, fmt::format("expected true or false, got {}", describe(n)));
+  }
+
+  absl::Status readAddress(const YAML::Node& n, const std::string& path, std::string& out) const {
+    IG_CONFIG_TRY(readString(n, path, out));
+    if (!parseIp(out)) {
+      return err(path, fmt::format("invalid address '{}' (expected an IPv4 or IPv6 literal such "
+                                   "as 0.0.0.0, 127.0.0.1 or ::)",
+                                   out));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readRoot(const YAML::Node& root, Config& c) const {
+    IG_CONFIG_TRY(checkMap(
+        root, "",
+        {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "models"}));
+    if (YAML::Node n = root["mode"]; n.IsDefined()) {
+      std::string name;
+      IG_CONFIG_TRY(readString(n, "mode", name));
+      std::optional<Mode> m = parseMode(name);
+      if (!m) {
+        return err("mode", fmt::format("unknown mode '{}' (expected one of socket, xdp-filter, "
+                                       "afxdp, dpdk)",
+                                       name));
+      }
+      // No DPDK transport exists yet, so even a build with the option cannot serve this mode.
+      if (*m == Mode::kDpdk) {
+        return err("mode", "mode 'dpdk' needs a build with INFERGATE_WITH_DPDK");
+      }
+      c.mode = *m;
+    }
+    if (YAML::Node n = root["reactors"]; n.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(n, "reactors", 1, kMaxReactors, c.reactors));
+    }
+    if (YAML::Node n = root["cpus"]; n.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(n, "cpus"));
+      for (size_t i = 0; i < n.size(); ++i) {
+        int cpu = 0;
+        IG_CONFIG_TRY(readNumber(n[i], at("cpus", i), 0, kMaxCpu, cpu));
+        c.cpus.push_back(cpu);
+      }
+      if (c.cpus.size() != static_cast<size_t>(c.reactors)) {
+        return err("cpus",
+                   fmt::format("has {} entries but reactors is {} (list one CPU per reactor, "
+                               "or leave cpus out)",
+                               c.cpus.size(), c.reactors));
+      }
+    }
+    IG_CONFIG_TRY(readListeners(root["listeners"], c));
+    if (YAML::Node n = root["admin"]; n.IsDefined()) IG_CONFIG_TRY(readAdmin(n, c));
+    if (YAML::Node n = root["limits"]; n.IsDefined()) IG_CONFIG_TRY(readLimits(n, c.limits));
+    if (YAML::Node n = root["logging"]; n.IsDefined()) IG_CONFIG_TRY(readLogging(n, c.logging));
+    if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c.xdp));
+    if ((c.mode == Mode::kXdpFilter || c.mode == Mode::kAfXdp) && c.xdp.interface.empty()) {
+      return err("xdp.interface", fmt::format("required in mode '{}' (the network interface to "
+                                              "attach the XDP program to)",
+                                              modeName(c.mode)));
+    }
+    IG_CONFIG_TRY(readModels(root["models"], c));
+    return absl::OkStatus();
+  }
+
+  absl::Status readListeners(const YAML::Node& n, Config& c) const {
+    if (!n.IsDefined() || n.IsNull() || (n.IsSequence() && n.size() == 0)) {
+      return err("listeners", "at least one listener is required");
+    }
+    IG_CONFIG_TRY(checkSeq(n, "listeners"));
+    std::vector<IpAddress> ips;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string path = at("listeners", i);
+      const YAML::Node& l = n[i];
+      IG_CONFIG_TRY(checkMap(l, path, {"name", "address", "port", "protocol"}));
+      ListenerConfig lc;
+      lc.name = fmt::format("http{}", i == 0 ? std::string() : std::to_string(i));
+      if (YAML::Node v = l["name"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readString(v, join(path, "name"), lc.name));
+        if (!isPrintableToken(lc.name)) {
+          return err(join(path, "name"), fmt::format("invalid name '{}' (printable characters, no "
+                                                     "spaces)",
+                                                     lc.name));
+        }
+      }
+      if (YAML::Node v = l["address"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readAddress(v, join(path, "address"), lc.address));
+      }
+      if (YAML::Node v = l["port"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readNumber(v, join(path, "port"), 0, 65535, lc.port));
+      }
+      if (YAML::Node v = l["protocol"]; v.IsDefined()) {
+        IG_CONFIG_TRY(
+            readChoice(v, join(path, "protocol"), "protocol", {"http", "grpc"}, lc.protocol));
+      }
+      IpAddress ip = *parseIp(lc.address);
+      for (size_t j = 0; j < c.listeners.size(); ++j) {
+        if (c.listeners[j].name == lc.name) {
+          return err(join(path, "name"), fmt::format("duplicate listener name '{}' (also "
+                                                     "listeners[{}])",
+                                                     lc.name, j));
+        }
+        if (auto clash = endpointClash(ip, lc.port, ips[j], c.listeners[j].port)) {
+          return err(
+              join(path, "port"),
+              fmt::format("{} overlaps listeners[{}] ({}){}", endpointText(lc.address, lc.port), j,
+                          endpointText(c.listeners[j].address, c.listeners[j].port), *clash));
+        }
+      }
+      ips.push_back(ip);
+      c.listeners.push_back(std::move(lc));
+    }
+    return absl::OkStatus();
+  }
+
+  // Two endpoints clash when they share a non-zero port and an address family and either the
+  // addresses are equal or one is the wildcard (which binds every address of the family).
+  // Returns a note to append to the message, or nullopt when they do not clash.
+  static std::optional<std::string> endpointClash(const IpAddress& a, uint16_t pa,
+                                                  const IpAddress& b, uint16_t pb) {
+    if (pa == 0 || pa != pb || a.family != b.family) return std::nullopt;
+    if (a == b) return std::string(": duplicate address and port");
+    if (a.wildcard() || b.wildcard())
+      return std::string(": a wildcard address takes every address");
+    return std::nullopt;
+  }
+
+  absl::Status readAdmin(const YAML::Node& n, Config& c) const {
+    IG_CONFIG_TRY(checkMap(n, "admin", {"enabled", "address", "port"}));
+    AdminConfig& a = c.admin;
+    if (YAML::Node v = n["enabled"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "admin.enabled", a.enabled));
+    }
+    if (YAML::Node v = n["address"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readAddress(v, "admin.address", a.address));
+    }
+    if (YAML::Node v = n["port"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "admin.port", 0, 65535, a.port));
+    }
+    if (a.enabled) {
+      IpAddress ip = *parseIp(a.address);
+      for (size_t j = 0; j < c.listeners.size(); ++j) {
+        if (auto clash =
+                endpointClash(ip, a.port, *parseIp(c.listeners[j].address), c.listeners[j].port)) {
+          return err(
+              "admin.port",
+              fmt::format("{} overlaps listeners[{}] ({}){}", endpointText(a.address, a.port), j,
+                          endpointText(c.listeners[j].address, c.listeners[j].port), *clash));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readLimits(const YAML::Node& n, LimitsConfig& l) const {
+    IG_CONFIG_TRY(checkMap(n, "limits",
+                           {"max_header_bytes", "max_body_bytes", "max_connections",
+                            "idle_timeout_ms", "header_timeout_ms", "body_timeout_ms"}));
+    struct Field {
+      std::string_view key;
+      int64_t lo, hi;
+      uint64_t* out;
+    };
+    const Field fields[] = {
+        {"max_header_bytes", kMinHeaderBytes, kMaxHeaderBytes, &l.max_header_bytes},
+        {"max_body_bytes", 1, kMaxBodyBytes, &l.max_body_bytes},
+        {"max_connections", 1, kMaxConnections, &l.max_connections},
+        {"idle_timeout_ms", 1, kMaxTimeoutMs, &l.idle_timeout_ms},
+        {"header_timeout_ms", 1, kMaxTimeoutMs, &l.header_timeout_ms},
+        {"body_timeout_ms", 1, kMaxTimeoutMs, &l.body_timeout_ms},
+    };
+    for (const Field& f : fields) {
+      if (YAML::Node v = n[std::string(f.key)]; v.IsDefined()) {
+        IG_CONFIG_TRY(readNumber(v, join("limits", f.key), f.lo, f.hi, *f.out));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readLogging(const YAML::Node& n, LoggingConfig& l) const {
+    IG_CONFIG_TRY(checkMap(n, "logging", {"level", "access_log"}));
+    if (YAML::Node v = n["level"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "logging.level", "level",
+                               {"trace", "debug", "info", "warn", "error", "critical", "off"},
+                               l.level));
+    }
+    if (YAML::Node v = n["access_log"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "logging.access_log", l.access_log));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readXdp(const YAML::Node& n, XdpConfig& x) const {
+    IG_CONFIG_TRY(checkMap(n, "xdp",
+                           {"interface", "attach", "methods", "path_prefixes",
+                            "http2_max_frame_size", "rate_limit", "pin_path"}));
+    if (YAML::Node v = n["interface"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
+      if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
+          x.interface.find('/') != std::string::npos) {
+        return err("xdp.interface", fmt::format("invalid interface name '{}' (1 to {} characters, "
+                                                "no spaces or '/')",
+                                                x.interface, kMaxInterfaceLen));
+      }
+    }
+    if (YAML::Node v = n["attach"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "xdp.attach", "attach mode", {"native", "generic"}, x.attach));
+    }
+    if (YAML::Node v = n["methods"]; v.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(v, "xdp.methods"));
+      if (v.size() == 0) return err("xdp.methods", "at least one method is required");
+      x.methods.clear();
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string m;
+        IG_CONFIG_TRY(readString(v[i], at("xdp.methods", i), m));
+        bool ok = !m.empty() && m.size() <= kMaxMethodLen;
+        for (char ch : m) ok = ok && ch >= 'A' && ch <= 'Z';
+        if (!ok) {
+          return err(at("xdp.methods", i),
+                     fmt::format("invalid method '{}' (1 to {} uppercase letters, e.g. GET)", m,
+                                 kMaxMethodLen));
+        }
+        x.methods.push_back(std::move(m));
+      }
+    }
+    if (YAML::Node v = n["path_prefixes"]; v.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(v, "xdp.path_prefixes"));
+      x.path_prefixes.clear();
+      for (size_t i = 0; i < v.size(); ++i) {
+        std::string p;
+        IG_CONFIG_TRY(readString(v[i], at("xdp.path_prefixes", i), p));
+        if (p.empty() || p[0] != '/') {
+          return err(at("xdp.path_prefixes", i),
+                     fmt::format("path prefix '{}' must start with '/'", p));
+        }
+        if (!isPrintableToken(p) || p.size() > kMaxPathPrefixLen) {
+          return err(at("xdp.path_prefixes", i),
+                     fmt::format("invalid path prefix '{}' (at most {} printable characters, no "
+                                 "spaces)",
+                                 p, kMaxPathPrefixLen));
+        }
+        x.path_prefixes.push_back(std::move(p));
+      }
+    }
+    if (YAML::Node v = n["http2_max_frame_size"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.http2_max_frame_size", kMinH2FrameSize, kMaxH2FrameSize,
+                               x.http2_max_frame_size));
+    }
+    if (YAML::Node r = n["rate_limit"]; r.IsDefined()) {
+      IG_CONFIG_TRY(checkMap(r, "xdp.rate_limit", {"rate_per_sec", "burst"}));
+      if (YAML::Node v = r["rate_per_sec"]; v.IsDefined()) {
+        IG_CONFIG_TRY(
+            readNumber(v, "xdp.rate_limit.rate_per_sec", 0, kMaxRate, x.rate_limit.rate_per_sec));
+      }
+      // An omitted burst defaults to one second's worth of the rate.
+      x.rate_limit.burst = x.rate_limit.rate_per_sec;
+      if (YAML::Node v = r["burst"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readNumber(v, "xdp.rate_limit.burst", 0, kMaxRate, x.rate_limit.burst));
+        if (x.rate_limit.rate_per_sec > 0 && x.rate_limit.burst == 0) {
+          return err("xdp.rate_limit.burst",
+                     "must be >= 1 when rate_per_sec > 0 (a burst of 0 would drop every new "
+                     "connection)");
+        }
+      }
+    }
+    if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));
+      if (!x.pin_path.empty() && x.pin_path[0] != '/') {
+        return err("xdp.pin_path", fmt::format("must be an absolute path on a bpffs mount (e.g. "
+                                               "/sys/fs/bpf/infergate), got '{}'",
+                                               x.pin_path));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readTensors(const YAML::Node& n, const std::string& path,
+                           std::vector<backends::TensorSpec>& out) const {
+    if (!n.IsDefined() || n.IsNull() || (n.IsSequence() && n.size() == 0)) {
+      return err(path, "at least one tensor is required");
+    }
+    IG_CONFIG_TRY(checkSeq(n, path));
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string tpath = at(path, i);
+      const YAML::Node& t = n[i];
+      IG_CONFIG_TRY(checkMap(t, tpath, {"name", "datatype", "shape"}));
+      backends::TensorSpec spec;
+      YAML::Node name = t["name"];
+      if (!name.IsDefined()) return err(join(tpath, "name"), "required");
+      IG_CONFIG_TRY(readString(name, join(tpath, "name"), spec.name));
+      if (!isPrintableToken(spec.name) || spec.name.size() > kMaxNameLen) {
+        return err(join(tpath, "name"),
+                   fmt::format("invalid tensor name '{}' (1 to {} printable characters, no "
+                               "spaces)",
+                               spec.name, kMaxNameLen));
+      }
+      for (size_t j = 0; j < out.size(); ++j) {
+        if (out[j].name == spec.name) {
+          return err(join(tpath, "name"),
+                     fmt::format("duplicate name '{}' (also {})", spec.name, at(path, j)));
+        }
+      }
+      YAML::Node dt = t["datatype"];
+      if (!dt.IsDefined()) return err(join(tpath, "datatype"), "required");
+      std::string dts;
+      IG_CONFIG_TRY(readString(dt, join(tpath, "datatype"), dts));
+      std::optional<backends::DataType> dtype = backends::parseDataType(dts);
+      if (!dtype) {
+        std::string known;
+        for (int k = 0; k < backends::kNumDataTypes; ++k) {
+          if (k) known += ", ";
+          known += backends::dataTypeName(static_cast<backends::DataType>(k));
+        }
+        return err(join(tpath, "datatype"),
+                   fmt::format("unknown datatype '{}' (expected one of {})", dts, known));
+      }
+      spec.dtype = *dtype;
+      YAML::Node shape = t["shape"];
+      if (!shape.IsDefined()) {
+        return err(join(tpath, "shape"), "required (a list of dimensions, -1 for a variable one)");
+      }
+      IG_CONFIG_TRY(checkSeq(shape, join(tpath, "shape")));
+      for (size_t d = 0; d < shape.size(); ++d) {
+        const std::string dpath = at(join(tpath, "shape"), d);
+        int64_t dim = 0;
+        IG_CONFIG_TRY(readInt(shape[d], dpath, std::numeric_limits<int64_t>::min(),
+                              std::numeric_limits<int64_t>::max(), dim));
+        if (dim < -1) {
+          return err(dpath,
+                     fmt::format("invalid dimension {} (use -1 for a variable dimension)", dim));
+        }
+        spec.shape.push_back(dim);
+      }
+      out.push_back(std::move(spec));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readModels(const YAML::Node& n, Config& c) const {
+    if (!n.IsDefined() || n.IsNull() || (n.IsSequence() && n.size() == 0)) {
+      return err("models", "at least one model is required");
+    }
+    IG_CONFIG_TRY(checkSeq(n, "models"));
+    for (size_t i = 0; i < n.size(); ++i) {
+      const std::string path = at("models", i);
+      const YAML::Node& m = n[i];
+      IG_CONFIG_TRY(checkMap(
+          m, path,
+          {"name", "version", "backend", "max_batch_size", "inputs", "outputs", "identity"}));
+      backends::ModelConfig mc;
+      YAML::Node name = m["name"];
+      if (!name.IsDefined()) return err(join(path, "name"), "required");
+      IG_CONFIG_TRY(readString(name, join(path, "name"), mc.name));
+      if (!isUrlSafeName(mc.name)) {
+        return err(join(path, "name"),
+                   fmt::format("invalid model name '{}' (1 to {} of A-Z a-z 0-9 _ . -, not '.' "
+                               "or '..')",
+                               mc.name, kMaxNameLen));
+      }
+      if (YAML::Node v = m["version"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readString(v, join(path, "version"), mc.version));
+        if (!isUrlSafeName(mc.version)) {
+          return err(join(path, "version"),
+                     fmt::format("invalid version '{}' (1 to {} of A-Z a-z 0-9 _ . -, e.g. 1)",
+                                 mc.version, kMaxNameLen));
+        }
+      }
+      if (YAML::Node v = m["backend"]; v.IsDefined()) {
+        IG_CONFIG_TRY(readString(v, join(path, "backend"), mc.backend));
+        if (mc.backend != "identity") {
+          return err(join(path, "backend"), fmt::format("unknown backend '{}' (known backends: {})",
+                                                        mc.backend, kKnownBackends));
+        }
+      }
+      mc.platform = "infergate_identity";
+      if (YAML::Node v = m["max_batch_size"]; v.IsDefined()) {
+        IG_CONFIG_TRY(
+            readNumber(v, join(path, "max_batch_size"), 0, kMaxBatchSize, mc.max_batch_size));
+      }
+      IG_CONFIG_TRY(readTensors(m["inputs"], join(path, "inputs"), mc.inputs));
+      IG_CONFIG_TRY(readTensors(m["outputs"], join(path, "outputs"), mc.outputs));
+      if (YAML::Node id = m["identity"]; id.IsDefined()) {
+        const std::string ipath = join(path, "identity");
+        IG_CONFIG_TRY(checkMap(id, ipath, {"fixed_us", "per_item_us"}));
+        if (YAML::Node v = id["fixed_us"]; v.IsDefined()) {
+          IG_CONFIG_TRY(readNumber(v, join(ipath, "fixed_us"), 0, kMaxCostUs, mc.cost_fixed_us));
+        }
+        if (YAML::Node v = id["per_item_us"]; v.IsDefined()) {
+          IG_CONFIG_TRY(
+              readNumber(v, join(ipath, "per_item_us"), 0, kMaxCostUs, mc.cost_per_item_us));
+        }
+      }
+      IG_CONFIG_TRY(checkIdentity(mc, path));
+      for (size_t j = 0; j < c.models.size(); ++j) {
+        if (c.models[j].name == mc.name && c.models[j].version == mc.version) {
+          return err(path, fmt::format("duplicate model '{}' version '{}' (also models[{}])",
+                                       mc.name, mc.version, j));
+        }
+      }
+      c.models.push_back(std::move(mc));
+    }
+    return absl::OkStatus();
+  }
+
+  // The identity backend returns its inputs as outputs, position by position.
+  absl::Status checkIdentity(const backends::ModelConfig& mc, const std::string& path) const {
+    if (mc.inputs.size() != mc.outputs.size()) {
+      return err(join(path, "outputs"),
+                 fmt::format("the identity backend needs one output per input ({} inputs, {} "
+                             "outputs)",
+                             mc.inputs.size(), mc.outputs.size()));
+    }
+    for (size_t i = 0; i < mc.inputs.size(); ++i) {
+      const backends::TensorSpec& in = mc.inputs[i];
+      const backends::TensorSpec& out = mc.outputs[i];
+      const std::string opath = at(join(path, "outputs"), i);
+      if (in.dtype != out.dtype) {
+        return err(join(opath, "datatype"),
+                   fmt::format("the identity backend needs the datatype of inputs[{}] ('{}' is "
+                               "{}), got {}",
+                               i, in.name, backends::dataTypeName(in.dtype),
+                               backends::dataTypeName(out.dtype)));
+      }
+      if (in.shape != out.shape) {
+        return err(join(opath, "shape"),
+                   fmt::format("the identity backend needs the shape of inputs[{}] ('{}' is {}), "
+                               "got {}",
+                               i, in.name, shapeText(in.shape), shapeText(out.shape)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::string source_;
+};
+
+#undef IG_CONFIG_TRY
+
+}  // namespace
+
+absl::StatusOr<Config> loadConfigString(std::string_view yaml, std::string_view source_name) {
+  return Loader(std::string(source_name)).load(yaml);
+}
+
+absl::StatusOr<Config> loadConfigFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(fmt::format("{}: cannot read file: {}", path, std::strerror(errno)));
+  }
+  std::string text;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+    } else if (n == 0) {
+      break;
+    } else if (errno != EINTR) {
+      int e = errno;  // close() may overwrite errno
+      ::close(fd);
+      return absl::NotFoundError(fmt::format("{}: cannot read file: {}", path, std::strerror(e)));
+    }
+  }
+  ::close(fd);
+  return loadConfigString(text, path);
+}
+
+std::string_view defaultConfigYaml() { return kDefaultConfigYaml; }
+
+}  // namespace infergate::config

@@ -1,0 +1,88 @@
+#include "backends/identity_model.h"
+
+#include <chrono>
+#include <utility>
+
+namespace infergate::backends {
+
+IdentityModel::IdentityModel(ModelConfig config)
+    : config_(std::move(config)), has_cost_(config_.cost_fixed_us + config_.cost_per_item_us > 0) {
+  if (has_cost_) worker_ = std::thread([this] { workerLoop(); });
+}
+
+IdentityModel::~IdentityModel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+InferResponse IdentityModel::compute(InferRequest&& request) const {
+  InferResponse resp;
+  resp.model_name = config_.name;
+  resp.model_version = config_.version;
+  resp.id = std::move(request.id);
+  resp.requested = std::move(request.outputs);
+  resp.binary_data_output = request.binary_data_output;
+  resp.outputs.reserve(config_.outputs.size());
+  for (size_t i = 0; i < config_.outputs.size() && i < config_.inputs.size(); ++i) {
+    for (Tensor& in : request.inputs) {
+      if (in.name != config_.inputs[i].name) continue;
+      Tensor out = std::move(in);
+      out.name = config_.outputs[i].name;
+      resp.outputs.push_back(std::move(out));
+      break;
+    }
+  }
+  return resp;
+}
+
+void IdentityModel::infer(InferRequest request, InferCallback done) {
+  if (!has_cost_) {
+    done(compute(std::move(request)));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(Job{std::move(request), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void IdentityModel::workerLoop() {
+  using Clock = std::chrono::steady_clock;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping and drained
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    uint64_t items = 1;
+    if (config_.max_batch_size > 0 && !job.request.inputs.empty() &&
+        !job.request.inputs[0].shape.empty()) {
+      items = static_cast<uint64_t>(job.request.inputs[0].shape[0]);
+    }
+    const auto until = Clock::now() + std::chrono::microseconds(config_.cost_fixed_us +
+                                                                config_.cost_per_item_us * items);
+    // Sleep most of the time, spin the last stretch: sleeps overshoot by ~50-100 us.
+    if (until - Clock::now() > std::chrono::microseconds(200)) {
+      std::this_thread::sleep_until(until - std::chrono::microseconds(100));
+    }
+    while (Clock::now() < until) {
+    }
+    job.done(compute(std::move(job.request)));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config) {
+  if (config.backend == "identity") return std::unique_ptr<Model>(new IdentityModel(config));
+  return absl::InvalidArgumentError("model '" + config.name + "': unknown backend '" +
+                                    config.backend + "' (available: identity)");
+}
+
+}  // namespace infergate::backends

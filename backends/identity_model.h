@@ -1,0 +1,50 @@
+#pragma once
+// The in-process `identity` model: returns each input as the output at the same position
+// (OUTPUTi = INPUTi, renamed), for any datatype and shape the config allows. An optional cost
+// model (fixed + per-item microseconds per call, the batch size being the leading dimension
+// when max_batch_size > 0) makes it behave like a device that takes time, so batching and load
+// can be studied without a GPU. With a cost, calls run on one worker thread in FIFO order
+// (like one GPU stream) and complete from that thread; without, they complete inline.
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backends/model.h"
+
+namespace infergate::backends {
+
+class IdentityModel : public Model {
+ public:
+  explicit IdentityModel(ModelConfig config);
+  ~IdentityModel() override;
+
+  const ModelConfig& config() const override { return config_; }
+  bool ready() const override { return true; }
+  void infer(InferRequest request, InferCallback done) override;
+
+  // The response for `request` (no cost applied). Exposed for tests.
+  InferResponse compute(InferRequest&& request) const;
+
+ private:
+  struct Job {
+    InferRequest request;
+    InferCallback done;
+  };
+  void workerLoop();
+
+  ModelConfig config_;
+  bool has_cost_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+// Creates the backend a config names; INVALID_ARGUMENT for an unknown backend.
+absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config);
+
+}  // namespace infergate::backends

@@ -1,0 +1,534 @@
+#include "config/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace infergate::config {
+namespace {
+
+using backends::DataType;
+using ::testing::HasSubstr;
+
+// A valid configuration that the bad cases below break one key at a time.
+constexpr std::string_view kGoodBase = R"yaml(
+listeners:
+  - {name: http, address: 0.0.0.0, port: 8000}
+models:
+  - name: m
+    inputs:  [{name: IN, datatype: FP32, shape: [4]}]
+    outputs: [{name: OUT, datatype: FP32, shape: [4]}]
+)yaml";
+
+std::string withBase(std::string_view extra) { return std::string(kGoodBase) + std::string(extra); }
+
+// A one-model config with the given model body (indented under "- ").
+std::string oneModel(std::string_view model) {
+  return std::string("listeners: [{port: 8000}]\nmodels:\n  - ") + std::string(model) + "\n";
+}
+
+TEST(ConfigTest, ModeNamesRoundTrip) {
+  for (Mode m : {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp, Mode::kDpdk}) {
+    ASSERT_TRUE(parseMode(modeName(m)).has_value()) << modeName(m);
+    EXPECT_EQ(*parseMode(modeName(m)), m);
+  }
+  EXPECT_EQ(modeName(Mode::kXdpFilter), "xdp-filter");
+  EXPECT_FALSE(parseMode("Socket").has_value());
+}
+
+TEST(ConfigTest, DefaultConfigLoads) {
+  absl::StatusOr<Config> c = loadConfigString(defaultConfigYaml(), "<embedded>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->source, "<embedded>");
+  EXPECT_EQ(c->mode, Mode::kSocket);
+  EXPECT_EQ(c->reactors, 1);
+  EXPECT_TRUE(c->cpus.empty());
+  ASSERT_EQ(c->listeners.size(), 1u);
+  EXPECT_EQ(c->listeners[0].name, "http");
+  EXPECT_EQ(c->listeners[0].address, "0.0.0.0");
+  EXPECT_EQ(c->listeners[0].port, 8000);
+  EXPECT_EQ(c->listeners[0].protocol, "http");
+  EXPECT_TRUE(c->admin.enabled);
+  EXPECT_EQ(c->admin.address, "127.0.0.1");
+  EXPECT_EQ(c->admin.port, 8002);
+  EXPECT_EQ(c->logging.level, "info");
+  EXPECT_EQ(c->limits.max_body_bytes, 64ull << 20);
+  ASSERT_EQ(c->models.size(), 1u);
+  const backends::ModelConfig& m = c->models[0];
+  EXPECT_EQ(m.name, "identity");
+  EXPECT_EQ(m.version, "1");
+  EXPECT_EQ(m.backend, "identity");
+  EXPECT_EQ(m.platform, "infergate_identity");
+  EXPECT_EQ(m.max_batch_size, 8);
+  ASSERT_EQ(m.inputs.size(), 1u);
+  EXPECT_EQ(m.inputs[0].name, "INPUT0");
+  EXPECT_EQ(m.inputs[0].dtype, DataType::kFp32);
+  EXPECT_EQ(m.inputs[0].shape, std::vector<int64_t>({16}));
+  EXPECT_EQ(m.fullShape(m.inputs[0]), std::vector<int64_t>({-1, 16}));
+  ASSERT_EQ(m.outputs.size(), 1u);
+  EXPECT_EQ(m.outputs[0].name, "OUTPUT0");
+  EXPECT_EQ(m.outputs[0].dtype, DataType::kFp32);
+  EXPECT_EQ(m.outputs[0].shape, std::vector<int64_t>({16}));
+  EXPECT_EQ(m.cost_fixed_us, 0u);
+  EXPECT_EQ(m.cost_per_item_us, 0u);
+}
+
+class ExampleFileTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExampleFileTest, Loads) {
+  const std::string path = std::string(INFERGATE_SOURCE_DIR) + "/config/examples/" + GetParam();
+  absl::StatusOr<Config> c = loadConfigFile(path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->source, path);
+  EXPECT_FALSE(c->listeners.empty());
+  EXPECT_FALSE(c->models.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, ExampleFileTest,
+                         ::testing::Values("socket.yaml", "xdp-filter.yaml", "minimal.yaml"));
+
+// Every file in config/examples is covered by the list above, so a new example cannot go
+// untested.
+TEST(ConfigTest, EveryExampleIsListed) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(INFERGATE_SOURCE_DIR) +
+                                                           "/config/examples")) {
+    if (e.path().extension() == ".yaml") found.push_back(e.path().filename().string());
+  }
+  std::sort(found.begin(), found.end());
+  EXPECT_EQ(found, std::vector<std::string>({"minimal.yaml", "socket.yaml", "xdp-filter.yaml"}));
+}
+
+TEST(ConfigTest, ExampleValuesAreRead) {
+  absl::StatusOr<Config> x =
+      loadConfigFile(std::string(INFERGATE_SOURCE_DIR) + "/config/examples/xdp-filter.yaml");
+  ASSERT_TRUE(x.ok()) << x.status();
+  EXPECT_EQ(x->mode, Mode::kXdpFilter);
+  EXPECT_EQ(x->xdp.interface, "veth0");
+  EXPECT_EQ(x->xdp.attach, "native");
+  EXPECT_EQ(x->xdp.methods, std::vector<std::string>({"GET", "POST"}));
+  EXPECT_EQ(x->xdp.path_prefixes, std::vector<std::string>({"/v2/", "/v1/models/", "/metrics"}));
+  EXPECT_EQ(x->xdp.rate_limit.rate_per_sec, 1000u);
+  EXPECT_EQ(x->xdp.rate_limit.burst, 2000u);
+  EXPECT_EQ(x->xdp.pin_path, "/sys/fs/bpf/infergate");
+
+  absl::StatusOr<Config> s =
+      loadConfigFile(std::string(INFERGATE_SOURCE_DIR) + "/config/examples/socket.yaml");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->reactors, 2);
+  EXPECT_EQ(s->cpus, std::vector<int>({0, 1}));
+  ASSERT_EQ(s->models.size(), 2u);
+  EXPECT_EQ(s->models[1].version, "2");
+  EXPECT_EQ(s->models[1].cost_fixed_us, 500u);
+  EXPECT_EQ(s->models[1].cost_per_item_us, 20u);
+  EXPECT_EQ(s->models[1].inputs[0].dtype, DataType::kInt64);
+}
+
+// Every ```yaml block in docs/CONFIGURATION.md is a complete configuration that loads.
+TEST(ConfigTest, DocumentationExamplesLoad) {
+  std::ifstream f(std::string(INFERGATE_SOURCE_DIR) + "/docs/CONFIGURATION.md");
+  ASSERT_TRUE(f) << "docs/CONFIGURATION.md is missing";
+  std::vector<std::string> blocks;
+  std::string line;
+  bool in = false;
+  while (std::getline(f, line)) {
+    if (!in && line == "```yaml") {
+      in = true;
+      blocks.emplace_back();
+    } else if (in && line == "```") {
+      in = false;
+    } else if (in) {
+      blocks.back() += line + "\n";
+    }
+  }
+  ASSERT_GE(blocks.size(), 2u);
+  for (const std::string& b : blocks) {
+    absl::StatusOr<Config> c = loadConfigString(b, "CONFIGURATION.md");
+    EXPECT_TRUE(c.ok()) << c.status() << "\n" << b;
+  }
+  // The documented default is the embedded one.
+  EXPECT_NE(std::string(defaultConfigYaml()).find(blocks.back()), std::string::npos);
+}
+
+TEST(ConfigTest, EveryKeySet) {
+  absl::StatusOr<Config> c = loadConfigString(R"yaml(
+mode: afxdp
+reactors: 3
+cpus: [4, 5, 6]
+listeners:
+  - {name: a, address: 10.0.0.1, port: 9000, protocol: grpc}
+  - {name: b, address: 10.0.0.2, port: 9000}
+admin: {enabled: false, address: "::1", port: 0}
+limits: {max_header_bytes: 4096, max_body_bytes: 1000, max_connections: 5, idle_timeout_ms: 1,
+         header_timeout_ms: 2, body_timeout_ms: 3}
+logging: {level: debug, access_log: true}
+xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
+      http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10}}
+models:
+  - name: m.v-1_x
+    version: 7
+    backend: identity
+    max_batch_size: 0
+    inputs: [{name: IN, datatype: BYTES, shape: []}]
+    outputs: [{name: OUT, datatype: BYTES, shape: []}]
+    identity: {fixed_us: 10, per_item_us: 2}
+)yaml",
+                                              "all.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->source, "all.yaml");
+  EXPECT_EQ(c->mode, Mode::kAfXdp);
+  EXPECT_EQ(c->reactors, 3);
+  EXPECT_EQ(c->cpus, std::vector<int>({4, 5, 6}));
+  EXPECT_EQ(c->listeners[0].protocol, "grpc");
+  EXPECT_EQ(c->listeners[1].address, "10.0.0.2");
+  EXPECT_EQ(c->listeners[1].protocol, "http");
+  EXPECT_FALSE(c->admin.enabled);
+  EXPECT_EQ(c->admin.address, "::1");
+  EXPECT_EQ(c->admin.port, 0);
+  EXPECT_EQ(c->limits.max_header_bytes, 4096u);
+  EXPECT_EQ(c->limits.max_body_bytes, 1000u);
+  EXPECT_EQ(c->limits.max_connections, 5u);
+  EXPECT_EQ(c->limits.idle_timeout_ms, 1u);
+  EXPECT_EQ(c->limits.header_timeout_ms, 2u);
+  EXPECT_EQ(c->limits.body_timeout_ms, 3u);
+  EXPECT_EQ(c->logging.level, "debug");
+  EXPECT_TRUE(c->logging.access_log);
+  EXPECT_EQ(c->xdp.interface, "eth1");
+  EXPECT_EQ(c->xdp.attach, "generic");
+  EXPECT_EQ(c->xdp.methods, std::vector<std::string>({"PUT"}));
+  EXPECT_EQ(c->xdp.path_prefixes, std::vector<std::string>({"/x"}));
+  EXPECT_EQ(c->xdp.http2_max_frame_size, 16777215u);
+  EXPECT_EQ(c->xdp.rate_limit.rate_per_sec, 10u);
+  EXPECT_EQ(c->xdp.rate_limit.burst, 10u);  // defaults to the rate
+  EXPECT_EQ(c->models[0].name, "m.v-1_x");
+  EXPECT_EQ(c->models[0].version, "7");
+  EXPECT_EQ(c->models[0].max_batch_size, 0);
+  EXPECT_EQ(c->models[0].inputs[0].dtype, DataType::kBytes);
+  EXPECT_TRUE(c->models[0].inputs[0].shape.empty());
+  EXPECT_EQ(c->models[0].cost_fixed_us, 10u);
+  EXPECT_EQ(c->models[0].cost_per_item_us, 2u);
+}
+
+TEST(ConfigTest, GoodEdgeCases) {
+  // IPv6 listeners (wildcard and literal), an IPv4 wildcard on the same port (other family),
+  // port 0 twice (each picks a free port), variable dimensions, max_batch_size 0, two versions.
+  absl::StatusOr<Config> c = loadConfigString(R"yaml(
+listeners:
+  - {name: v6, address: "::", port: 8000}
+  - {name: v4, address: 0.0.0.0, port: 8000}
+  - {name: ll, address: "fe80::1", port: 0}
+  - {name: ll2, address: "fe80::1", port: 0}
+admin: {address: "::1", port: 8002}
+models:
+  - name: var
+    max_batch_size: 0
+    inputs:  [{name: A, datatype: INT32, shape: [-1, 3, -1]}, {name: B, datatype: BOOL, shape: [0]}]
+    outputs: [{name: A_OUT, datatype: INT32, shape: [-1, 3, -1]}, {name: B_OUT, datatype: BOOL, shape: [0]}]
+  - name: var
+    version: "two"
+    inputs:  [{name: A, datatype: FP16, shape: [1]}]
+    outputs: [{name: A, datatype: FP16, shape: [1]}]
+)yaml",
+                                              "edge.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->listeners.size(), 4u);
+  EXPECT_EQ(c->listeners[0].address, "::");
+  EXPECT_EQ(c->listeners[2].port, 0);
+  EXPECT_EQ(c->admin.address, "::1");
+  EXPECT_EQ(c->models[0].max_batch_size, 0);
+  EXPECT_EQ(c->models[0].inputs[0].shape, std::vector<int64_t>({-1, 3, -1}));
+  EXPECT_EQ(c->models[0].fullShape(c->models[0].inputs[0]), std::vector<int64_t>({-1, 3, -1}));
+  EXPECT_EQ(c->models[0].inputs[1].shape, std::vector<int64_t>({0}));
+  EXPECT_EQ(c->models[1].version, "two");
+  EXPECT_EQ(c->models[1].max_batch_size, 0);  // default
+}
+
+TEST(ConfigTest, ListenerDefaults) {
+  absl::StatusOr<Config> c = loadConfigString(
+      "listeners: [{port: 1}, {port: 2}]\nmodels: [{name: m, inputs: [{name: I, datatype: FP32, "
+      "shape: [1]}], outputs: [{name: O, datatype: FP32, shape: [1]}]}]\n",
+      "d.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listeners[0].name, "http");
+  EXPECT_EQ(c->listeners[1].name, "http1");
+  EXPECT_EQ(c->listeners[1].address, "0.0.0.0");
+  EXPECT_EQ(c->listeners[1].protocol, "http");
+  EXPECT_EQ(c->models[0].version, "1");
+  EXPECT_EQ(c->xdp.methods, std::vector<std::string>({"GET", "POST"}));
+}
+
+struct BadCase {
+  const char* description;
+  std::string yaml;
+  std::string path;    // "<source>: <path>: " must appear; for YAML syntax errors, the "line:col"
+  std::string reason;  // must appear in the message
+};
+
+void PrintTo(const BadCase& b, std::ostream* os) { *os << b.description; }
+
+class BadConfigTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfigTest, IsRefusedWithPathAndReason) {
+  const BadCase& b = GetParam();
+  absl::StatusOr<Config> c = loadConfigString(b.yaml, "bad.yaml");
+  ASSERT_FALSE(c.ok()) << b.description << ": loaded";
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << c.status();
+  const std::string msg(c.status().message());
+  EXPECT_EQ(msg.rfind("bad.yaml", 0), 0u) << msg;
+  if (!b.path.empty()) {
+    EXPECT_THAT(msg,
+                HasSubstr(b.path[0] == ':' ? "bad.yaml" + b.path : "bad.yaml: " + b.path + ": "))
+        << b.description;
+  }
+  EXPECT_THAT(msg, HasSubstr(b.reason)) << b.description;
+}
+
+std::vector<BadCase> badCases() {
+  const std::string dtypes =
+      "(expected one of BOOL, UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, FP16, "
+      "BF16, FP32, FP64, BYTES)";
+  return {
+      // Document shape.
+      {"empty file", "", "", "the configuration is empty"},
+      {"only comments", "# nothing\n", "", "the configuration is empty"},
+      {"sequence root", "- a\n- b\n", "", "the top level must be a mapping"},
+      {"scalar root", "hello\n", "",
+       "the top level must be a mapping (mode:, listeners:, models:, ...), got 'hello'"},
+      {"two documents", withBase("---\nmode: socket\n"), "", "2 YAML documents"},
+      {"syntax error", "listeners: [\n  {port: 1\nmodels: x\n", ":", "invalid YAML"},
+      {"bad indentation", "mode: socket\n  reactors: 2\n", ":2:", "invalid YAML"},
+      // Unknown and duplicate keys.
+      {"unknown top key", withBase("reactor: 2\n"), "reactor", "unknown key 'reactor'"},
+      {"unknown listener key", "listeners: [{prot: 80}]\n", "listeners[0].prot",
+       "unknown key 'prot' (expected one of name, address, port, protocol)"},
+      {"unknown model key", oneModel("{name: m, batch: 1}"), "models[0].batch",
+       "unknown key 'batch'"},
+      {"unknown tensor key",
+       oneModel("{name: m, inputs: [{name: I, datatype: FP32, shape: [1], dims: [1]}]}"),
+       "models[0].inputs[0].dims", "unknown key 'dims'"},
+      {"unknown rate_limit key", withBase("xdp: {rate_limit: {rate: 5}}\n"), "xdp.rate_limit.rate",
+       "unknown key 'rate'"},
+      {"unknown identity key",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: [{name: O, "
+                "datatype: FP32, shape: [1]}], identity: {fixed: 1}}"),
+       "models[0].identity.fixed", "unknown key 'fixed'"},
+      {"duplicate key", withBase("reactors: 1\nreactors: 2\n"), "reactors",
+       "duplicate key 'reactors'"},
+      // mode, reactors, cpus.
+      {"unknown mode", withBase("mode: xdp\n"), "mode",
+       "unknown mode 'xdp' (expected one of socket, xdp-filter, afxdp, dpdk)"},
+      {"dpdk mode", withBase("mode: dpdk\n"), "mode",
+       "mode 'dpdk' needs a build with INFERGATE_WITH_DPDK"},
+      {"mode not a string", withBase("mode: [socket]\n"), "mode",
+       "expected a string, got a sequence"},
+      {"reactors zero", withBase("reactors: 0\n"), "reactors", "must be between 1 and 256, got 0"},
+      {"reactors too many", withBase("reactors: 257\n"), "reactors",
+       "must be between 1 and 256, got 257"},
+      {"reactors quoted", withBase("reactors: \"2\"\n"), "reactors",
+       "expected an integer, got the string \"2\""},
+      {"reactors fraction", withBase("reactors: 1.5\n"), "reactors",
+       "expected an integer, got '1.5'"},
+      {"reactors null", withBase("reactors:\n"), "reactors", "expected an integer, got null"},
+      {"cpus length", withBase("reactors: 2\ncpus: [0]\n"), "cpus",
+       "has 1 entries but reactors is 2"},
+      {"cpus negative", withBase("cpus: [-1]\n"), "cpus[0]", "must be between 0 and 4095, got -1"},
+      {"cpus not a list", withBase("cpus: 0\n"), "cpus", "expected a sequence, got '0'"},
+      // Listeners.
+      {"no listeners", "models: []\n", "listeners", "at least one listener is required"},
+      {"empty listeners", "listeners: []\n", "listeners", "at least one listener is required"},
+      {"listeners a map", "listeners: {port: 1}\n", "listeners",
+       "expected a sequence, got a mapping"},
+      {"bad address", "listeners: [{address: 1.2.3}]\n", "listeners[0].address",
+       "invalid address '1.2.3'"},
+      {"hostname address", "listeners: [{address: localhost}]\n", "listeners[0].address",
+       "invalid address 'localhost'"},
+      {"port too large", "listeners: [{port: 65536}]\n", "listeners[0].port",
+       "must be between 0 and 65535, got 65536"},
+      {"port negative", "listeners: [{port: -1}]\n", "listeners[0].port",
+       "must be between 0 and 65535, got -1"},
+      {"port string", "listeners: [{port: http}]\n", "listeners[0].port",
+       "expected an integer, got 'http'"},
+      {"port hex", "listeners: [{port: 0x50}]\n", "listeners[0].port",
+       "expected an integer, got '0x50'"},
+      {"port huge", "listeners: [{port: 99999999999999999999999}]\n", "listeners[0].port",
+       "must be between 0 and 65535"},
+      {"bad protocol", "listeners: [{protocol: https}]\n", "listeners[0].protocol",
+       "unknown protocol 'https' (expected one of http, grpc)"},
+      {"duplicate port",
+       "listeners: [{name: a, port: 80}, {name: b, address: 0.0.0.0, port: 80}]\n",
+       "listeners[1].port", "duplicate address and port"},
+      {"duplicate IPv6 port spelled differently",
+       "listeners: [{name: a, address: '::1', port: 80}, {name: b, address: '0:0::1', port: 80}]\n",
+       "listeners[1].port", "[0:0::1]:80 overlaps listeners[0] ([::1]:80)"},
+      {"wildcard overlap",
+       "listeners: [{name: a, address: 127.0.0.1, port: 80}, {name: b, port: 80}]\n",
+       "listeners[1].port", "a wildcard address takes every address"},
+      {"duplicate listener name", "listeners: [{name: a, port: 80}, {name: a, port: 81}]\n",
+       "listeners[1].name", "duplicate listener name 'a'"},
+      // Admin, limits, logging.
+      {"admin clashes with a listener", withBase("admin: {address: 0.0.0.0, port: 8000}\n"),
+       "admin.port", "overlaps listeners[0]"},
+      {"admin enabled not bool", withBase("admin: {enabled: yes please}\n"), "admin.enabled",
+       "expected true or false, got 'yes please'"},
+      {"admin enabled quoted", withBase("admin: {enabled: \"true\"}\n"), "admin.enabled",
+       "expected true or false"},
+      {"admin a list", withBase("admin: [1]\n"), "admin", "expected a mapping, got a sequence"},
+      {"header limit zero", withBase("limits: {max_header_bytes: 0}\n"), "limits.max_header_bytes",
+       "must be between 1 and 16777216, got 0"},
+      {"negative body limit", withBase("limits: {max_body_bytes: -5}\n"), "limits.max_body_bytes",
+       "got -5"},
+      {"zero timeout", withBase("limits: {idle_timeout_ms: 0}\n"), "limits.idle_timeout_ms",
+       "must be between 1 and 86400000, got 0"},
+      {"unknown log level", withBase("logging: {level: verbose}\n"), "logging.level",
+       "unknown level 'verbose'"},
+      // XDP.
+      {"xdp mode without interface", withBase("mode: xdp-filter\n"), "xdp.interface",
+       "required in mode 'xdp-filter'"},
+      {"afxdp mode without interface", withBase("mode: afxdp\nxdp: {attach: native}\n"),
+       "xdp.interface", "required in mode 'afxdp'"},
+      {"interface too long", withBase("xdp: {interface: abcdefghijklmnop}\n"), "xdp.interface",
+       "invalid interface name"},
+      {"bad attach", withBase("xdp: {interface: eth0, attach: offload}\n"), "xdp.attach",
+       "unknown attach mode 'offload' (expected one of native, generic)"},
+      {"lowercase method", withBase("xdp: {methods: [GET, post]}\n"), "xdp.methods[1]",
+       "invalid method 'post'"},
+      {"method with digit", withBase("xdp: {methods: [GET2]}\n"), "xdp.methods[0]",
+       "uppercase letters"},
+      {"no methods", withBase("xdp: {methods: []}\n"), "xdp.methods", "at least one method"},
+      {"relative path prefix", withBase("xdp: {path_prefixes: [/v2/, v1/models]}\n"),
+       "xdp.path_prefixes[1]", "must start with '/'"},
+      {"frame size too small", withBase("xdp: {http2_max_frame_size: 1000}\n"),
+       "xdp.http2_max_frame_size", "must be between 16384 and 16777215, got 1000"},
+      {"zero burst with a rate", withBase("xdp: {rate_limit: {rate_per_sec: 5, burst: 0}}\n"),
+       "xdp.rate_limit.burst", "must be >= 1 when rate_per_sec > 0"},
+      {"relative pin path", withBase("xdp: {pin_path: bpf/ig}\n"), "xdp.pin_path",
+       "must be an absolute path"},
+      // Models.
+      {"no models", "listeners: [{port: 1}]\n", "models", "at least one model is required"},
+      {"model without name", oneModel("{version: 1}"), "models[0].name", "required"},
+      {"model name with slash", oneModel("{name: a/b}"), "models[0].name",
+       "invalid model name 'a/b'"},
+      {"model name dotdot", oneModel("{name: ..}"), "models[0].name", "invalid model name '..'"},
+      {"model version with space", oneModel("{name: m, version: 'v 1'}"), "models[0].version",
+       "invalid version 'v 1'"},
+      {"unknown backend", oneModel("{name: m, backend: triton}"), "models[0].backend",
+       "unknown backend 'triton' (known backends: identity)"},
+      {"negative batch", oneModel("{name: m, max_batch_size: -1}"), "models[0].max_batch_size",
+       "must be between 0 and 1048576, got -1"},
+      {"no inputs", oneModel("{name: m}"), "models[0].inputs", "at least one tensor is required"},
+      {"input not a map", oneModel("{name: m, inputs: [FP32]}"), "models[0].inputs[0]",
+       "expected a mapping, got 'FP32'"},
+      {"input without datatype", oneModel("{name: m, inputs: [{name: I, shape: [1]}]}"),
+       "models[0].inputs[0].datatype", "required"},
+      {"input without shape", oneModel("{name: m, inputs: [{name: I, datatype: FP32}]}"),
+       "models[0].inputs[0].shape", "required"},
+      {"unknown datatype",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}, {name: B, datatype: "
+                "FP33, shape: [1]}]}"),
+       "models[0].inputs[1].datatype", "unknown datatype 'FP33' " + dtypes},
+      {"lowercase datatype", oneModel("{name: m, inputs: [{name: A, datatype: fp32, shape: [1]}]}"),
+       "models[0].inputs[0].datatype", "unknown datatype 'fp32'"},
+      {"dimension -2", oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [3, -2]}]}"),
+       "models[0].inputs[0].shape[1]", "invalid dimension -2 (use -1 for a variable dimension)"},
+      {"dimension string", oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [x]}]}"),
+       "models[0].inputs[0].shape[0]", "expected an integer, got 'x'"},
+      {"shape scalar", oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: 4}]}"),
+       "models[0].inputs[0].shape", "expected a sequence, got '4'"},
+      {"duplicate input names",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}, {name: A, datatype: "
+                "FP32, shape: [1]}]}"),
+       "models[0].inputs[1].name", "duplicate name 'A' (also models[0].inputs[0])"},
+      {"duplicate output names",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}, {name: B, datatype: "
+                "FP32, shape: [1]}], outputs: [{name: O, datatype: FP32, shape: [1]}, {name: O, "
+                "datatype: FP32, shape: [1]}]}"),
+       "models[0].outputs[1].name", "duplicate name 'O'"},
+      {"identity output count",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}, {name: B, datatype: "
+                "FP32, shape: [1]}], outputs: [{name: O, datatype: FP32, shape: [1]}]}"),
+       "models[0].outputs", "one output per input (2 inputs, 1 outputs)"},
+      {"identity output datatype",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: [{name: O, "
+                "datatype: INT32, shape: [1]}]}"),
+       "models[0].outputs[0].datatype", "needs the datatype of inputs[0] ('A' is FP32), got INT32"},
+      {"identity output shape",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [2, -1]}], outputs: [{name: "
+                "O, datatype: FP32, shape: [2, 3]}]}"),
+       "models[0].outputs[0].shape", "needs the shape of inputs[0] ('A' is [2, -1]), got [2, 3]"},
+      {"negative cost",
+       oneModel("{name: m, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: [{name: O, "
+                "datatype: FP32, shape: [1]}], identity: {per_item_us: -3}}"),
+       "models[0].identity.per_item_us", "got -3"},
+      {"duplicate model",
+       "listeners: [{port: 1}]\nmodels:\n"
+       "  - {name: m, version: 1, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: "
+       "[{name: "
+       "O, datatype: FP32, shape: [1]}]}\n"
+       "  - {name: m, version: \"1\", inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: "
+       "[{name: O, datatype: FP32, shape: [1]}]}\n",
+       "models[1]", "duplicate model 'm' version '1' (also models[0])"},
+      {"duplicate model default version",
+       "listeners: [{port: 1}]\nmodels:\n"
+       "  - {name: m, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: [{name: O, "
+       "datatype: FP32, shape: [1]}]}\n"
+       "  - {name: m, version: 1, inputs: [{name: A, datatype: FP32, shape: [1]}], outputs: "
+       "[{name: O, datatype: FP32, shape: [1]}]}\n",
+       "models[1]", "duplicate model 'm' version '1'"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadConfigTest, ::testing::ValuesIn(badCases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) {
+                           std::string name;
+                           for (const char* p = info.param.description; *p; ++p) {
+                             name += std::isalnum(static_cast<unsigned char>(*p)) ? *p : '_';
+                           }
+                           return name;
+                         });
+
+TEST(ConfigTest, SyntaxErrorNamesLineAndColumn) {
+  absl::StatusOr<Config> c = loadConfigString("mode: socket\nlisteners: [\n", "bad.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()),
+              ::testing::MatchesRegex("bad\\.yaml:[0-9]+:[0-9]+: invalid YAML: .+"));
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  const std::string path = "/nonexistent/infergate-config-test.yaml";
+  absl::StatusOr<Config> c = loadConfigFile(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(c.status().message(), path + ": cannot read file: No such file or directory");
+}
+
+TEST(ConfigTest, DirectoryIsNotFound) {
+  absl::StatusOr<Config> c = loadConfigFile(std::string(INFERGATE_SOURCE_DIR) + "/config");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("cannot read file: Is a directory"));
+}
+
+TEST(ConfigTest, FileErrorsNameThePath) {
+  const std::string path = ::testing::TempDir() + "infergate-config-test-bad.yaml";
+  {
+    std::ofstream f(path);
+    f << withBase("mode: dpdk\n");
+  }
+  absl::StatusOr<Config> c = loadConfigFile(path);
+  std::remove(path.c_str());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            path + ": mode: mode 'dpdk' needs a build with INFERGATE_WITH_DPDK");
+}
+
+}  // namespace
+}  // namespace infergate::config
