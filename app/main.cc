@@ -1,1 +1,104 @@
-int main() { return 0; }  // replaced by the CLI
+// infergate: the command-line interface.
+//   infergate run [-c FILE]        serve (the embedded default config without -c)
+//   infergate check-config -c FILE validate a config and exit
+//   infergate print-config         print the embedded default config
+//   infergate --version
+
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "app/server.h"
+#include "common/logging.h"
+#include "config/config.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using infergate::config::Config;
+
+absl::StatusOr<Config> loadConfig(const std::string& path) {
+  if (path.empty()) {
+    return infergate::config::loadConfigString(infergate::config::defaultConfigYaml(),
+                                               "<embedded default>");
+  }
+  return infergate::config::loadConfigFile(path);
+}
+
+int runServer(const std::string& path, uint64_t drain_ms) {
+  absl::StatusOr<Config> cfg = loadConfig(path);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "infergate: %s\n", std::string(cfg.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status st = infergate::common::setupLogging(cfg->logging.level); !st.ok()) {
+    std::fprintf(stderr, "infergate: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  spdlog::info("infergate {} starting: config {}, mode {}", INFERGATE_VERSION, cfg->source,
+               infergate::config::modeName(cfg->mode));
+  // Block the stop signals in every thread; the main thread waits for them with sigwait.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  infergate::app::Server server(std::move(*cfg));
+  if (absl::Status st = server.start(); !st.ok()) {
+    spdlog::critical("cannot start: {}", std::string(st.message()));
+    return 1;
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("received {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               drain_ms);
+  server.stop(drain_ms);
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"infergate: an inference ingress gateway (KServe v2 / Open Inference Protocol)",
+               "infergate"};
+  app.set_version_flag("--version", std::string("infergate ") + INFERGATE_VERSION);
+  app.require_subcommand(1);
+
+  std::string run_config;
+  uint64_t drain_ms = 5000;
+  CLI::App* run = app.add_subcommand("run", "Serve requests (the embedded default config without -c)");
+  run->add_option("-c,--config", run_config, "YAML configuration file")->check(CLI::ExistingFile);
+  run->add_option("--drain-ms", drain_ms, "On SIGTERM/SIGINT, time allowed for in-flight requests")
+      ->capture_default_str();
+
+  std::string check_config;
+  CLI::App* check = app.add_subcommand("check-config", "Validate a configuration file and exit");
+  check->add_option("-c,--config", check_config, "YAML configuration file")->required();
+
+  CLI::App* print = app.add_subcommand("print-config", "Print the embedded default configuration");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*run) return runServer(run_config, drain_ms);
+  if (*check) {
+    absl::StatusOr<Config> cfg = infergate::config::loadConfigFile(check_config);
+    if (!cfg.ok()) {
+      std::fprintf(stderr, "infergate: %s\n", std::string(cfg.status().message()).c_str());
+      return 2;
+    }
+    std::printf("%s: OK (mode %s, %zu listener(s), %zu model(s))\n", check_config.c_str(),
+                std::string(infergate::config::modeName(cfg->mode)).c_str(), cfg->listeners.size(),
+                cfg->models.size());
+    return 0;
+  }
+  if (*print) {
+    std::fputs(std::string(infergate::config::defaultConfigYaml()).c_str(), stdout);
+    return 0;
+  }
+  return 0;
+}

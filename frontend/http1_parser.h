@@ -58,6 +58,9 @@ class Http1Parser {
   // True while a request has started (bytes received) but is not complete; used for the
   // header-read timeout (408) and to decide if a peer close lost a partial request.
   bool inRequest() const { return in_request_; }
+  // True while the current request's headers are complete and its body is still arriving
+  // (picks the body timeout over the header timeout). False between requests.
+  bool headersComplete() const { return headers_complete_; }
   // True when the headers of the current request are complete and it carried
   // "Expect: 100-continue" and no body byte has arrived yet: the caller should send
   // "HTTP/1.1 100 Continue". Reset by clearExpectContinue().
@@ -73,6 +76,7 @@ class Http1Parser {
   Http1Error error_;
   bool failed_ = false;
   bool in_request_ = false;
+  bool headers_complete_ = false;
   bool expect_continue_ = false;
   friend struct Impl;
 };

@@ -27,8 +27,9 @@ namespace infergate::frontend {
 //  - `model` supplies the datatype/shape for raw binary requests and for nothing else; full
 //    validation against the config is backends::validateRequest's job.
 // JSON "data" may be flat or nested (nesting must agree with the shape); every datatype is
-// accepted with range checks (integers must fit, BOOL is true/false, FP16/BF16 are converted
-// from numbers, BYTES are strings). Sets request.model_name/version from the arguments.
+// accepted with range checks (integers must fit and have no fraction or exponent, BOOL is
+// true/false, FP16/BF16/FP32 are rounded to nearest-even and a number beyond the type's finite
+// range is rejected, BYTES are strings). Sets request.model_name/version from the arguments.
 absl::StatusOr<backends::InferRequest> decodeInferRequest(
     std::string_view body, std::optional<size_t> inference_header_length,
     const backends::ModelConfig& model, std::string_view model_name,

@@ -1,0 +1,118 @@
+#include "app/server.h"
+
+#include "backends/identity_model.h"
+#include "common/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace infergate::app {
+
+struct Server::XdpState {};
+
+Server::Server(config::Config config) : config_(std::move(config)) {}
+
+Server::~Server() { stop(0); }
+
+absl::Status Server::start() {
+  const config::Config& c = config_;
+  if (c.mode == config::Mode::kAfXdp || c.mode == config::Mode::kDpdk) {
+    return absl::UnimplementedError("mode '" + std::string(config::modeName(c.mode)) +
+                                    "' is not available in this build yet; use mode: socket or "
+                                    "xdp-filter");
+  }
+  if (c.mode == config::Mode::kXdpFilter) {
+    return absl::UnimplementedError(
+        "mode 'xdp-filter' is not available in this build yet; use mode: socket");
+  }
+  for (const config::ListenerConfig& l : c.listeners) {
+    if (l.protocol != "http") {
+      return absl::UnimplementedError("listener '" + l.name + "': protocol '" + l.protocol +
+                                      "' is not available in this build yet; use protocol: http");
+    }
+  }
+
+  // Models.
+  std::vector<std::string> names;
+  for (const backends::ModelConfig& mc : c.models) {
+    absl::StatusOr<std::unique_ptr<backends::Model>> m = backends::createModel(mc);
+    if (!m.ok()) return m.status();
+    spdlog::info("model '{}' version {} ready (backend {}, max_batch_size {}, {} input(s), cost {}+{}us/item)",
+                 mc.name, mc.version, mc.backend, mc.max_batch_size, mc.inputs.size(),
+                 mc.cost_fixed_us, mc.cost_per_item_us);
+    models_.add(std::move(*m));
+    names.push_back(mc.name);
+  }
+
+  common::MetricsRegistry& registry = common::MetricsRegistry::global();
+  metrics_ = std::make_unique<frontend::ServerMetrics>(registry, names);
+  kserve_ = std::make_unique<frontend::KServeRestHandler>(
+      models_, frontend::ServerInfo{"infergate", INFERGATE_VERSION}, metrics_.get());
+  admin_handler_ = std::make_unique<frontend::AdminHandler>(registry, models_);
+
+  http_options_.limits.max_header_bytes = c.limits.max_header_bytes;
+  http_options_.limits.max_body_bytes = c.limits.max_body_bytes;
+  http_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
+  http_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
+  http_options_.body_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
+  http_options_.access_log = c.logging.access_log;
+  admin_options_ = http_options_;
+  admin_options_.access_log = false;
+
+  // Reactors and their SO_REUSEPORT listeners. With port 0 the first socket picks the port and
+  // the other reactors bind the same one.
+  for (int i = 0; i < c.reactors; ++i) {
+    dataplane::ReactorOptions ro;
+    ro.index = i;
+    ro.cpu = c.cpus.empty() ? -1 : c.cpus[i];
+    ro.max_connections = c.limits.max_connections;
+    ro.connections = &connections_;
+    ro.metrics = metrics_.get();
+    reactors_.push_back(std::make_unique<dataplane::SocketReactor>(ro));
+  }
+  for (const config::ListenerConfig& l : c.listeners) {
+    uint16_t port = l.port;
+    for (int i = 0; i < c.reactors; ++i) {
+      absl::StatusOr<int> fd = dataplane::openListener(l.address, port, &port);
+      if (!fd.ok()) {
+        reactors_.clear();
+        return absl::Status(fd.status().code(),
+                            "listener '" + l.name + "': " + std::string(fd.status().message()));
+      }
+      reactors_[i]->addListener(
+          *fd, frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get()));
+    }
+    spdlog::info("listener '{}' on {}:{} protocol {} ({} reactor(s), SO_REUSEPORT)", l.name,
+                 l.address, port, l.protocol, c.reactors);
+  }
+  if (c.admin.enabled) {
+    uint16_t port = c.admin.port;
+    absl::StatusOr<int> fd = dataplane::openListener(c.admin.address, port, &port);
+    if (!fd.ok()) {
+      reactors_.clear();
+      return absl::Status(fd.status().code(), "admin listener: " + std::string(fd.status().message()));
+    }
+    dataplane::ReactorOptions ro;
+    ro.index = c.reactors;
+    ro.name = "admin";
+    admin_ = std::make_unique<dataplane::SocketReactor>(ro);
+    admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
+    spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*)", c.admin.address, port);
+  }
+  for (auto& r : reactors_) r->start();
+  if (admin_) admin_->start();
+  spdlog::info("infergate {} serving: mode {}, {} reactor(s)", INFERGATE_VERSION,
+               config::modeName(c.mode), c.reactors);
+  return absl::OkStatus();
+}
+
+void Server::stop(uint64_t drain_ms) {
+  for (auto& r : reactors_) r->stop(drain_ms * 1'000'000);
+  for (auto& r : reactors_) r->join();
+  if (admin_) {
+    admin_->stop(0);
+    admin_->join();
+  }
+  reactors_.clear();
+  admin_.reset();
+}
+
+}  // namespace infergate::app

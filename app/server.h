@@ -1,0 +1,45 @@
+#pragma once
+// Wires a Config into a running gateway: models, metrics, codecs, reactors, admin listener
+// (and, in xdp-filter mode, the XDP program). Used by `infergate run`.
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "backends/model.h"
+#include "config/config.h"
+#include "dataplane/socket_reactor.h"
+#include "frontend/admin_handler.h"
+#include "frontend/http1_session.h"
+#include "frontend/kserve_rest.h"
+#include "frontend/server_metrics.h"
+
+namespace infergate::app {
+
+class Server {
+ public:
+  explicit Server(config::Config config);
+  ~Server();
+  // Builds everything and starts the reactor threads; logs one line per step. On failure the
+  // status says what to fix, and nothing is left running.
+  absl::Status start();
+  // Stops accepting, drains in-flight requests for up to `drain_ms`, and joins the threads.
+  void stop(uint64_t drain_ms);
+
+ private:
+  config::Config config_;
+  backends::ModelRegistry models_;
+  std::unique_ptr<frontend::ServerMetrics> metrics_;
+  std::unique_ptr<frontend::KServeRestHandler> kserve_;
+  std::unique_ptr<frontend::AdminHandler> admin_handler_;
+  frontend::Http1SessionOptions http_options_;
+  frontend::Http1SessionOptions admin_options_;
+  std::atomic<uint64_t> connections_{0};
+  std::vector<std::unique_ptr<dataplane::SocketReactor>> reactors_;
+  std::unique_ptr<dataplane::SocketReactor> admin_;
+  struct XdpState;
+  std::unique_ptr<XdpState> xdp_;
+};
+
+}  // namespace infergate::app

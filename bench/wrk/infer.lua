@@ -1,0 +1,25 @@
+-- wrk script: KServe v2 infer on the identity model, small FP32 tensor (1x16), keep-alive.
+-- Usage: wrk -s bench/wrk/infer.lua http://HOST:PORT  [-- MODEL]
+-- At the end prints one JSON line "WRK_JSON {...}" with the figures, for scripts to parse.
+local model = "identity"
+function init(args)
+  if args[1] then model = args[1] end
+end
+local values = {}
+for i = 1, 16 do values[i] = string.format("%.1f", i) end
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = '{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":[' ..
+           table.concat(values, ",") .. ']}]}'
+wrk.path = "/v2/models/" .. model .. "/infer"
+
+function done(summary, latency, requests)
+  local errors = summary.errors.connect + summary.errors.read + summary.errors.write +
+                 summary.errors.status + summary.errors.timeout
+  io.write(string.format(
+    'WRK_JSON {"requests":%d,"duration_s":%.3f,"rps":%.1f,"errors":%d,"non2xx":%d,' ..
+    '"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d}\n',
+    summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6),
+    errors, summary.errors.status, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.max))
+end

@@ -1,0 +1,102 @@
+#pragma once
+// Socket mode: one reactor thread per core over kernel TCP (epoll, SO_REUSEPORT listeners,
+// non-blocking sockets). Each reactor owns its listeners' sockets and its connections
+// (shared-nothing); sessions from frontend/ speak the protocols. Writes are batched: what
+// sessions send during one loop iteration goes out in one send() per connection.
+//
+// Threading: a reactor's connections and sessions live on its thread only. post() is the one
+// thread-safe entry (backends completing requests); stop() may be called from any thread.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "frontend/server_metrics.h"
+#include "frontend/session.h"
+
+namespace infergate::dataplane {
+
+// Opens a non-blocking listening TCP socket with SO_REUSEADDR and SO_REUSEPORT on
+// address:port (IPv4 or IPv6 literal). Returns the fd; `bound_port` receives the actual port
+// (useful with port 0). Errors name the address and the reason (EADDRINUSE, EACCES...).
+absl::StatusOr<int> openListener(const std::string& address, uint16_t port, uint16_t* bound_port);
+
+struct ReactorOptions {
+  int index = 0;
+  int cpu = -1;                                  // pin the thread to this CPU; -1 = no pinning
+  uint64_t tick_ns = 100'000'000;                // session timeout checks
+  uint64_t linger_ns = 2'000'000'000;            // lingering close after the last response
+  uint64_t max_connections = 10000;              // process-wide, shared through `connections`
+  std::atomic<uint64_t>* connections = nullptr;  // process-wide open-connection count
+  frontend::ServerMetrics* metrics = nullptr;    // may be null (admin listener)
+  std::string name = "reactor";
+};
+
+class SocketReactor final : public frontend::Loop {
+ public:
+  explicit SocketReactor(ReactorOptions options);
+  ~SocketReactor() override;
+
+  // Adds a listening socket (takes ownership of `fd`); call before start().
+  void addListener(int fd, frontend::SessionFactory factory);
+  void start();
+  // Stops accepting, closes idle connections, lets connections with requests in flight finish
+  // for up to `drain_ns`, then closes everything and ends the thread. Thread-safe.
+  void stop(uint64_t drain_ns);
+  void join();
+
+  // Loop
+  void post(std::function<void()> fn) override;
+  bool inLoopThread() const override;
+  uint64_t nowNs() const override { return now_ns_; }
+  int index() const override { return options_.index; }
+
+  size_t connectionCount() const { return conn_count_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Conn;
+  struct Listener {
+    int fd;
+    frontend::SessionFactory factory;
+  };
+  void run();
+  void acceptAll(Listener& l);
+  void onReadable(Conn& c);
+  void onWritable(Conn& c);
+  void flushDirty();
+  bool writeOut(Conn& c);  // false when the connection was closed
+  void beginLinger(Conn& c);
+  void destroy(Conn& c);
+  void reapDestroyed();
+  void updateEvents(Conn& c);
+  void runPosted();
+  void tick();
+
+  ReactorOptions options_;
+  int epfd_ = -1;
+  int evfd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  uint64_t now_ns_ = 0;
+  std::vector<Listener> listeners_;
+  std::unordered_map<int, std::unique_ptr<Conn>> conns_;
+  std::atomic<size_t> conn_count_{0};
+  std::vector<Conn*> dirty_;
+  std::vector<int> to_destroy_;
+
+  std::mutex post_mu_;  // guards posted_ (off the packet path: cross-thread completions only)
+  std::vector<std::function<void()>> posted_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<uint64_t> drain_ns_{0};
+  bool draining_ = false;
+  uint64_t drain_deadline_ = 0;
+  uint64_t last_tick_ = 0;
+};
+
+}  // namespace infergate::dataplane

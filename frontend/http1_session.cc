@@ -1,0 +1,181 @@
+#include "frontend/http1_session.h"
+
+#include <utility>
+
+#include "spdlog/spdlog.h"
+
+namespace infergate::frontend {
+
+Http1Session::Http1Session(Transport& transport, HttpHandler& handler,
+                           const Http1SessionOptions& options, ServerMetrics* metrics)
+    : transport_(&transport),
+      handler_(handler),
+      options_(options),
+      metrics_(metrics),
+      parser_(options.limits),
+      last_activity_ns_(transport.loop().nowNs()) {}
+
+void Http1Session::onData(const char* data, size_t len) {
+  if (transport_ == nullptr || stop_parsing_) return;  // bytes after a final request: discarded
+  const uint64_t now = transport_->loop().nowNs();
+  last_activity_ns_ = now;
+  const bool was_in_request = parser_.inRequest();
+  const Http1Parser::Result r = parser_.feed(data, len, now);
+  if (!was_in_request && parser_.inRequest()) request_start_ns_ = now;
+  while (parser_.hasRequest() && !stop_parsing_) {
+    HttpRequest req = parser_.popRequest();
+    if (!req.keep_alive) stop_parsing_ = true;
+    dispatch(std::move(req));
+    if (transport_ == nullptr) return;
+  }
+  if (r == Http1Parser::Result::kError && !stop_parsing_) {
+    const Http1Error& e = parser_.error();
+    failStream(e.status, e.reason, e.message);
+    return;
+  }
+  if (parser_.inRequest() && request_start_ns_ == 0) request_start_ns_ = now;
+  if (parser_.expectContinue()) {
+    parser_.clearExpectContinue();
+    transport_->send("HTTP/1.1 100 Continue\r\n\r\n");
+  }
+  updateReading();
+}
+
+void Http1Session::dispatch(HttpRequest&& request) {
+  Slot slot;
+  slot.seq = next_seq_++;
+  slot.keep_alive = request.keep_alive;
+  slot.start_ns = request.received_ns;
+  if (options_.access_log) {
+    slot.method = request.method;
+    slot.target = request.target;
+  }
+  slots_.push_back(std::move(slot));
+  request_start_ns_ = 0;
+  const uint64_t seq = slots_.back().seq;
+  std::weak_ptr<Http1Session> weak = weak_from_this();
+  Loop* loop = &transport_->loop();
+  handler_.handle(std::move(request), [weak, seq, loop](HttpResponse response) {
+    if (loop->inLoopThread()) {
+      if (auto self = weak.lock()) self->deliver(seq, std::move(response));
+      return;
+    }
+    loop->post([weak, seq, response = std::move(response)]() mutable {
+      if (auto self = weak.lock()) self->deliver(seq, std::move(response));
+    });
+  });
+}
+
+void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
+  if (transport_ == nullptr || slots_.empty()) return;
+  const uint64_t first = slots_.front().seq;
+  if (seq < first || seq - first >= slots_.size()) return;  // not ours (already failed)
+  Slot& slot = slots_[seq - first];
+  if (slot.ready) return;
+  slot.ready = true;
+  slot.status = response.status;
+  if (response.close) slot.keep_alive = false;
+  serializeResponse(response, slot.keep_alive, slot.bytes);
+  flush();
+}
+
+void Http1Session::failStream(int status, const std::string& reason, const std::string& message) {
+  stop_parsing_ = true;
+  if (metrics_ != nullptr) metrics_->recordParseError(reason);
+  if (metrics_ != nullptr) metrics_->recordRequest(-1, backends::Protocol::kHttpKserve, status, 0);
+  Slot slot;
+  slot.seq = next_seq_++;
+  slot.ready = true;
+  slot.keep_alive = false;
+  slot.status = status;
+  slot.method = "-";
+  slot.target = reason;
+  HttpResponse resp;
+  resp.status = status;
+  resp.body = errorBody(message);
+  resp.close = true;
+  serializeResponse(resp, false, slot.bytes);
+  slots_.push_back(std::move(slot));
+  flush();
+}
+
+void Http1Session::flush() {
+  while (transport_ != nullptr && !slots_.empty() && slots_.front().ready) {
+    Slot& s = slots_.front();
+    transport_->send(s.bytes);
+    if (options_.access_log) {
+      const uint64_t now = transport_->loop().nowNs();
+      spdlog::info("access {} {} {} {}B {}us", s.method, s.target, s.status, s.bytes.size(),
+                   s.start_ns ? (now - s.start_ns) / 1000 : 0);
+    }
+    const bool keep = s.keep_alive;
+    slots_.pop_front();
+    last_activity_ns_ = transport_->loop().nowNs();
+    if (!keep) {
+      closing_ = true;
+      slots_.clear();
+      transport_->closeAfterFlush();
+      return;
+    }
+  }
+  if (transport_ == nullptr) return;
+  if (peer_closed_ && slots_.empty()) {
+    closing_ = true;
+    transport_->closeAfterFlush();
+    return;
+  }
+  updateReading();
+}
+
+void Http1Session::updateReading() {
+  if (transport_ == nullptr || closing_) return;
+  const bool want_pause = slots_.size() >= options_.max_in_flight ||
+                          transport_->pendingBytes() > options_.max_pending_bytes;
+  if (want_pause != paused_) {
+    paused_ = want_pause;
+    transport_->pauseReading(paused_);
+  }
+}
+
+void Http1Session::onPeerClosed() {
+  peer_closed_ = true;
+  stop_parsing_ = true;
+  if (transport_ != nullptr && slots_.empty() && !closing_) {
+    closing_ = true;
+    transport_->closeAfterFlush();
+  }
+}
+
+void Http1Session::onTick(uint64_t now_ns) {
+  if (transport_ == nullptr || closing_) return;
+  if (parser_.inRequest() && !stop_parsing_ && request_start_ns_ != 0) {
+    const uint64_t limit =
+        parser_.headersComplete() ? options_.body_timeout_ns : options_.header_timeout_ns;
+    // The body timeout counts from the last byte received, so slow but steady uploads live.
+    const uint64_t since = parser_.headersComplete() ? last_activity_ns_ : request_start_ns_;
+    if (now_ns - since > limit) {
+      failStream(408, "timeout",
+                 parser_.headersComplete() ? "timed out waiting for the request body"
+                                           : "timed out waiting for the request headers");
+      return;
+    }
+  }
+  if (slots_.empty() && !parser_.inRequest() && now_ns - last_activity_ns_ > options_.idle_timeout_ns) {
+    closing_ = true;
+    transport_->closeAfterFlush();
+  }
+}
+
+void Http1Session::onClosed() {
+  transport_ = nullptr;
+  slots_.clear();
+}
+
+SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
+                                       ServerMetrics* metrics) {
+  return [&handler, &options, metrics](Transport& t) -> std::shared_ptr<Session> {
+    return std::make_shared<Http1Session>(t, handler, options, metrics);
+  };
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,80 @@
+#pragma once
+// HTTP/1.1 server session: drives the strict parser with a transport's bytes, hands complete
+// requests to an HttpHandler, and sends responses in request order (pipelining), whichever
+// thread answers first. Handles keep-alive, Expect: 100-continue, back-pressure, header/body
+// read timeouts (408), idle timeouts, and error responses that close the connection when the
+// stream can no longer be trusted.
+//
+// Threading: everything on the transport's loop thread; respond callbacks may be called from
+// any thread and are moved to the loop with Loop::post.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "frontend/http1_parser.h"
+#include "frontend/http_handler.h"
+#include "frontend/server_metrics.h"
+#include "frontend/session.h"
+
+namespace infergate::frontend {
+
+struct Http1SessionOptions {
+  Http1Limits limits;
+  uint64_t idle_timeout_ns = 60'000'000'000ull;
+  uint64_t header_timeout_ns = 10'000'000'000ull;
+  uint64_t body_timeout_ns = 60'000'000'000ull;
+  size_t max_in_flight = 64;                 // pipelined requests awaiting responses
+  size_t max_pending_bytes = 8 << 20;        // unsent response bytes before reading pauses
+  bool access_log = false;
+};
+
+class Http1Session : public Session, public std::enable_shared_from_this<Http1Session> {
+ public:
+  Http1Session(Transport& transport, HttpHandler& handler, const Http1SessionOptions& options,
+               ServerMetrics* metrics);
+
+  void onData(const char* data, size_t len) override;
+  void onPeerClosed() override;
+  void onTick(uint64_t now_ns) override;
+  void onClosed() override;
+  bool idle() const override { return slots_.empty() && !parser_.inRequest(); }
+
+ private:
+  struct Slot {
+    uint64_t seq;
+    bool ready = false;
+    bool keep_alive = true;
+    std::string bytes;
+    // access log
+    std::string method, target;
+    uint64_t start_ns = 0;
+    int status = 0;
+  };
+  void dispatch(HttpRequest&& request);
+  void deliver(uint64_t seq, HttpResponse&& response);
+  void failStream(int status, const std::string& reason, const std::string& message);
+  void flush();
+  void updateReading();
+
+  Transport* transport_;
+  HttpHandler& handler_;
+  const Http1SessionOptions& options_;
+  ServerMetrics* metrics_;
+  Http1Parser parser_;
+  std::deque<Slot> slots_;  // in request order; front is the next to send
+  uint64_t next_seq_ = 0;
+  uint64_t last_activity_ns_ = 0;
+  uint64_t request_start_ns_ = 0;
+  bool stop_parsing_ = false;  // after an error or a request with Connection: close
+  bool peer_closed_ = false;
+  bool closing_ = false;
+  bool paused_ = false;
+};
+
+// A SessionFactory for HTTP/1.1 listeners.
+SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
+                                       ServerMetrics* metrics);
+
+}  // namespace infergate::frontend

@@ -1,0 +1,1015 @@
+#include "frontend/kserve_json.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "fmt/format.h"
+#include "frontend/fp16.h"
+#include "frontend/http.h"
+#include "simdjson.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::DataType;
+using backends::InferRequest;
+using backends::Tensor;
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+static_assert(std::endian::native == std::endian::little,
+              "tensor data is little-endian; a big-endian host needs byte swaps in this codec");
+
+// JSON headers up to this size are parsed by the thread_local parser, which keeps its buffers
+// (about 15 bytes of memory per input byte) between requests. Larger ones get a parser of their
+// own, freed on return, so one huge request does not pin memory in every worker thread.
+constexpr size_t kRetainedParserCapacity = size_t{1} << 20;
+
+absl::Status invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
+
+// A short rendering of a JSON value for error messages.
+std::string describe(element e) {
+  switch (e.type()) {
+    case element_type::ARRAY: return "an array";
+    case element_type::OBJECT: return "an object";
+    default: break;
+  }
+  std::string s = simdjson::minify(e);
+  if (s.size() > 48) {
+    s.resize(45);
+    s += "...";
+  }
+  return s;
+}
+
+// dom::array::size() saturates at 0xFFFFFF; count the rest by walking.
+size_t arraySize(array a) {
+  size_t n = a.size();
+  if (n < 0xFFFFFF) return n;
+  n = 0;
+  for (element e : a) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// Non-negative JSON integer (int64 or uint64 typed).
+bool getNonNegative(element e, uint64_t& out) {
+  if (e.type() == element_type::INT64) {
+    int64_t v = 0;
+    if (e.get_int64().get(v) || v < 0) return false;
+    out = static_cast<uint64_t>(v);
+    return true;
+  }
+  if (e.type() == element_type::UINT64) return !e.get_uint64().get(out);
+  return false;
+}
+
+bool checkedMul(uint64_t a, uint64_t b, uint64_t& out) {
+  return !__builtin_mul_overflow(a, b, &out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element conversion: JSON scalar -> little-endian bytes at `dst`.
+
+enum class LeafError : uint8_t { kOk, kWrongType, kNotInteger, kOutOfRange, kNesting };
+
+template <typename T>
+LeafError storeInteger(element e, uint8_t* dst) {
+  T out;
+  switch (e.type()) {
+    case element_type::INT64: {
+      int64_t v = 0;
+      if (e.get_int64().get(v)) return LeafError::kWrongType;
+      if constexpr (std::is_signed_v<T>) {
+        if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+          return LeafError::kOutOfRange;
+        }
+      } else {
+        if (v < 0 || static_cast<uint64_t>(v) > std::numeric_limits<T>::max()) {
+          return LeafError::kOutOfRange;
+        }
+      }
+      out = static_cast<T>(v);
+      break;
+    }
+    case element_type::UINT64: {  // only values above INT64_MAX are typed UINT64
+      uint64_t v = 0;
+      if (e.get_uint64().get(v)) return LeafError::kWrongType;
+      if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) return LeafError::kOutOfRange;
+      out = static_cast<T>(v);
+      break;
+    }
+    case element_type::DOUBLE: return LeafError::kNotInteger;
+    case element_type::ARRAY: return LeafError::kNesting;
+    default: return LeafError::kWrongType;
+  }
+  std::memcpy(dst, &out, sizeof(T));
+  return LeafError::kOk;
+}
+
+inline LeafError getNumber(element e, double& out) {
+  switch (e.type()) {
+    case element_type::DOUBLE:
+      return e.get_double().get(out) ? LeafError::kWrongType : LeafError::kOk;
+    case element_type::INT64: {
+      int64_t v = 0;
+      if (e.get_int64().get(v)) return LeafError::kWrongType;
+      out = static_cast<double>(v);
+      return LeafError::kOk;
+    }
+    case element_type::UINT64: {
+      uint64_t v = 0;
+      if (e.get_uint64().get(v)) return LeafError::kWrongType;
+      out = static_cast<double>(v);
+      return LeafError::kOk;
+    }
+    case element_type::ARRAY: return LeafError::kNesting;
+    default: return LeafError::kWrongType;
+  }
+}
+
+LeafError storeFp64(element e, uint8_t* dst) {
+  double d = 0;
+  LeafError r = getNumber(e, d);
+  if (r == LeafError::kOk) std::memcpy(dst, &d, 8);
+  return r;
+}
+
+LeafError storeFp32(element e, uint8_t* dst) {
+  double d = 0;
+  LeafError r = getNumber(e, d);
+  if (r != LeafError::kOk) return r;
+  const float f = static_cast<float>(d);
+  if (std::isinf(f)) return LeafError::kOutOfRange;  // JSON numbers are finite: overflow
+  std::memcpy(dst, &f, 4);
+  return LeafError::kOk;
+}
+
+LeafError storeFp16(element e, uint8_t* dst) {
+  double d = 0;
+  LeafError r = getNumber(e, d);
+  if (r != LeafError::kOk) return r;
+  const uint16_t h = doubleToHalf(d);
+  if ((h & 0x7FFFu) == 0x7C00u) return LeafError::kOutOfRange;
+  std::memcpy(dst, &h, 2);
+  return LeafError::kOk;
+}
+
+LeafError storeBf16(element e, uint8_t* dst) {
+  double d = 0;
+  LeafError r = getNumber(e, d);
+  if (r != LeafError::kOk) return r;
+  const uint16_t b = doubleToBf16(d);
+  if ((b & 0x7FFFu) == 0x7F80u) return LeafError::kOutOfRange;
+  std::memcpy(dst, &b, 2);
+  return LeafError::kOk;
+}
+
+LeafError storeBool(element e, uint8_t* dst) {
+  switch (e.type()) {
+    case element_type::BOOL: {
+      bool b = false;
+      if (e.get_bool().get(b)) return LeafError::kWrongType;
+      *dst = b ? 1 : 0;
+      return LeafError::kOk;
+    }
+    case element_type::ARRAY: return LeafError::kNesting;
+    default: return LeafError::kWrongType;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Walking "data" (flat or nested) in row-major order.
+
+struct InputCtx {
+  std::string_view name;
+  DataType dtype;
+  const std::vector<int64_t>& shape;
+  uint64_t count;
+};
+
+absl::Status leafStatus(const InputCtx& c, LeafError r, element e) {
+  const std::string_view dt = backends::dataTypeName(c.dtype);
+  switch (r) {
+    case LeafError::kOutOfRange:
+      return invalid(fmt::format("input '{}': value {} out of range for {}", c.name, describe(e), dt));
+    case LeafError::kNotInteger:
+      return invalid(fmt::format("input '{}': value {} is not an integer, as {} requires", c.name,
+                                 describe(e), dt));
+    case LeafError::kNesting:
+      return invalid(fmt::format("input '{}': data nesting does not match shape {}: found an array "
+                                 "where a value was expected",
+                                 c.name, backends::shapeToString(c.shape)));
+    case LeafError::kWrongType: {
+      const char* want = c.dtype == DataType::kBool    ? "true or false"
+                         : c.dtype == DataType::kBytes ? "a string"
+                                                       : "a number";
+      return invalid(fmt::format("input '{}': expected {} for {}, got {}", c.name, want, dt,
+                                 describe(e)));
+    }
+    case LeafError::kOk: break;
+  }
+  return absl::OkStatus();
+}
+
+template <typename Leaf>
+absl::Status walkNested(const InputCtx& c, array a, size_t depth, Leaf& leaf) {
+  const size_t n = arraySize(a);
+  if (n != static_cast<uint64_t>(c.shape[depth])) {
+    return invalid(fmt::format("input '{}': data nesting does not match shape {}: dimension {} has "
+                               "{} elements, expected {}",
+                               c.name, backends::shapeToString(c.shape), depth, n, c.shape[depth]));
+  }
+  if (depth + 1 == c.shape.size()) {
+    for (element e : a) {
+      LeafError r = leaf(e);
+      if (r != LeafError::kOk) [[unlikely]] return leafStatus(c, r, e);
+    }
+    return absl::OkStatus();
+  }
+  for (element e : a) {
+    array sub;
+    if (e.get_array().get(sub)) {
+      return invalid(fmt::format("input '{}': data nesting does not match shape {}: expected an "
+                                 "array at dimension {}, got {}",
+                                 c.name, backends::shapeToString(c.shape), depth + 1, describe(e)));
+    }
+    absl::Status s = walkNested(c, sub, depth + 1, leaf);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// Calls leaf(element) for each of the c.count values of `data`, which is either flat or nested
+// exactly as the shape says (rank >= 2 and the first element is an array).
+bool isNested(const InputCtx& c, array data) {
+  element first;
+  return c.shape.size() >= 2 && !data.at(0).get(first) && first.type() == element_type::ARRAY;
+}
+
+// Checks the value count before anything is allocated for it: exactly for flat data; for nested
+// data, a bound (every value takes at least one tape slot), which caps the allocation by the JSON
+// size (the walk checks the exact structure).
+absl::Status precheckCount(const InputCtx& c, array data) {
+  if (!isNested(c, data)) {
+    const size_t n = arraySize(data);
+    if (n != c.count) {
+      return invalid(fmt::format("input '{}': expected {} elements for shape {}, got {}", c.name,
+                                 c.count, backends::shapeToString(c.shape), n));
+    }
+  } else if (c.count > data.number_of_slots()) {
+    return invalid(fmt::format("input '{}': data nesting does not match shape {}: it needs {} "
+                               "values, the data holds fewer",
+                               c.name, backends::shapeToString(c.shape), c.count));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Leaf>
+absl::Status walkData(const InputCtx& c, array data, Leaf& leaf) {
+  if (isNested(c, data)) return walkNested(c, data, 0, leaf);
+  const size_t n = arraySize(data);
+  if (n != c.count) {
+    return invalid(fmt::format("input '{}': expected {} elements for shape {}, got {}", c.name,
+                               c.count, backends::shapeToString(c.shape), n));
+  }
+  for (element e : data) {
+    LeafError r = leaf(e);
+    if (r != LeafError::kOk) [[unlikely]] return leafStatus(c, r, e);
+  }
+  return absl::OkStatus();
+}
+
+template <LeafError (*Store)(element, uint8_t*), size_t kSize>
+absl::Status decodeFixed(const InputCtx& c, array data, Tensor& t) {
+  absl::Status pre = precheckCount(c, data);
+  if (!pre.ok()) return pre;
+  t.data.resize(c.count * kSize);
+  uint8_t* dst = t.data.data();
+  uint8_t* const end = dst + t.data.size();
+  auto leaf = [&](element e) -> LeafError {
+    if (dst == end) [[unlikely]] return LeafError::kNesting;  // unreachable: walk checks counts
+    LeafError r = Store(e, dst);
+    dst += kSize;
+    return r;
+  };
+  absl::Status s = walkData(c, data, leaf);
+  if (!s.ok()) return s;
+  if (dst != end) {
+    return invalid(fmt::format("input '{}': expected {} elements for shape {}", c.name, c.count,
+                               backends::shapeToString(c.shape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status decodeBytesJson(const InputCtx& c, array data, Tensor& t) {
+  absl::Status pre = precheckCount(c, data);
+  if (!pre.ok()) return pre;
+  // Pass 1: check types and size the buffer once.
+  size_t total = 0;
+  auto measure = [&](element e) -> LeafError {
+    std::string_view s;
+    if (e.type() == element_type::ARRAY) return LeafError::kNesting;
+    if (e.get_string().get(s)) return LeafError::kWrongType;
+    total += 4 + s.size();
+    return LeafError::kOk;
+  };
+  absl::Status st = walkData(c, data, measure);
+  if (!st.ok()) return st;
+  t.data.resize(total);
+  uint8_t* dst = t.data.data();
+  auto write = [&](element e) -> LeafError {
+    std::string_view s;
+    if (e.get_string().get(s)) return LeafError::kWrongType;  // checked in pass 1
+    const uint32_t len = static_cast<uint32_t>(s.size());  // < 4 GiB: the JSON is
+    std::memcpy(dst, &len, 4);
+    if (!s.empty()) std::memcpy(dst + 4, s.data(), s.size());
+    dst += 4 + s.size();
+    return LeafError::kOk;
+  };
+  return walkData(c, data, write);
+}
+
+absl::Status decodeJsonData(const InputCtx& c, array data, Tensor& t) {
+  switch (c.dtype) {
+    case DataType::kBool: return decodeFixed<storeBool, 1>(c, data, t);
+    case DataType::kUint8: return decodeFixed<storeInteger<uint8_t>, 1>(c, data, t);
+    case DataType::kUint16: return decodeFixed<storeInteger<uint16_t>, 2>(c, data, t);
+    case DataType::kUint32: return decodeFixed<storeInteger<uint32_t>, 4>(c, data, t);
+    case DataType::kUint64: return decodeFixed<storeInteger<uint64_t>, 8>(c, data, t);
+    case DataType::kInt8: return decodeFixed<storeInteger<int8_t>, 1>(c, data, t);
+    case DataType::kInt16: return decodeFixed<storeInteger<int16_t>, 2>(c, data, t);
+    case DataType::kInt32: return decodeFixed<storeInteger<int32_t>, 4>(c, data, t);
+    case DataType::kInt64: return decodeFixed<storeInteger<int64_t>, 8>(c, data, t);
+    case DataType::kFp16: return decodeFixed<storeFp16, 2>(c, data, t);
+    case DataType::kBf16: return decodeFixed<storeBf16, 2>(c, data, t);
+    case DataType::kFp32: return decodeFixed<storeFp32, 4>(c, data, t);
+    case DataType::kFp64: return decodeFixed<storeFp64, 8>(c, data, t);
+    case DataType::kBytes: return decodeBytesJson(c, data, t);
+  }
+  return invalid(fmt::format("input '{}': unsupported datatype", c.name));
+}
+
+// Counts the elements of a BYTES buffer (4-byte LE length + bytes each); on a malformed layout
+// returns false with `why` set.
+bool scanBytesLayout(std::string_view buf, uint64_t& count, std::string& why) {
+  count = 0;
+  size_t pos = 0;
+  while (pos < buf.size()) {
+    const size_t left = buf.size() - pos;
+    if (left < 4) {
+      why = fmt::format("BYTES element {} has a truncated length prefix ({} bytes left)", count,
+                        left);
+      return false;
+    }
+    uint32_t len = 0;
+    std::memcpy(&len, buf.data() + pos, 4);
+    if (len > left - 4) {
+      why = fmt::format("BYTES element {} declares {} bytes but only {} remain", count, len,
+                        left - 4);
+      return false;
+    }
+    pos += 4 + static_cast<size_t>(len);
+    ++count;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request structure.
+
+struct BinaryCursor {
+  bool enabled = false;  // an Inference-Header-Content-Length was given
+  std::string_view rest;
+};
+
+absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t) {
+  object obj;
+  if (el.get_object().get(obj)) {
+    return invalid(fmt::format("input #{}: expected an object, got {}", index, describe(el)));
+  }
+  bool has_name = false, has_dtype = false, has_shape = false, has_data = false;
+  std::string_view dtype_name;
+  element shape_el, data_el, params_el;
+  bool has_params = false;
+  for (auto field : obj) {
+    const std::string_view key = field.key;
+    if (key == "name") {
+      std::string_view name;
+      if (field.value.get_string().get(name)) {
+        return invalid(fmt::format("input #{}: 'name' must be a string", index));
+      }
+      t.name.assign(name);
+      has_name = true;
+    } else if (key == "datatype") {
+      if (field.value.get_string().get(dtype_name)) {
+        return invalid(fmt::format("input #{}: 'datatype' must be a string", index));
+      }
+      has_dtype = true;
+    } else if (key == "shape") {
+      shape_el = field.value;
+      has_shape = true;
+    } else if (key == "data") {
+      data_el = field.value;
+      has_data = true;
+    } else if (key == "parameters") {
+      params_el = field.value;
+      has_params = true;
+    }
+  }
+  if (!has_name) return invalid(fmt::format("input #{}: missing 'name'", index));
+  const std::string& name = t.name;
+  if (!has_dtype) return invalid(fmt::format("input '{}': missing 'datatype'", name));
+  std::optional<DataType> dtype = backends::parseDataType(dtype_name);
+  if (!dtype) {
+    return invalid(fmt::format("input '{}': unknown datatype '{}'", name, dtype_name));
+  }
+  t.dtype = *dtype;
+  if (!has_shape) return invalid(fmt::format("input '{}': missing 'shape'", name));
+  array shape_arr;
+  if (shape_el.get_array().get(shape_arr)) {
+    return invalid(fmt::format("input '{}': 'shape' must be an array of integers, got {}", name,
+                               describe(shape_el)));
+  }
+  t.shape.reserve(arraySize(shape_arr));
+  for (element d : shape_arr) {
+    if (d.type() == element_type::INT64) {
+      int64_t v = 0;
+      if (d.get_int64().get(v) || v < 0) {
+        return invalid(fmt::format("input '{}': shape dimension {} is negative", name, v));
+      }
+      t.shape.push_back(v);
+    } else if (d.type() == element_type::UINT64) {
+      return invalid(fmt::format("input '{}': shape dimension {} is too large", name, describe(d)));
+    } else {
+      return invalid(fmt::format("input '{}': shape dimensions must be integers, got {}", name,
+                                 describe(d)));
+    }
+  }
+  std::optional<uint64_t> count = backends::elementCount(t.shape);
+  if (!count) {
+    return invalid(fmt::format("input '{}': shape {} has too many elements", name,
+                               backends::shapeToString(t.shape)));
+  }
+
+  std::optional<uint64_t> binary_size;
+  if (has_params) {
+    object params;
+    if (params_el.get_object().get(params)) {
+      return invalid(fmt::format("input '{}': 'parameters' must be an object", name));
+    }
+    element bds;
+    if (!params["binary_data_size"].get(bds)) {
+      uint64_t n = 0;
+      if (!getNonNegative(bds, n)) {
+        return invalid(fmt::format("input '{}': binary_data_size must be a non-negative integer, "
+                                   "got {}",
+                                   name, describe(bds)));
+      }
+      binary_size = n;
+    }
+  }
+
+  const size_t elem_size = backends::dataTypeSize(t.dtype);
+  if (binary_size) {
+    if (has_data) {
+      return invalid(fmt::format("input '{}': has both 'data' and binary_data_size", name));
+    }
+    if (!bin.enabled) {
+      return invalid(fmt::format("input '{}': has binary_data_size but the request has no "
+                                 "Inference-Header-Content-Length header",
+                                 name));
+    }
+    const uint64_t n = *binary_size;
+    if (n > bin.rest.size()) {
+      return invalid(fmt::format("input '{}': binary_data_size {} exceeds the remaining {} bytes "
+                                 "of the request body",
+                                 name, n, bin.rest.size()));
+    }
+    const std::string_view part = bin.rest.substr(0, n);
+    if (t.dtype == DataType::kBytes) {
+      uint64_t got = 0;
+      std::string why;
+      if (!scanBytesLayout(part, got, why)) {
+        return invalid(fmt::format("input '{}': binary data: {}", name, why));
+      }
+      if (got != *count) {
+        return invalid(fmt::format("input '{}': binary data holds {} BYTES elements, shape {} "
+                                   "needs {}",
+                                   name, got, backends::shapeToString(t.shape), *count));
+      }
+    } else {
+      uint64_t want = 0;
+      const bool fits = checkedMul(*count, elem_size, want);
+      if (!fits || want != n) {
+        return invalid(fmt::format("input '{}': binary_data_size {} does not match shape {} of {} "
+                                   "({} bytes)",
+                                   name, n, backends::shapeToString(t.shape),
+                                   backends::dataTypeName(t.dtype),
+                                   fits ? fmt::format("{}", want) : std::string("too many")));
+      }
+    }
+    t.data.assign(reinterpret_cast<const uint8_t*>(part.data()),
+                  reinterpret_cast<const uint8_t*>(part.data()) + part.size());
+    bin.rest.remove_prefix(n);
+    return absl::OkStatus();
+  }
+
+  if (!has_data) return invalid(fmt::format("input '{}': missing 'data'", name));
+  array data;
+  if (data_el.get_array().get(data)) {
+    return invalid(fmt::format("input '{}': 'data' must be an array, got {}", name,
+                               describe(data_el)));
+  }
+  InputCtx ctx{name, t.dtype, t.shape, *count};
+  return decodeJsonData(ctx, data, t);
+}
+
+absl::Status decodeParameters(element el, InferRequest& req) {
+  object params;
+  if (el.get_object().get(params)) {
+    return invalid("request 'parameters' must be an object");
+  }
+  for (auto field : params) {
+    if (field.key == "binary_data_output") {
+      if (field.value.get_bool().get(req.binary_data_output)) {
+        return invalid(fmt::format("request parameter 'binary_data_output' must be a boolean, "
+                                   "got {}",
+                                   describe(field.value)));
+      }
+    } else if (field.key == "priority") {
+      uint64_t v = 0;
+      if (!getNonNegative(field.value, v) ||
+          v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return invalid(fmt::format("request parameter 'priority' must be a non-negative integer, "
+                                   "got {}",
+                                   describe(field.value)));
+      }
+      req.priority = static_cast<int64_t>(v);
+    } else if (field.key == "timeout") {
+      if (!getNonNegative(field.value, req.timeout_us)) {
+        return invalid(fmt::format("request parameter 'timeout' must be a non-negative integer "
+                                   "(microseconds), got {}",
+                                   describe(field.value)));
+      }
+    }
+    // Other parameters (sequence_*, triton_*, custom) are not interpreted here.
+  }
+  return absl::OkStatus();
+}
+
+absl::Status decodeOutputs(element el, InferRequest& req) {
+  array outs;
+  if (el.get_array().get(outs)) return invalid("request 'outputs' must be an array");
+  req.outputs.reserve(arraySize(outs));
+  size_t index = 0;
+  for (element o : outs) {
+    object obj;
+    if (o.get_object().get(obj)) {
+      return invalid(fmt::format("output #{}: expected an object, got {}", index, describe(o)));
+    }
+    backends::RequestedOutput ro;
+    bool has_name = false;
+    for (auto field : obj) {
+      if (field.key == "name") {
+        std::string_view name;
+        if (field.value.get_string().get(name)) {
+          return invalid(fmt::format("output #{}: 'name' must be a string", index));
+        }
+        ro.name.assign(name);
+        has_name = true;
+      } else if (field.key == "parameters") {
+        object params;
+        if (field.value.get_object().get(params)) {
+          return invalid(fmt::format("output #{}: 'parameters' must be an object", index));
+        }
+        element b;
+        if (!params["binary_data"].get(b) && b.get_bool().get(ro.binary)) {
+          return invalid(fmt::format("output #{}: binary_data must be a boolean, got {}", index,
+                                     describe(b)));
+        }
+      }
+    }
+    if (!has_name) return invalid(fmt::format("output #{}: missing 'name'", index));
+    req.outputs.push_back(std::move(ro));
+    ++index;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& req) {
+  object obj;
+  if (root.get_object().get(obj)) return invalid("request body must be a JSON object");
+  element inputs_el, outputs_el, params_el;
+  bool has_inputs = false, has_outputs = false, has_params = false;
+  for (auto field : obj) {
+    if (field.key == "id") {
+      std::string_view id;
+      if (field.value.get_string().get(id)) {
+        return invalid(fmt::format("request 'id' must be a string, got {}", describe(field.value)));
+      }
+      req.id.assign(id);
+    } else if (field.key == "inputs") {
+      inputs_el = field.value;
+      has_inputs = true;
+    } else if (field.key == "outputs") {
+      outputs_el = field.value;
+      has_outputs = true;
+    } else if (field.key == "parameters") {
+      params_el = field.value;
+      has_params = true;
+    }
+  }
+  if (has_params) {
+    absl::Status s = decodeParameters(params_el, req);
+    if (!s.ok()) return s;
+  }
+  if (!has_inputs) return invalid("request has no 'inputs'");
+  array inputs;
+  if (inputs_el.get_array().get(inputs)) return invalid("request 'inputs' must be an array");
+  req.inputs.resize(arraySize(inputs));
+  size_t i = 0;
+  for (element in : inputs) {
+    absl::Status s = decodeInput(in, i, bin, req.inputs[i]);
+    if (!s.ok()) return s;
+    ++i;
+  }
+  if (!bin.rest.empty()) {
+    return invalid(fmt::format("{} bytes after the JSON header are not claimed by any input's "
+                               "binary_data_size",
+                               bin.rest.size()));
+  }
+  if (has_outputs) return decodeOutputs(outputs_el, req);
+  return absl::OkStatus();
+}
+
+// Inference-Header-Content-Length: 0 -- the body is the model's single input, batch 1.
+absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig& model,
+                             InferRequest& req) {
+  if (model.inputs.size() != 1) {
+    return invalid(fmt::format("a raw binary request (Inference-Header-Content-Length: 0) needs a "
+                               "model with exactly one input; model '{}' has {}",
+                               model.name, model.inputs.size()));
+  }
+  const backends::TensorSpec& spec = model.inputs[0];
+  Tensor t;
+  t.name = spec.name;
+  t.dtype = spec.dtype;
+  t.shape = model.fullShape(spec);
+  if (model.max_batch_size > 0) t.shape[0] = 1;
+  int var = -1;
+  uint64_t fixed = 1;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    if (t.shape[d] < 0) {
+      if (var >= 0) {
+        return invalid(fmt::format("raw binary request: input '{}' has shape {} with more than one "
+                                   "variable dimension; send a JSON header with the shape",
+                                   spec.name, backends::shapeToString(model.fullShape(spec))));
+      }
+      var = static_cast<int>(d);
+    } else if (!checkedMul(fixed, static_cast<uint64_t>(t.shape[d]), fixed)) {
+      return invalid(fmt::format("raw binary request: input '{}' shape is too large", spec.name));
+    }
+  }
+  // Number of elements in the body.
+  uint64_t elements = 0;
+  const size_t elem_size = backends::dataTypeSize(t.dtype);
+  if (t.dtype == DataType::kBytes) {
+    std::string why;
+    if (!scanBytesLayout(body, elements, why)) {
+      return invalid(fmt::format("raw binary request: input '{}': {}", spec.name, why));
+    }
+  } else {
+    if (body.size() % elem_size != 0) {
+      return invalid(fmt::format("raw binary request: body of {} bytes is not a whole number of "
+                                 "{} elements for input '{}'",
+                                 body.size(), backends::dataTypeName(t.dtype), spec.name));
+    }
+    elements = body.size() / elem_size;
+  }
+  if (var >= 0) {
+    if (fixed == 0 ? elements != 0 : elements % fixed != 0) {
+      return invalid(fmt::format("raw binary request: {} elements do not fill input '{}' of shape "
+                                 "{}",
+                                 elements, spec.name, backends::shapeToString(t.shape)));
+    }
+    t.shape[var] = fixed == 0 ? 0 : static_cast<int64_t>(elements / fixed);
+  } else if (elements != fixed) {
+    return invalid(fmt::format("raw binary request: input '{}' of shape {} needs {} elements, the "
+                               "body holds {}",
+                               spec.name, backends::shapeToString(t.shape), fixed, elements));
+  }
+  t.data.assign(reinterpret_cast<const uint8_t*>(body.data()),
+                reinterpret_cast<const uint8_t*>(body.data()) + body.size());
+  req.inputs.push_back(std::move(t));
+  req.binary_data_output = true;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding.
+
+// Number writers: write at `p` (at least kMaxChars bytes available), return the end.
+constexpr size_t kMaxChars = 32;  // longest: "-2.2250738585072014e-308" (24), int64 min (20)
+
+template <typename T>
+inline char* writeInt(char* p, T v) {
+  return std::to_chars(p, p + kMaxChars, v).ptr;
+}
+
+template <typename F>
+inline char* writeFloat(char* p, F v) {
+  if (!std::isfinite(v)) {
+    std::memcpy(p, "null", 4);
+    return p + 4;
+  }
+  if (v == 0 && std::signbit(v)) {
+    std::memcpy(p, "-0.0", 4);  // "-0" reads back as the integer 0 in most parsers (simdjson too)
+    return p + 4;
+  }
+  char* end = std::to_chars(p, p + kMaxChars, v).ptr;  // shortest round-trip
+  // The shortest form may be a long integer ("18446744073709552000"): beyond 2^53 a reader may
+  // take it as an integer and round it twice, beyond 2^64 simdjson rejects it. Use exponent form.
+  if (end - p > 16 && std::find_if(p, end, [](char c) { return c == '.' || c == 'e'; }) == end) {
+    end = std::to_chars(p, p + kMaxChars, v, std::chars_format::scientific).ptr;
+  }
+  return end;
+}
+
+template <typename T>
+inline void appendInt(std::string& out, T v) {
+  char buf[kMaxChars];
+  out.append(buf, writeInt(buf, v));
+}
+
+// Writes the elements comma-separated through a stack buffer, appended to `out` in chunks (no
+// per-element string growth checks, no zero-filled worst-case resize).
+template <typename T, typename Write>
+void appendElements(std::string& out, const std::vector<uint8_t>& data, Write write) {
+  const size_t n = data.size() / sizeof(T);
+  char buf[8192];
+  char* p = buf;
+  const uint8_t* src = data.data();
+  for (size_t i = 0; i < n; ++i) {
+    if (static_cast<size_t>(buf + sizeof buf - p) < kMaxChars + 1) {
+      out.append(buf, p);
+      p = buf;
+    }
+    if (i) *p++ = ',';
+    T v;
+    std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+    p = write(p, v);
+  }
+  out.append(buf, p);
+}
+
+void appendJsonData(std::string& out, const Tensor& t) {
+  out.push_back('[');
+  const auto& d = t.data;
+  switch (t.dtype) {
+    case DataType::kBool:
+      appendElements<uint8_t>(out, d, [](char* p, uint8_t v) {
+        if (v) {
+          std::memcpy(p, "true", 4);
+          return p + 4;
+        }
+        std::memcpy(p, "false", 5);
+        return p + 5;
+      });
+      break;
+    case DataType::kUint8: appendElements<uint8_t>(out, d, writeInt<uint8_t>); break;
+    case DataType::kUint16: appendElements<uint16_t>(out, d, writeInt<uint16_t>); break;
+    case DataType::kUint32: appendElements<uint32_t>(out, d, writeInt<uint32_t>); break;
+    case DataType::kUint64: appendElements<uint64_t>(out, d, writeInt<uint64_t>); break;
+    case DataType::kInt8: appendElements<int8_t>(out, d, writeInt<int8_t>); break;
+    case DataType::kInt16: appendElements<int16_t>(out, d, writeInt<int16_t>); break;
+    case DataType::kInt32: appendElements<int32_t>(out, d, writeInt<int32_t>); break;
+    case DataType::kInt64: appendElements<int64_t>(out, d, writeInt<int64_t>); break;
+    case DataType::kFp16:
+      appendElements<uint16_t>(out, d,
+                               [](char* p, uint16_t v) { return writeFloat(p, halfToFloat(v)); });
+      break;
+    case DataType::kBf16:
+      appendElements<uint16_t>(out, d,
+                               [](char* p, uint16_t v) { return writeFloat(p, bf16ToFloat(v)); });
+      break;
+    case DataType::kFp32: appendElements<float>(out, d, writeFloat<float>); break;
+    case DataType::kFp64: appendElements<double>(out, d, writeFloat<double>); break;
+    case DataType::kBytes: {
+      // Elements are written as JSON strings with control characters escaped; bytes that are not
+      // UTF-8 pass through as they are (the client chose BYTES; binary_data gives exact bytes).
+      // A malformed layout (a backend bug) ends the list at the last whole element.
+      size_t pos = 0;
+      bool first = true;
+      while (d.size() - pos >= 4) {
+        uint32_t len = 0;
+        std::memcpy(&len, d.data() + pos, 4);
+        if (len > d.size() - pos - 4) break;
+        if (!first) out.push_back(',');
+        first = false;
+        appendJsonString(out, std::string_view(reinterpret_cast<const char*>(d.data()) + pos + 4,
+                                               len));
+        pos += 4 + static_cast<size_t>(len);
+      }
+      break;
+    }
+  }
+  out.push_back(']');
+}
+
+// Rough JSON size of a tensor's data, to size the body once.
+size_t jsonSizeHint(const Tensor& t) {
+  switch (t.dtype) {
+    case DataType::kBool: return t.data.size() * 6;
+    case DataType::kUint8:
+    case DataType::kInt8: return t.data.size() * 5;
+    case DataType::kFp16:
+    case DataType::kBf16: return t.data.size() * 7;
+    case DataType::kBytes: return t.data.size() + t.data.size() / 2;
+    default: return t.data.size() * 3;  // 4-8 byte types: up to ~3 chars per byte
+  }
+}
+
+void appendShape(std::string& out, const std::vector<int64_t>& shape) {
+  out.push_back('[');
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) out.push_back(',');
+    appendInt(out, shape[i]);
+  }
+  out.push_back(']');
+}
+
+void appendTensorHead(std::string& out, std::string_view name, DataType dtype,
+                      const std::vector<int64_t>& shape) {
+  out.append("{\"name\":");
+  appendJsonString(out, name);
+  out.append(",\"datatype\":\"");
+  out.append(backends::dataTypeName(dtype));
+  out.append("\",\"shape\":");
+  appendShape(out, shape);
+}
+
+}  // namespace
+
+absl::StatusOr<backends::InferRequest> decodeInferRequest(
+    std::string_view body, std::optional<size_t> inference_header_length,
+    const backends::ModelConfig& model, std::string_view model_name,
+    std::string_view model_version) {
+  InferRequest req;
+  req.model_name.assign(model_name);
+  req.model_version.assign(model_version);
+  req.protocol = backends::Protocol::kHttpKserve;
+
+  std::string_view json = body;
+  BinaryCursor bin;
+  if (inference_header_length) {
+    const size_t len = *inference_header_length;
+    if (len > body.size()) {
+      return invalid(fmt::format("Inference-Header-Content-Length {} exceeds the body length {}",
+                                 len, body.size()));
+    }
+    if (len == 0) {
+      absl::Status s = decodeRawBinary(body, model, req);
+      if (!s.ok()) return s;
+      return req;
+    }
+    json = body.substr(0, len);
+    bin.enabled = true;
+    bin.rest = body.substr(len);
+  }
+
+  // The parser copies the JSON into its own padded buffer (reused): the body view has no
+  // guaranteed padding, and that copy is of the JSON part only.
+  thread_local simdjson::dom::parser tl_parser;
+  std::optional<simdjson::dom::parser> big_parser;
+  simdjson::dom::parser* parser = &tl_parser;
+  if (json.size() > kRetainedParserCapacity) parser = &big_parser.emplace();
+  element root;
+  if (auto err = parser->parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root)) {
+    return invalid(fmt::format("malformed JSON request body: {}", simdjson::error_message(err)));
+  }
+  absl::Status s = decodeJsonRequest(root, bin, req);
+  if (!s.ok()) return s;
+  return req;
+}
+
+EncodedInferResponse encodeInferResponse(const backends::InferResponse& response) {
+  struct Selected {
+    const Tensor* tensor;
+    bool binary;
+  };
+  std::vector<Selected> selected;
+  if (!response.requested.empty()) {
+    selected.reserve(response.requested.size());
+    for (const backends::RequestedOutput& ro : response.requested) {
+      for (const Tensor& t : response.outputs) {
+        if (t.name == ro.name) {
+          selected.push_back({&t, ro.binary || response.binary_data_output});
+          break;
+        }
+      }
+      // A requested output the backend did not produce is left out (validateRequest checked
+      // it against the config).
+    }
+  } else {
+    selected.reserve(response.outputs.size());
+    for (const Tensor& t : response.outputs) selected.push_back({&t, response.binary_data_output});
+  }
+
+  size_t hint = 128 + response.model_name.size() + response.id.size();
+  size_t binary_total = 0;
+  for (const Selected& s : selected) {
+    hint += 96 + s.tensor->name.size() + s.tensor->shape.size() * 8;
+    if (s.binary) {
+      binary_total += s.tensor->data.size();
+    } else {
+      hint += jsonSizeHint(*s.tensor);
+    }
+  }
+
+  EncodedInferResponse enc;
+  std::string& out = enc.body;
+  out.reserve(hint + binary_total);
+  out.append("{\"model_name\":");
+  appendJsonString(out, response.model_name);
+  out.append(",\"model_version\":");
+  appendJsonString(out, response.model_version);
+  if (!response.id.empty()) {
+    out.append(",\"id\":");
+    appendJsonString(out, response.id);
+  }
+  out.append(",\"outputs\":[");
+  bool any_binary = false;
+  for (size_t i = 0; i < selected.size(); ++i) {
+    const Tensor& t = *selected[i].tensor;
+    if (i) out.push_back(',');
+    appendTensorHead(out, t.name, t.dtype, t.shape);
+    if (selected[i].binary) {
+      any_binary = true;
+      out.append(",\"parameters\":{\"binary_data_size\":");
+      appendInt(out, t.data.size());
+      out.append("}}");
+    } else {
+      out.append(",\"data\":");
+      appendJsonData(out, t);
+      out.push_back('}');
+    }
+  }
+  out.append("]}");
+  if (any_binary) {
+    enc.json_header_length = out.size();
+    for (const Selected& s : selected) {
+      if (!s.binary) continue;
+      out.append(reinterpret_cast<const char*>(s.tensor->data.data()), s.tensor->data.size());
+    }
+  }
+  return enc;
+}
+
+std::string encodeModelMetadata(const backends::ModelConfig& model) {
+  std::string out;
+  out.reserve(256);
+  out.append("{\"name\":");
+  appendJsonString(out, model.name);
+  out.append(",\"versions\":[");
+  appendJsonString(out, model.version);
+  out.append("],\"platform\":");
+  appendJsonString(out, model.platform);
+  auto tensors = [&](const char* key, const std::vector<backends::TensorSpec>& specs) {
+    out.append(",\"");
+    out.append(key);
+    out.append("\":[");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (i) out.push_back(',');
+      appendTensorHead(out, specs[i].name, specs[i].dtype, model.fullShape(specs[i]));
+      out.push_back('}');
+    }
+    out.push_back(']');
+  };
+  tensors("inputs", model.inputs);
+  tensors("outputs", model.outputs);
+  out.push_back('}');
+  return out;
+}
+
+std::string encodeServerMetadata(std::string_view name, std::string_view version) {
+  std::string out = "{\"name\":";
+  appendJsonString(out, name);
+  out.append(",\"version\":");
+  appendJsonString(out, version);
+  out.append(",\"extensions\":[\"binary_tensor_data\",\"parameters\",\"schedule_policy\"]}");
+  return out;
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,185 @@
+#include "frontend/kserve_rest.h"
+
+#include <charconv>
+#include <string_view>
+#include <utility>
+
+#include "common/logging.h"
+#include "frontend/kserve_json.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::Protocol;
+
+HttpResponse jsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+HttpResponse errorResponse(int status, std::string_view message) {
+  return jsonResponse(status, errorBody(message));
+}
+
+// Splits "/v2/models/NAME[/versions/V][/SUFFIX]" into its parts; false when it is not a model
+// path.
+struct ModelPath {
+  std::string_view name, version, suffix;  // suffix: "", "ready", "infer", other
+};
+bool parseModelPath(std::string_view path, ModelPath& out) {
+  constexpr std::string_view kPrefix = "/v2/models/";
+  if (path.substr(0, kPrefix.size()) != kPrefix) return false;
+  std::string_view rest = path.substr(kPrefix.size());
+  size_t slash = rest.find('/');
+  out.name = rest.substr(0, slash);
+  if (out.name.empty()) return false;
+  rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  constexpr std::string_view kVersions = "versions/";
+  if (rest.substr(0, kVersions.size()) == kVersions) {
+    rest = rest.substr(kVersions.size());
+    slash = rest.find('/');
+    out.version = rest.substr(0, slash);
+    if (out.version.empty()) return false;
+    rest = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash + 1);
+  }
+  out.suffix = rest;
+  return true;
+}
+
+std::optional<size_t> parseSize(std::string_view s) {
+  size_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+int httpStatusFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kDataLoss: return 500;
+    default: return 400;  // INVALID_ARGUMENT, UNKNOWN, ALREADY_EXISTS, CANCELLED, ...
+  }
+}
+
+KServeRestHandler::KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
+                                     ServerMetrics* metrics)
+    : registry_(registry), info_(std::move(info)), metrics_(metrics) {}
+
+void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
+  const std::string_view path = request.path();
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  const uint64_t start = request.received_ns;
+  ServerMetrics* metrics = metrics_;
+  auto finish = [&](int model_index, HttpResponse resp) {
+    if (metrics != nullptr) {
+      const uint64_t now = common::monotonicNs();
+      metrics->recordRequest(model_index, Protocol::kHttpKserve, resp.status,
+                             start ? now - start : 0);
+    }
+    respond(std::move(resp));
+  };
+  auto methodNotAllowed = [&](std::string_view allow) {
+    HttpResponse r = errorResponse(405, "method " + request.method + " not allowed for " +
+                                            std::string(path));
+    r.headers.push_back({"Allow", std::string(allow)});
+    finish(-1, std::move(r));
+  };
+
+  if (path == "/v2/health/live" || path == "/v2/health/ready") {
+    if (!get) return methodNotAllowed("GET");
+    const bool ok = path == "/v2/health/live" || registry_.allReady();
+    return finish(-1, jsonResponse(ok ? 200 : 400, ""));
+  }
+  if (path == "/v2" || path == "/v2/") {
+    if (!get) return methodNotAllowed("GET");
+    return finish(-1, jsonResponse(200, encodeServerMetadata(info_.name, info_.version)));
+  }
+  ModelPath mp;
+  if (!parseModelPath(path, mp)) {
+    return finish(-1, errorResponse(404, "not found: " + std::string(path)));
+  }
+  backends::Model* model = registry_.find(mp.name, mp.version);
+  if (model == nullptr) {
+    std::string msg = "Request for unknown model: '" + std::string(mp.name) + "'";
+    if (!mp.version.empty()) msg += " version '" + std::string(mp.version) + "'";
+    return finish(-1, errorResponse(404, msg + " is not found"));
+  }
+  const int model_index = metrics != nullptr ? metrics->modelIndex(mp.name) : -1;
+  if (mp.suffix.empty()) {
+    if (!get) return methodNotAllowed("GET");
+    return finish(model_index, jsonResponse(200, encodeModelMetadata(model->config())));
+  }
+  if (mp.suffix == "ready") {
+    if (!get) return methodNotAllowed("GET");
+    return finish(model_index, jsonResponse(model->ready() ? 200 : 400, ""));
+  }
+  if (mp.suffix == "infer") {
+    if (!post) return methodNotAllowed("POST");
+    return infer(std::move(request), *model, model_index, std::move(respond));
+  }
+  return finish(-1, errorResponse(404, "not found: " + std::string(path)));
+}
+
+void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int model_index,
+                              HttpRespond respond) {
+  const uint64_t start = request.received_ns;
+  ServerMetrics* metrics = metrics_;
+  auto finish = [metrics, model_index, start, respond = std::move(respond)](HttpResponse resp) {
+    if (metrics != nullptr) {
+      const uint64_t now = common::monotonicNs();
+      metrics->recordRequest(model_index, Protocol::kHttpKserve, resp.status,
+                             start ? now - start : 0);
+    }
+    respond(std::move(resp));
+  };
+  if (!model.ready()) {
+    return finish(errorResponse(503, "model '" + model.config().name + "' is not ready"));
+  }
+  std::optional<size_t> header_len;
+  if (const std::string* h = request.header("inference-header-content-length")) {
+    header_len = parseSize(*h);
+    if (!header_len) {
+      return finish(errorResponse(
+          400, "Inference-Header-Content-Length must be a non-negative integer, got '" + *h + "'"));
+    }
+  }
+  const backends::ModelConfig& cfg = model.config();
+  absl::StatusOr<backends::InferRequest> req =
+      decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version);
+  if (!req.ok()) {
+    return finish(errorResponse(httpStatusFor(req.status()), std::string(req.status().message())));
+  }
+  if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
+    return finish(errorResponse(httpStatusFor(st), std::string(st.message())));
+  }
+  model.infer(std::move(*req), [finish = std::move(finish)](
+                                   absl::StatusOr<backends::InferResponse> result) {
+    if (!result.ok()) {
+      return finish(
+          errorResponse(httpStatusFor(result.status()), std::string(result.status().message())));
+    }
+    EncodedInferResponse enc = encodeInferResponse(*result);
+    HttpResponse resp;
+    resp.status = 200;
+    resp.body = std::move(enc.body);
+    if (enc.json_header_length) {
+      resp.content_type = "application/octet-stream";
+      resp.headers.push_back(
+          {"Inference-Header-Content-Length", std::to_string(*enc.json_header_length)});
+    }
+    finish(std::move(resp));
+  });
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,50 @@
+#pragma once
+// The request-path metrics every frontend records, registered once at start-up so recording
+// is a sharded relaxed add (see common/metrics.h).
+
+#include <array>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backends/tensor.h"
+#include "common/metrics.h"
+
+namespace infergate::frontend {
+
+class ServerMetrics {
+ public:
+  // The status codes counted individually; anything else is counted as "other".
+  static constexpr std::array<int, 18> kCodes = {200, 400, 404, 405, 408, 411, 413, 414, 415,
+                                                 417, 429, 431, 500, 501, 502, 503, 504, 505};
+
+  // `models`: names of the configured models (index = position); requests that are not for a
+  // model (health, metadata of the server, errors before routing) use model index -1.
+  ServerMetrics(common::MetricsRegistry& registry, const std::vector<std::string>& models);
+
+  // A finished request: its model index (-1 none), protocol, HTTP status, and latency.
+  void recordRequest(int model, backends::Protocol protocol, int status, uint64_t latency_ns);
+  // A request rejected by a codec before routing (malformed, too large, timeout...).
+  void recordParseError(std::string_view reason);
+
+  common::Gauge& connections_active;
+  common::Counter& connections_total;
+  common::Counter& connections_refused;
+
+  int modelIndex(std::string_view name) const;
+
+ private:
+  static constexpr int kProtocols = 4;
+  static constexpr int kCodeSlots = kCodes.size() + 1;  // + "other"
+  common::MetricsRegistry& registry_;
+  std::vector<std::string> models_;
+  // [model+1][protocol][code slot]
+  std::vector<std::array<std::array<common::Counter*, kCodeSlots>, kProtocols>> requests_;
+  // [model+1][protocol]
+  std::vector<std::array<common::Histogram*, kProtocols>> latency_;
+  std::mutex parse_mu_;  // only on the error path
+  std::vector<std::pair<std::string, common::Counter*>> parse_errors_;
+};
+
+}  // namespace infergate::frontend

@@ -1,0 +1,68 @@
+#pragma once
+// The seam between transports (dataplane/: kernel sockets today, infergate's own TCP over
+// AF_XDP later) and protocol sessions (frontend/: HTTP/1.1 now, HTTP/2 + gRPC later).
+//
+// A transport owns one connection's byte stream and drives a Session with what arrives; the
+// session answers through the Transport. Everything here runs on the connection's reactor
+// (loop) thread, except Loop::post, which any thread may call.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace infergate::frontend {
+
+// A reactor's event loop, as protocol code sees it.
+class Loop {
+ public:
+  virtual ~Loop() = default;
+  // Runs `fn` on the loop thread soon. Thread-safe; the only call allowed off the loop thread.
+  virtual void post(std::function<void()> fn) = 0;
+  virtual bool inLoopThread() const = 0;
+  // Monotonic nanoseconds, refreshed once per loop iteration (cheap).
+  virtual uint64_t nowNs() const = 0;
+  // Index of the reactor (0..n-1), for per-core state and metrics.
+  virtual int index() const = 0;
+};
+
+// One connection's outgoing side, as a session sees it. Valid until Session::onClosed().
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Queues bytes for the peer, in order.
+  virtual void send(std::string_view bytes) = 0;
+  // Closes the connection once everything sent so far has been flushed (lingering close: the
+  // transport keeps reading and discarding for a while so the peer sees the response, not a
+  // reset).
+  virtual void closeAfterFlush() = 0;
+  // Stops/resumes delivering received bytes (back-pressure while responses are pending).
+  virtual void pauseReading(bool paused) = 0;
+  virtual Loop& loop() = 0;
+  // Bytes queued but not yet written to the peer.
+  virtual size_t pendingBytes() const = 0;
+};
+
+// A protocol session on one connection.
+class Session {
+ public:
+  virtual ~Session() = default;
+  // Bytes received from the peer, in order, any split.
+  virtual void onData(const char* data, size_t len) = 0;
+  // The peer closed its sending side (FIN). Pending responses may still be sent.
+  virtual void onPeerClosed() = 0;
+  // Periodic tick (timeouts). `now_ns` is Loop::nowNs().
+  virtual void onTick(uint64_t now_ns) = 0;
+  // The transport is gone (closed or reset); the session must not touch it again.
+  virtual void onClosed() = 0;
+  // No request in progress and no response pending: the connection may be closed without
+  // losing anything (used when draining on shutdown).
+  virtual bool idle() const = 0;
+};
+
+// Creates the session for a newly accepted connection on a listener.
+using SessionFactory = std::function<std::shared_ptr<Session>(Transport& transport)>;
+
+}  // namespace infergate::frontend

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# infergate's self-contained demo: installs dependencies, builds, starts infergate on its
+# embedded default configuration (socket mode, identity model), runs a short keep-alive load
+# with wrk, and prints a report (rate, latency percentiles, errors, what /metrics counted).
+#
+# Usage: scripts/demo.sh [--duration SECONDS] [--connections N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=5
+CONNS=32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) DURATION="$2"; shift 2 ;;
+    --connections) CONNS="$2"; shift 2 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "demo: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+bash scripts/build.sh >/dev/null
+BIN=build/app/infergate
+WORK=$(mktemp -d /tmp/infergate-demo.XXXXXX)
+cleanup() {
+  [ -n "${GW_PID:-}" ] && kill -TERM "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+for port in 8000 8002; do
+  if ss -ltnH "sport = :$port" | grep -q .; then
+    echo "demo: port $port is in use; stop what listens there (ss -ltnp 'sport = :$port')" >&2
+    exit 1
+  fi
+done
+
+echo "== infergate demo: socket mode, identity model, embedded default config"
+"$BIN" run >"$WORK/infergate.log" 2>&1 &
+GW_PID=$!
+for _ in $(seq 100); do
+  grep -q "serving" "$WORK/infergate.log" 2>/dev/null && break
+  kill -0 "$GW_PID" 2>/dev/null || { cat "$WORK/infergate.log"; exit 1; }
+  sleep 0.1
+done
+sed 's/^/   | /' "$WORK/infergate.log"
+
+echo "== one request with curl"
+curl -sS -X POST http://127.0.0.1:8000/v2/models/identity/infer \
+  -H 'Content-Type: application/json' \
+  -d '{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}'
+echo
+
+echo "== load: wrk, ${CONNS} keep-alive connections, ${DURATION}s, KServe v2 infer (FP32 1x16)"
+wrk -t 1 -c "$CONNS" -d "${DURATION}s" -s bench/wrk/infer.lua http://127.0.0.1:8000/ >"$WORK/wrk.out"
+METRICS=$(curl -sS http://127.0.0.1:8002/metrics)
+/usr/bin/python3 - "$WORK/wrk.out" <<PY
+import json, re, sys
+out = open(sys.argv[1]).read()
+r = json.loads(re.search(r"WRK_JSON (\{.*\})", out).group(1))
+metrics = """$METRICS"""
+ok = sum(float(l.split()[-1]) for l in metrics.splitlines()
+         if l.startswith('infergate_requests_total{') and 'model="identity"' in l and 'code="200"' in l)
+print("== report")
+print("  requests       %d in %.1f s" % (r["requests"], r["duration_s"]))
+print("  rate           %.0f req/s" % r["rps"])
+print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (r["p50_us"], r["p90_us"], r["p99_us"], r["max_us"]))
+print("  errors         %d (non-2xx %d)" % (r["errors"], r["non2xx"]))
+print("  /metrics       infergate_requests_total{model=identity,code=200} = %d" % ok)
+PY

@@ -1,0 +1,205 @@
+// Http1Session over a fake transport and loop: responses in request order whichever thread
+// answers, errors close the stream, Expect: 100-continue, timeouts, back-pressure.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "frontend/http1_session.h"
+
+namespace infergate::frontend {
+namespace {
+
+class FakeLoop : public Loop {
+ public:
+  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
+  bool inLoopThread() const override { return std::this_thread::get_id() == owner; }
+  uint64_t nowNs() const override { return now; }
+  int index() const override { return 0; }
+  void runPosted() {
+    while (!posted.empty()) {
+      auto fn = std::move(posted.front());
+      posted.pop_front();
+      fn();
+    }
+  }
+  std::deque<std::function<void()>> posted;
+  uint64_t now = 1'000'000'000;
+  std::thread::id owner = std::this_thread::get_id();
+};
+
+class FakeTransport : public Transport {
+ public:
+  void send(std::string_view bytes) override { out.append(bytes); }
+  void closeAfterFlush() override { closed = true; }
+  void pauseReading(bool p) override { paused = p; }
+  Loop& loop() override { return loop_; }
+  size_t pendingBytes() const override { return 0; }
+  FakeLoop loop_;
+  std::string out;
+  bool closed = false;
+  bool paused = false;
+};
+
+// Answers "/now/X" inline with body X, and "/later/X" only when release() is called.
+class ScriptedHandler : public HttpHandler {
+ public:
+  void handle(HttpRequest&& req, HttpRespond respond) override {
+    std::string_view p = req.path();
+    HttpResponse r;
+    r.content_type = "text/plain";
+    if (p.rfind("/now/", 0) == 0) {
+      r.body = std::string(p.substr(5));
+      respond(std::move(r));
+    } else {
+      r.body = std::string(p.substr(7));
+      later.emplace_back(std::move(respond), std::move(r));
+    }
+  }
+  void release(size_t i) {
+    auto& [respond, r] = later[i];
+    respond(std::move(r));
+  }
+  std::vector<std::pair<HttpRespond, HttpResponse>> later;
+};
+
+struct Fixture : ::testing::Test {
+  Fixture() {
+    options.header_timeout_ns = 1'000'000'000;
+    options.idle_timeout_ns = 5'000'000'000;
+    session = std::make_shared<Http1Session>(transport, handler, options, nullptr);
+  }
+  void feed(std::string_view s) { session->onData(s.data(), s.size()); }
+  static std::string get(std::string_view path) {
+    return "GET " + std::string(path) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  // The bodies of the responses in transport.out, in order.
+  std::vector<std::string> bodies() const {
+    std::vector<std::string> b;
+    size_t pos = 0;
+    const std::string& o = transport.out;
+    while ((pos = o.find("Content-Length: ", pos)) != std::string::npos) {
+      const size_t len = std::stoul(o.substr(pos + 16));
+      const size_t start = o.find("\r\n\r\n", pos) + 4;
+      b.push_back(o.substr(start, len));
+      pos = start + len;
+    }
+    return b;
+  }
+  Http1SessionOptions options;
+  FakeTransport transport;
+  ScriptedHandler handler;
+  std::shared_ptr<Http1Session> session;
+};
+
+TEST_F(Fixture, PipelinedResponsesStayInOrder) {
+  feed(get("/later/a") + get("/now/b") + get("/later/c") + get("/now/d"));
+  EXPECT_EQ(transport.out, "");  // /later/a blocks everything behind it
+  handler.release(1);            // c before a
+  EXPECT_EQ(transport.out, "");
+  handler.release(0);
+  EXPECT_EQ(bodies(), (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_FALSE(transport.closed);
+}
+
+TEST_F(Fixture, ResponseFromAnotherThreadIsPostedToTheLoop) {
+  feed(get("/later/x"));
+  std::thread t([&] { handler.release(0); });
+  t.join();
+  EXPECT_EQ(transport.out, "");
+  ASSERT_EQ(transport.loop_.posted.size(), 1u);
+  transport.loop_.runPosted();
+  EXPECT_EQ(bodies(), (std::vector<std::string>{"x"}));
+}
+
+TEST_F(Fixture, LateResponseAfterCloseIsDropped) {
+  feed(get("/later/x"));
+  session->onClosed();
+  handler.release(0);
+  EXPECT_EQ(transport.out, "");
+}
+
+TEST_F(Fixture, MalformedRequestAfterGoodOnesAnswersInOrderThenCloses) {
+  feed(get("/later/a") + "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\nz");
+  EXPECT_EQ(transport.out, "");
+  EXPECT_FALSE(transport.closed);
+  handler.release(0);
+  const auto b = bodies();
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0], "a");
+  EXPECT_NE(b[1].find("\"error\""), std::string::npos);
+  EXPECT_NE(transport.out.find("HTTP/1.1 400 Bad Request"), std::string::npos);
+  EXPECT_NE(transport.out.find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(transport.closed);
+  transport.out.clear();
+  feed(get("/now/ignored"));
+  EXPECT_EQ(transport.out, "");
+}
+
+TEST_F(Fixture, ExpectContinue) {
+  feed("POST /now/p HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n");
+  EXPECT_EQ(transport.out, "HTTP/1.1 100 Continue\r\n\r\n");
+  feed("abc");
+  EXPECT_NE(transport.out.find("HTTP/1.1 200 OK"), std::string::npos);
+}
+
+TEST_F(Fixture, HeaderTimeoutAnswers408AndCloses) {
+  feed("GET /now/a HTTP/1.1\r\nHo");
+  transport.loop_.now += 500'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(transport.out, "");
+  transport.loop_.now += 600'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_NE(transport.out.find("HTTP/1.1 408 Request Timeout"), std::string::npos);
+  EXPECT_TRUE(transport.closed);
+}
+
+TEST_F(Fixture, IdleTimeoutClosesSilently) {
+  feed(get("/now/a"));
+  transport.out.clear();
+  transport.loop_.now += 4'000'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_FALSE(transport.closed);
+  transport.loop_.now += 2'000'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_TRUE(transport.closed);
+  EXPECT_EQ(transport.out, "");
+}
+
+TEST_F(Fixture, InFlightRequestIsNotIdle) {
+  feed(get("/later/a"));
+  EXPECT_FALSE(session->idle());
+  transport.loop_.now += 10'000'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_FALSE(transport.closed);  // waiting on the backend is not idleness
+  handler.release(0);
+  EXPECT_TRUE(session->idle());
+}
+
+TEST_F(Fixture, PeerHalfCloseStillGetsTheResponse) {
+  feed(get("/later/a"));
+  session->onPeerClosed();
+  EXPECT_FALSE(transport.closed);
+  handler.release(0);
+  EXPECT_EQ(bodies(), (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(transport.closed);
+}
+
+TEST_F(Fixture, TooManyInFlightPausesReading) {
+  std::string many;
+  for (size_t i = 0; i < options.max_in_flight; ++i) many += get("/later/x");
+  feed(many);
+  EXPECT_TRUE(transport.paused);
+  handler.release(0);
+  EXPECT_FALSE(transport.paused);
+}
+
+TEST_F(Fixture, ConnectionCloseStopsParsing) {
+  feed("GET /now/a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" + get("/now/b"));
+  EXPECT_EQ(bodies(), (std::vector<std::string>{"a"}));
+  EXPECT_TRUE(transport.closed);
+}
+
+}  // namespace
+}  // namespace infergate::frontend
