@@ -1,0 +1,111 @@
+// The XDP classifier header compiled for the host, run over the same fixture table that
+// tests/bpf runs through BPF_PROG_TEST_RUN. Needs no privileges.
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <cstring>
+
+#include "xdp/classifier.h"
+#include "xdp/testing/fixtures.h"
+#include "xdp/xdp_filter.h"
+
+namespace infergate::xdp::testing {
+namespace {
+
+std::string testName(const ::testing::TestParamInfo<size_t>& info) {
+  std::string n = fixtures()[info.param].name;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return std::to_string(info.param) + "_" + n;
+}
+
+class HostClassifier : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(HostClassifier, MatchesFixture) {
+  const Fixture& f = fixtures()[GetParam()];
+  ig_config cfg;
+  ASSERT_TRUE(buildConfig(fixtureOptions(), &cfg).ok());
+  std::vector<uint8_t> buf = f.packet;
+  ig_parse p{};
+  const uint8_t* end = buf.data() + buf.size();
+  if (ig_parse_l2l4(buf.data(), end, &cfg, &p) && p.reason != IG_R_SYN && p.pl_len)
+    ig_classify_payload(buf.data(), end, &cfg, &p, f.first_segment);
+  EXPECT_EQ(p.action, f.action) << f.name;
+  EXPECT_EQ(reasonName(p.reason), std::string(reasonName(f.reason))) << f.name;
+  if (p.service && (p.action == XDP_PASS || p.action == XDP_TX)) {
+    EXPECT_EQ(p.tag_flags, f.tag_flags) << f.name;
+  }
+  if (f.reason == IG_R_REQUEST) {
+    int cls = p.cls == IG_CLASS_NONE ? fixtureOptions().default_class : p.cls;
+    EXPECT_EQ(cls, f.cls) << f.name;
+  }
+  if (f.action == XDP_TX && p.action == XDP_TX) {
+    int len = ig_build_rst(buf.data(), end, &p);
+    ASSERT_GT(len, 0);
+    buf.resize(static_cast<size_t>(len));
+    EXPECT_EQ(hex(buf), hex(f.expected_out)) << f.name;
+    EXPECT_TRUE(checksumsValid(buf)) << f.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HostClassifier,
+                         ::testing::Range<size_t>(0, fixtures().size()), testName);
+
+TEST(HostClassifierTable, HasEnoughCases) {
+  EXPECT_GE(fixtures().size(), 80u);
+  for (const auto& f : fixtures()) {
+    if (f.action == XDP_TX) {
+      EXPECT_TRUE(checksumsValid(f.expected_out)) << f.name;
+    }
+  }
+}
+
+TEST(HostClassifierConfig, RejectsBadOptions) {
+  ig_config cfg;
+  XdpOptions o = fixtureOptions();
+  o.methods = {"get"};
+  auto s = buildConfig(o, &cfg);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("xdp.methods[0]"), std::string::npos) << s;
+  o = fixtureOptions();
+  o.path_prefixes = {std::string(40, 'a')};
+  EXPECT_FALSE(buildConfig(o, &cfg).ok());
+  o = fixtureOptions();
+  o.service_ports.clear();
+  EXPECT_FALSE(buildConfig(o, &cfg).ok());
+  o = fixtureOptions();
+  o.http2_max_frame_size = 100;
+  EXPECT_FALSE(buildConfig(o, &cfg).ok());
+}
+
+TEST(HostClassifierConfig, FromConfig) {
+  config::XdpConfig c;
+  c.interface = "eth0";
+  c.attach = "generic";
+  c.rate_limit.rate_per_sec = 100;
+  auto o = XdpOptions::fromConfig(c, {8000});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->attach, AttachMode::kGeneric);
+  EXPECT_EQ(o->syn_rate_per_sec, 100u);
+  c.attach = "turbo";
+  auto bad = XdpOptions::fromConfig(c, {8000});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("xdp.attach"), std::string::npos);
+}
+
+TEST(HostClassifierMetrics, RendersPrometheus) {
+  XdpCounters c;
+  c.packets[XDP_DROP][IG_R_BAD_REQUEST_LINE] = 3;
+  c.bytes[XDP_DROP][IG_R_BAD_REQUEST_LINE] = 300;
+  c.requests[0][IG_TV_OVERLOAD] = 2;
+  std::string s = renderPrometheus(c);
+  EXPECT_NE(s.find("infergate_xdp_packets_total{verdict=\"drop\",reason=\"bad_request_line\"} 3\n"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("infergate_xdp_requests_total{class=\"high\",verdict=\"overload\"} 2\n"),
+            std::string::npos)
+      << s;
+}
+
+}  // namespace
+}  // namespace infergate::xdp::testing

@@ -1,0 +1,797 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* The ingress classifier: pure functions over one frame (data, data_end), compiled both into
+ * the XDP program (ingress.bpf.c) and into host C++ (unit tests, benchmarks, the DPDK mode).
+ * It holds no state: everything that needs memory across packets (flows, token buckets,
+ * CIDR classes, the overload level) is the BPF program's business, around these functions.
+ *
+ * XDP sees one frame, not a stream: this code only rejects what one segment proves bad.
+ *
+ * Usage:
+ *   struct ig_parse p;
+ *   if (ig_parse_l2l4(data, end, cfg, &p))           // a service TCP segment with more to look at
+ *     if (!(p.tcp_flags & IG_TCP_SYN) && p.pl_len)
+ *       ig_classify_payload(data, end, cfg, &p, known_first);
+ *   // p.action (XDP_*), p.reason (enum ig_reason), p.cls, p.tag_flags
+ *   if (p.action == XDP_TX) new_len = ig_build_rst(data, end, &p);  // then shrink the frame
+ */
+#ifndef INFERGATE_XDP_CLASSIFIER_H
+#define INFERGATE_XDP_CLASSIFIER_H
+
+#include <linux/bpf.h> /* enum xdp_action */
+
+#include "ingress_shared.h"
+
+#if defined(__bpf__) || defined(__BPF__)
+#include <bpf/bpf_helpers.h>
+#define IG_INLINE static __always_inline
+#define IG_CFG const volatile struct ig_config
+#define IG_UNROLL _Pragma("unroll")
+/* hides what clang knows about v, so a mask meant for the verifier is not optimised away */
+#define IG_BARRIER_VAR(v) asm volatile("" : "+r"(v))
+#else
+#include <string.h>
+#define IG_INLINE static inline __attribute__((always_inline))
+#define IG_CFG const struct ig_config
+#define IG_UNROLL
+#define IG_BARRIER_VAR(v) ((void)0)
+#endif
+
+#define IG_ETH_P_IP 0x0800
+#define IG_ETH_P_IPV6 0x86DD
+#define IG_ETH_P_8021Q 0x8100
+#define IG_ETH_P_8021AD 0x88A8
+#define IG_TCP_FIN 0x01
+#define IG_TCP_SYN 0x02
+#define IG_TCP_RST 0x04
+#define IG_TCP_PSH 0x08
+#define IG_TCP_ACK 0x10
+
+#define IG_MAX_TARGET_WORDS 128 /* a request target longer than 1 KiB is not judged */
+#define IG_MAX_HDR_STEPS 96     /* words or lines looked at for x-infergate-priority */
+#define IG_MAX_H2_FRAMES 4      /* frame headers checked after the HTTP/2 preface */
+
+/* What the classifier found. Offsets are from the start of the frame. */
+struct ig_parse {
+	struct ig_flow_key key;
+	__u32 seq;
+	__u32 ack_seq;
+	__u16 l3_off;
+	__u16 l4_off;
+	__u16 pl_off;
+	__u16 pl_len;   /* TCP payload length according to the IP header */
+	__u16 vlan_tci; /* network order */
+	__u16 vlan_proto; /* network order */
+	__u8 vlan;
+	__u8 tcp_flags;
+	__u8 action;    /* enum xdp_action */
+	__u8 reason;    /* enum ig_reason */
+	__u8 cls;       /* class from a path rule or the priority header; IG_CLASS_NONE if none */
+	__u8 tag_flags; /* enum ig_tag_flags */
+	__u8 service;   /* 1 once the frame is known to be TCP to a service port */
+	__u8 pad;
+	/* stage hand-over (see ig_classify_payload) */
+	__u16 t_off;    /* request target: offset and bytes left in the segment from there */
+	__u16 t_len;
+	__u16 hdr_off;  /* header block after the request line, and its length in the segment */
+	__u16 hdr_len;
+};
+
+IG_INLINE __u16 ig_bswap16(__u16 v) { return (__u16)((v << 8) | (v >> 8)); }
+IG_INLINE __u32 ig_bswap32(__u32 v) { return __builtin_bswap32(v); }
+
+IG_INLINE __u16 ig_load16(const __u8 *q)
+{
+#if defined(__bpf__) || defined(__BPF__)
+	return *(const __u16 *)q;
+#else
+	__u16 v;
+	memcpy(&v, q, 2);
+	return v;
+#endif
+}
+
+IG_INLINE __u32 ig_load32(const __u8 *q)
+{
+#if defined(__bpf__) || defined(__BPF__)
+	return *(const __u32 *)q;
+#else
+	__u32 v;
+	memcpy(&v, q, 4);
+	return v;
+#endif
+}
+
+IG_INLINE __u64 ig_load64(const __u8 *q)
+{
+#if defined(__bpf__) || defined(__BPF__)
+	return *(const __u64 *)q;
+#else
+	__u64 v;
+	memcpy(&v, q, 8);
+	return v;
+#endif
+}
+
+IG_INLINE void ig_store16(__u8 *q, __u16 v)
+{
+#if defined(__bpf__) || defined(__BPF__)
+	*(__u16 *)q = v;
+#else
+	memcpy(q, &v, 2);
+#endif
+}
+
+IG_INLINE void ig_store32(__u8 *q, __u32 v)
+{
+#if defined(__bpf__) || defined(__BPF__)
+	*(__u32 *)q = v;
+#else
+	memcpy(q, &v, 4);
+#endif
+}
+
+/* SWAR helpers (little-endian words). */
+#define IG_ONES 0x0101010101010101ULL
+#define IG_HIGHS 0x8080808080808080ULL
+/* non-zero iff some byte of x is zero; the lowest flagged byte is exact */
+IG_INLINE __u64 ig_zero_bytes(__u64 x) { return (x - IG_ONES) & ~x & IG_HIGHS; }
+/* byte index (0..7) of the lowest flagged byte of a non-zero flag word */
+/* the same without branches (one verifier path): m & -m isolates the lowest flag 0x80 << 8k,
+ * the multiply moves byte (7 - k) of the constant, which holds k, into the top byte */
+IG_INLINE __u32 ig_first_flag_bf(__u64 m)
+{
+	return (__u32)(((((m & (0 - m)) >> 7) * 0x0001020304050607ULL) >> 56) & 7);
+}
+IG_INLINE __u32 ig_first_flag(__u64 m)
+{
+	__u32 n = 0;
+	if (!(m & 0xffffffffULL)) {
+		n += 4;
+		m >>= 32;
+	}
+	if (!(m & 0xffffULL)) {
+		n += 2;
+		m >>= 16;
+	}
+	if (!(m & 0xffULL))
+		n += 1;
+	return n;
+}
+
+IG_INLINE int ig_set(struct ig_parse *p, __u8 action, __u8 reason)
+{
+	p->action = action;
+	p->reason = reason;
+	return 0;
+}
+
+/* Parses Ethernet (one VLAN tag), IPv4 (options) or IPv6, and TCP. Returns 1 for a TCP segment
+ * to a service port whose flags are sane (p->action = XDP_PASS, p->reason = IG_R_SEGMENT or
+ * IG_R_SYN, p->service = 1); 0 when the verdict is final. */
+IG_INLINE int ig_parse_l2l4(const __u8 *data, const __u8 *end, IG_CFG *cfg, struct ig_parse *p)
+{
+	const __u8 *l3, *l4;
+	__u16 proto;
+	__u32 l3_off = 14, l4_off, l4_len, doff, i;
+	__u8 flags;
+
+	p->cls = IG_CLASS_NONE;
+	if (data + 14 > end)
+		return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+	proto = ig_load16(data + 12);
+	l3 = data + 14;
+	if (proto == ig_bswap16(IG_ETH_P_8021Q) || proto == ig_bswap16(IG_ETH_P_8021AD)) {
+		if (data + 18 > end)
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		p->vlan = 1;
+		p->vlan_proto = proto;
+		p->vlan_tci = ig_load16(data + 14);
+		proto = ig_load16(data + 16);
+		l3 = data + 18;
+		l3_off = 18;
+	}
+	p->l3_off = (__u16)l3_off;
+
+	if (proto == ig_bswap16(IG_ETH_P_IP)) {
+		__u32 ihl, tot;
+		__u16 frag;
+		if (l3 + 20 > end)
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		ihl = (__u32)(l3[0] & 0x0f) * 4;
+		if ((l3[0] >> 4) != 4 || ihl < 20)
+			return ig_set(p, XDP_DROP, IG_R_BAD_IP_HEADER);
+		tot = ig_bswap16(ig_load16(l3 + 2));
+		if (tot < ihl)
+			return ig_set(p, XDP_DROP, IG_R_BAD_IP_HEADER);
+		if (tot > 0xff00) /* keeps packet pointer arithmetic in the verifier's range */
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		if (l3 + ihl > end || l3 + tot > end)
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		if (l3[9] != 6)
+			return ig_set(p, XDP_PASS, IG_R_NOT_TCP);
+		frag = ig_bswap16(ig_load16(l3 + 6));
+		if (frag & 0x3fff)
+			return ig_set(p, XDP_PASS, IG_R_IP_FRAGMENT);
+		p->key.family = 4;
+		p->key.saddr[0] = ig_load32(l3 + 12);
+		p->key.daddr[0] = ig_load32(l3 + 16);
+		l4 = l3 + ihl;
+		l4_off = l3_off + ihl;
+		l4_len = tot - ihl;
+	} else if (proto == ig_bswap16(IG_ETH_P_IPV6)) {
+		__u8 nh;
+		__u32 plen;
+		if (l3 + 40 > end)
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		if ((l3[0] >> 4) != 6)
+			return ig_set(p, XDP_DROP, IG_R_BAD_IP_HEADER);
+		plen = ig_bswap16(ig_load16(l3 + 4));
+		if (plen > 0xff00 || l3 + 40 + plen > end)
+			return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+		nh = l3[6];
+		if (nh != 6) {
+			/* hop-by-hop, routing, fragment, ESP, AH, destination, mobility, HIP, shim6,
+			 * experimental: not parsed here, the kernel decides */
+			if (nh == 0 || nh == 43 || nh == 44 || nh == 50 || nh == 51 || nh == 60 ||
+			    nh == 135 || nh == 139 || nh == 140 || nh == 253 || nh == 254)
+				return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+			return ig_set(p, XDP_PASS, IG_R_NOT_TCP);
+		}
+		p->key.family = 6;
+IG_UNROLL
+		for (i = 0; i < 4; i++) {
+			p->key.saddr[i] = ig_load32(l3 + 8 + 4 * i);
+			p->key.daddr[i] = ig_load32(l3 + 24 + 4 * i);
+		}
+		l4 = l3 + 40;
+		l4_off = l3_off + 40;
+		l4_len = plen;
+	} else {
+		return ig_set(p, XDP_PASS, IG_R_NOT_IP);
+	}
+
+	p->l4_off = (__u16)l4_off;
+	if (l4 + 20 > end)
+		return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
+	p->key.sport = ig_load16(l4);
+	p->key.dport = ig_load16(l4 + 2);
+	{
+		int hit = 0;
+IG_UNROLL
+		for (i = 0; i < IG_MAX_PORTS; i++)
+			if (i < cfg->nports && cfg->ports[i] == p->key.dport)
+				hit = 1;
+		if (!hit)
+			return ig_set(p, XDP_PASS, IG_R_NOT_SERVICE);
+	}
+	p->service = 1;
+	if (l4_len < 20)
+		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_HEADER);
+	doff = (__u32)(l4[12] >> 4) * 4;
+	if (doff < 20 || doff > l4_len)
+		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_HEADER);
+	flags = l4[13];
+	p->tcp_flags = flags;
+	p->seq = ig_bswap32(ig_load32(l4 + 4));
+	p->ack_seq = ig_bswap32(ig_load32(l4 + 8));
+	if ((flags & IG_TCP_SYN) && (flags & (IG_TCP_FIN | IG_TCP_RST)))
+		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_FLAGS);
+	if ((flags & IG_TCP_FIN) && (flags & IG_TCP_RST))
+		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_FLAGS);
+	if (!(flags & (IG_TCP_SYN | IG_TCP_RST | IG_TCP_ACK)))
+		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_FLAGS);
+	p->pl_off = (__u16)(p->l4_off + doff);
+	p->pl_len = (__u16)(l4_len - doff);
+	p->action = XDP_PASS;
+	p->reason = (flags & IG_TCP_SYN) && !(flags & IG_TCP_ACK) ? IG_R_SYN : IG_R_SEGMENT;
+	return 1;
+}
+
+/* Marks a rejected request start: a RST answers it when configured. */
+IG_INLINE void ig_reject(IG_CFG *cfg, struct ig_parse *p, __u8 reason)
+{
+	p->action = cfg->send_rst ? XDP_TX : XDP_DROP;
+	p->reason = reason;
+}
+
+/* HTTP/2: the 24-byte connection preface, then up to IG_MAX_H2_FRAMES frame headers. */
+IG_INLINE void ig_check_h2(const __u8 *pl, const __u8 *end, __u32 avail, IG_CFG *cfg,
+			   struct ig_parse *p)
+{
+	const char preface[24] = {'P', 'R', 'I', ' ', '*', ' ', 'H', 'T', 'T', 'P', '/', '2',
+				  '.', '0', '\r', '\n', '\r', '\n', 'S', 'M', '\r', '\n', '\r', '\n'};
+	__u32 i, off;
+
+	p->tag_flags |= IG_TF_HTTP2;
+	if (avail >= 24 && pl + 24 <= end) {
+		__u64 a = ig_load64(pl), b = ig_load64(pl + 8), c = ig_load64(pl + 16);
+		if (a != 0x5448202a20495250ULL || b != 0x0a0d302e322f5054ULL ||
+		    c != 0x0a0d0a0d4d530a0dULL)
+			return ig_reject(cfg, p, IG_R_BAD_H2_PREFACE);
+	} else {
+		/* a segment shorter than the preface: what is there must match */
+		for (i = 0; i < 24; i++) {
+			const __u8 *q = pl + i;
+			if (i >= avail || q + 1 > end)
+				break;
+			if (q[0] != (__u8)preface[i])
+				return ig_reject(cfg, p, IG_R_BAD_H2_PREFACE);
+		}
+		p->reason = IG_R_REQUEST;
+		p->tag_flags |= IG_TF_REQUEST_START;
+		return;
+	}
+
+	off = 24;
+	for (i = 0; i < IG_MAX_H2_FRAMES; i++) {
+		const __u8 *f;
+		__u32 len, sid;
+		__u8 type, fl;
+		if (off > 0x3fff)
+			break;
+		f = pl + off;
+		if (off + 9 > avail || f + 9 > end)
+			break;
+		len = ((__u32)f[0] << 16) | ((__u32)f[1] << 8) | f[2];
+		type = f[3];
+		fl = f[4];
+		sid = ig_bswap32(ig_load32(f + 5)) & 0x7fffffff;
+		if (len > cfg->h2_max_frame)
+			return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+		if (i == 0 && (type != 4 || (fl & 1)))
+			return ig_reject(cfg, p, IG_R_BAD_H2_FRAME); /* preface must go on with SETTINGS */
+		switch (type) {
+		case 0: /* DATA */
+		case 9: /* CONTINUATION */
+			if (sid == 0)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 1: /* HEADERS: a client opens odd streams */
+			if (sid == 0 || !(sid & 1))
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 2: /* PRIORITY */
+			if (sid == 0 || len != 5)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 3: /* RST_STREAM */
+			if (sid == 0 || len != 4)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 4: /* SETTINGS */
+			if (sid != 0 || len % 6 != 0 || ((fl & 1) && len != 0))
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 5: /* PUSH_PROMISE: never from a client */
+			return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+		case 6: /* PING */
+			if (sid != 0 || len != 8)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 7: /* GOAWAY */
+			if (sid != 0 || len < 8)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		case 8: /* WINDOW_UPDATE */
+			if (len != 4)
+				return ig_reject(cfg, p, IG_R_BAD_H2_FRAME);
+			break;
+		default: /* unknown types are ignored (RFC 9113 section 4.1) */
+			break;
+		}
+		off += 9 + len;
+	}
+	p->reason = IG_R_REQUEST;
+	p->tag_flags |= IG_TF_REQUEST_START;
+}
+
+/* Looks for "x-infergate-priority: <digit>" in the header block of hdr_len bytes at hdr_off.
+ * One verifier path per step: the position advances without branches. */
+IG_INLINE __u8 ig_find_priority(const __u8 *data, const __u8 *end, __u32 hdr_off, __u32 avail)
+{
+	const __u8 *h, *q;
+	__u32 i = 0, n, line = 1;
+
+	if (hdr_off > 0x7ff)
+		return IG_CLASS_NONE;
+	h = data + hdr_off;
+	for (n = 0; n < IG_MAX_HDR_STEPS; n++) {
+		__u64 w, m, none;
+		if (i > 0x7ff)
+			break;
+		IG_BARRIER_VAR(i);
+		q = h + (i & 0x7ff);
+		if (line) {
+			__u64 a, b, c;
+			/* a header line: the name, a digit and CRLF need 24 bytes */
+			if (i + 24 > avail || q + 24 > end)
+				break;
+			if (q[0] == '\r')
+				break; /* end of the header block */
+			a = ig_load64(q) | 0x2020202020202020ULL;
+			b = ig_load64(q + 8) | 0x2020202020202020ULL;
+			c = ig_load64(q + 16);
+			/* "x-infergate-priority:" = "x-inferg" "ate-prio" "rity:", compared lower-cased
+			 * ('-' and ':' already have bit 0x20 set) */
+			if (a == 0x677265666e692d78ULL && b == 0x6f6972702d657461ULL &&
+			    ((c | 0x2020202020ULL) & 0xffffffffffULL) == 0x3a79746972ULL) {
+				__u8 v1 = (__u8)(c >> 40), v2 = (__u8)(c >> 48);
+				if (v1 == ' ' || v1 == '\t')
+					v1 = v2;
+				if (v1 >= '0' && v1 < '0' + IG_NUM_CLASSES)
+					return (__u8)(v1 - '0');
+				return IG_CLASS_NONE;
+			}
+		}
+		if (i + 8 > avail || q + 8 > end)
+			break;
+		w = ig_load64(q);
+		m = ig_zero_bytes(w ^ 0x0a0a0a0a0a0a0a0aULL);
+		none = ((m | (0 - m)) >> 63) ^ 1; /* 1 when the word holds no LF */
+		/* next word, or the byte after the first LF */
+		i += ig_first_flag_bf(m) + 1 + 7 * (__u32)none;
+		line = 1 - (__u32)none;
+	}
+	return IG_CLASS_NONE;
+}
+
+/* Stage 1: method, start of the target, path prefixes and classes; the HTTP/2 preface.
+ * Returns 1 when ig_scan_target must judge the rest of the request line. */
+IG_INLINE int ig_classify_start(const __u8 *data, const __u8 *end, IG_CFG *cfg,
+				struct ig_parse *p, int known_first)
+{
+	const __u8 *pl, *t, *q;
+	__u32 avail, mlen = 0, i, n, tavail;
+	__u64 key = 0;
+	int looks = 0;
+
+	if (p->pl_off > 0x3ff)
+		return 0; /* headers longer than any we build: leave it to the kernel */
+	pl = data + p->pl_off;
+	/* the IP length check proved pl + pl_len <= end; every access below is still checked
+	 * against end for the verifier. Bytes past pl_len (Ethernet padding) are ignored. */
+	avail = p->pl_len;
+	if (known_first)
+		p->tag_flags |= IG_TF_FIRST_SEGMENT;
+
+	/* method token: 1..8 upper-case letters, then SP */
+	for (i = 0; i < 9; i++) {
+		__u8 c;
+		q = pl + i;
+		if (i >= avail || q + 1 > end)
+			break;
+		c = q[0];
+		if (c == ' ') {
+			if (i > 0) {
+				looks = 1;
+				mlen = i;
+			}
+			break;
+		}
+		if (c < 'A' || c > 'Z' || i == 8)
+			break;
+		key |= (__u64)c << (8 * i);
+	}
+	if (!looks) {
+		if (known_first)
+			ig_reject(cfg, p, IG_R_BAD_REQUEST_LINE);
+		return 0; /* a continuation: nothing one segment can prove */
+	}
+	if (key == 0x495250ULL) { /* "PRI" */
+		ig_check_h2(pl, end, avail, cfg, p);
+		return 0;
+	}
+	p->tag_flags |= IG_TF_REQUEST_START;
+	{
+		int ok = 0;
+IG_UNROLL
+		for (i = 0; i < IG_MAX_METHODS; i++)
+			if (i < cfg->nmethods && cfg->method_key[i] == key)
+				ok = 1;
+		if (!ok)
+			{ ig_reject(cfg, p, IG_R_BAD_METHOD); return 0; }
+	}
+
+	/* request target: origin-form, under an allowed prefix */
+	if (mlen > 8)
+		return 0;
+	t = pl + mlen + 1;
+	tavail = avail - mlen - 1;
+	if (mlen + 1 >= avail || t + 1 > end) {
+		p->reason = IG_R_REQUEST; /* the segment ends here: nothing more to prove */
+		return 0;
+	}
+	if (t[0] != '/')
+		{ ig_reject(cfg, p, IG_R_BAD_PATH); return 0; }
+	{
+		__u64 w[IG_PREFIX_WORDS] = {0, 0, 0, 0}, have[IG_PREFIX_WORDS] = {0, 0, 0, 0};
+		int allowed = 0, any_allow = 0;
+		__u8 cls = IG_CLASS_NONE;
+		if (tavail >= 32 && t + 32 <= end) {
+IG_UNROLL
+			for (i = 0; i < IG_PREFIX_WORDS; i++) {
+				w[i] = ig_load64(t + 8 * i);
+				have[i] = ~0ULL;
+			}
+		} else {
+			for (i = 0; i < 32; i++) {
+				IG_BARRIER_VAR(i);
+		q = t + (i & 0x3fff); /* the mask is for the verifier: i <= 0x3fff already */
+				if (i >= tavail || q + 1 > end)
+					break;
+				w[i / 8] |= (__u64)q[0] << (8 * (i % 8));
+				have[i / 8] |= 0xffULL << (8 * (i % 8));
+			}
+		}
+IG_UNROLL
+		for (n = 0; n < IG_MAX_PREFIXES; n++) {
+			int match = 1;
+			if (n >= cfg->nprefixes)
+				break;
+IG_UNROLL
+			for (i = 0; i < IG_PREFIX_WORDS; i++)
+				if ((w[i] & cfg->prefix[n].mask[i] & have[i]) !=
+				    (cfg->prefix[n].word[i] & have[i]))
+					match = 0;
+			if (cfg->prefix[n].allow) {
+				any_allow = 1;
+				if (match)
+					allowed = 1;
+			}
+			if (match && cls == IG_CLASS_NONE)
+				cls = cfg->prefix[n].cls;
+		}
+		if (any_allow && !allowed)
+			{ ig_reject(cfg, p, IG_R_BAD_PATH); return 0; }
+		p->cls = cls;
+	}
+
+	p->t_off = (__u16)(p->pl_off + mlen + 1);
+	p->t_len = (__u16)tavail;
+	p->reason = IG_R_REQUEST; /* provisional: ig_scan_target judges the rest */
+	return 1;
+}
+
+/* Stage 2a of an HTTP/1 request start: skips visible-ASCII words of the target. Returns the
+ * offset in the target where byte-wise judging starts, 0 when there is nothing to judge. */
+IG_INLINE __u32 ig_scan_target_words(const __u8 *data, const __u8 *end, struct ig_parse *p)
+{
+	const __u8 *t, *q;
+	__u32 i, n, tavail = p->t_len;
+
+	if (p->t_off > 0x7ff || tavail == 0)
+		return 0;
+	t = data + p->t_off;
+	/* find the SP that ends the target; every byte before it must be visible ASCII */
+	i = 1;
+	for (n = 0; n < IG_MAX_TARGET_WORDS; n++) {
+		__u64 w, m;
+		if (i > 0x3fff)
+			break;
+		IG_BARRIER_VAR(i);
+		q = t + (i & 0x3fff); /* the mask is for the verifier: i <= 0x3fff already */
+		if (i + 8 > tavail || q + 8 > end)
+			break;
+		w = ig_load64(q);
+		m = ((w - 0x2121212121212121ULL) | w | (w + 0x0101010101010101ULL)) & IG_HIGHS;
+		/* flags bytes < 0x21, >= 0x80 or == 0x7f (the +1 carries into the high bit) */
+		if (!m) {
+			i += 8;
+			continue;
+		}
+		i += ig_first_flag(m);
+		break;
+	}
+	if (n == IG_MAX_TARGET_WORDS)
+		return 0; /* a very long target: userspace judges it */
+	return i;
+}
+
+/* Stage 2b: from the byte the word scan stopped at (i, relative to the target), find the SP
+ * that ends the target, then check the version. */
+IG_INLINE void ig_check_target_end(const __u8 *data, const __u8 *end, IG_CFG *cfg,
+				   struct ig_parse *p, __u32 i)
+{
+	const __u8 *t, *v, *q;
+	__u32 n, tavail = p->t_len;
+
+	if (i == 0 || i > 0x3fff || p->t_off > 0x7ff)
+		return;
+	t = data + p->t_off;
+	/* byte-wise over at most 8 bytes: the flagged byte, or the tail of the segment */
+IG_UNROLL
+	for (n = 0; n < 8; n++) {
+		__u8 c;
+		if (i > 0x3fff || i >= tavail) {
+			p->reason = IG_R_REQUEST; /* segment ends inside the target */
+			return;
+		}
+		IG_BARRIER_VAR(i);
+		q = t + (i & 0x3fff); /* the mask is for the verifier: i <= 0x3fff already */
+		if (q + 1 > end) {
+			p->reason = IG_R_REQUEST;
+			return;
+		}
+		c = q[0];
+		if (c == ' ')
+			break;
+		if (c < 0x21 || c > 0x7e)
+			return ig_reject(cfg, p, IG_R_BAD_REQUEST_LINE);
+		i++;
+	}
+	if (n == 8) {
+		p->reason = IG_R_REQUEST;
+		return;
+	}
+
+	/* "HTTP/1.0\r\n" or "HTTP/1.1\r\n" */
+	if (i > 0x3fff)
+		return;
+	IG_BARRIER_VAR(i);
+	v = t + ((i + 1) & 0x3fff);
+	if (i + 1 + 10 <= tavail && v + 10 <= end) {
+		__u64 a = ig_load64(v);
+		if ((a & 0x00ffffffffffffffULL) != 0x002e312f50545448ULL ||
+		    (v[7] != '0' && v[7] != '1')) {
+			if ((a & 0xffffffffffULL) == 0x2f50545448ULL)
+				return ig_reject(cfg, p, IG_R_BAD_VERSION);
+			return ig_reject(cfg, p, IG_R_BAD_REQUEST_LINE);
+		}
+		if (v[8] != '\r' || v[9] != '\n')
+			return ig_reject(cfg, p, IG_R_BAD_REQUEST_LINE);
+	} else {
+		const char ver[10] = {'H', 'T', 'T', 'P', '/', '1', '.', '1', '\r', '\n'};
+		for (n = 0; n < 10; n++) {
+			__u8 c;
+			q = v + (n & 0xf);
+			if (i + 1 + n >= tavail || q + 1 > end)
+				break;
+			c = q[0];
+			if (n == 7 ? (c != '0' && c != '1') : c != (__u8)ver[n])
+				return ig_reject(cfg, p, n >= 5 && n < 8 ? IG_R_BAD_VERSION
+									 : IG_R_BAD_REQUEST_LINE);
+		}
+		p->reason = IG_R_REQUEST;
+		return;
+	}
+	p->reason = IG_R_REQUEST;
+
+	if (i + 11 < tavail) {
+		p->hdr_off = (__u16)(p->t_off + i + 11);
+		p->hdr_len = (__u16)(tavail - (i + 11));
+	}
+}
+
+/* Stage 2: the rest of the target and the version. On success sets hdr_off/hdr_len to the
+ * header block that follows (for ig_find_priority). */
+IG_INLINE void ig_scan_target(const __u8 *data, const __u8 *end, IG_CFG *cfg, struct ig_parse *p)
+{
+	ig_check_target_end(data, end, cfg, p, ig_scan_target_words(data, end, p));
+}
+
+/* Judges the payload of a non-SYN service segment (all stages; the BPF program runs stages 2
+ * and 3 as separate subprograms so the verifier checks each once). known_first: the program
+ * knows this is the connection's first data segment (it saw the SYN), so it must start a
+ * request. */
+IG_INLINE void ig_classify_payload(const __u8 *data, const __u8 *end, IG_CFG *cfg,
+				   struct ig_parse *p, int known_first)
+{
+	if (!ig_classify_start(data, end, cfg, p, known_first))
+		return;
+	ig_scan_target(data, end, cfg, p);
+	if (p->reason == IG_R_REQUEST && p->hdr_len && cfg->priority_header &&
+	    p->cls == IG_CLASS_NONE)
+		p->cls = ig_find_priority(data, end, p->hdr_off, p->hdr_len);
+}
+
+/* One's-complement sum helpers. */
+IG_INLINE __u32 ig_csum_add32(__u32 sum, __u32 v_net)
+{
+	return sum + (v_net & 0xffff) + (v_net >> 16);
+}
+IG_INLINE __u16 ig_csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* Rewrites the frame in place into a TCP RST (with ACK) answering the parsed segment: MACs,
+ * addresses and ports swapped, the VLAN tag kept, IP options dropped, seq = the segment's
+ * ack, ack = the segment's end. Returns the new frame length (the caller shrinks the frame),
+ * or -1 when the frame is too short to hold it. Checksums are computed in full. */
+IG_INLINE int ig_build_rst(__u8 *data, const __u8 *end, const struct ig_parse *p)
+{
+	__u8 mac[12];
+	__u8 *ip, *tcp;
+	__u32 sum, i, l3 = p->vlan ? 18 : 14;
+	__u32 seq = (p->tcp_flags & IG_TCP_ACK) ? p->ack_seq : 0;
+	__u32 ack = p->seq + p->pl_len + ((p->tcp_flags & IG_TCP_SYN) ? 1 : 0) +
+		    ((p->tcp_flags & IG_TCP_FIN) ? 1 : 0);
+	__u32 ip_len = p->key.family == 6 ? 40 : 20;
+
+	if (data + 14 > end)
+		return -1;
+IG_UNROLL
+	for (i = 0; i < 12; i++)
+		mac[i] = data[i];
+IG_UNROLL
+	for (i = 0; i < 6; i++) {
+		data[i] = mac[6 + i];
+		data[6 + i] = mac[i];
+	}
+	if (p->vlan) {
+		if (data + 18 > end)
+			return -1;
+		ig_store16(data + 12, p->vlan_proto);
+		ig_store16(data + 14, p->vlan_tci);
+		ip = data + 18;
+	} else {
+		ip = data + 14;
+	}
+	if (p->key.family == 6) {
+		if (ip + 60 > end)
+			return -1;
+		ig_store16(ip - 2, ig_bswap16(IG_ETH_P_IPV6));
+		ig_store32(ip, ig_bswap32(0x60000000));
+		ig_store16(ip + 4, ig_bswap16(20));
+		ip[6] = 6;
+		ip[7] = 64;
+IG_UNROLL
+		for (i = 0; i < 4; i++) {
+			ig_store32(ip + 8 + 4 * i, p->key.daddr[i]);
+			ig_store32(ip + 24 + 4 * i, p->key.saddr[i]);
+		}
+		tcp = ip + 40;
+		sum = 0;
+IG_UNROLL
+		for (i = 0; i < 4; i++) {
+			sum = ig_csum_add32(sum, p->key.saddr[i]);
+			sum = ig_csum_add32(sum, p->key.daddr[i]);
+		}
+	} else {
+		if (ip + 40 > end)
+			return -1;
+		ig_store16(ip - 2, ig_bswap16(IG_ETH_P_IP));
+		ip[0] = 0x45;
+		ip[1] = 0;
+		ig_store16(ip + 2, ig_bswap16(40));
+		ig_store16(ip + 4, 0);
+		ig_store16(ip + 6, ig_bswap16(0x4000)); /* DF */
+		ip[8] = 64;
+		ip[9] = 6;
+		ig_store16(ip + 10, 0);
+		ig_store32(ip + 12, p->key.daddr[0]);
+		ig_store32(ip + 16, p->key.saddr[0]);
+		sum = 0;
+		sum = ig_csum_add32(sum, ig_bswap32(0x45000028));
+		sum = ig_csum_add32(sum, ig_bswap32(0x00004000));
+		sum = ig_csum_add32(sum, ig_bswap32(0x40060000));
+		sum = ig_csum_add32(sum, p->key.saddr[0]);
+		sum = ig_csum_add32(sum, p->key.daddr[0]);
+		ig_store16(ip + 10, ig_csum_fold(sum));
+		tcp = ip + 20;
+		sum = ig_csum_add32(0, p->key.saddr[0]);
+		sum = ig_csum_add32(sum, p->key.daddr[0]);
+	}
+	if (tcp + 20 > end)
+		return -1;
+	/* pseudo header: protocol and TCP length (20) */
+	sum = ig_csum_add32(sum, ig_bswap32(6 + 20));
+	ig_store16(tcp, p->key.dport);
+	ig_store16(tcp + 2, p->key.sport);
+	ig_store32(tcp + 4, ig_bswap32(seq));
+	ig_store32(tcp + 8, ig_bswap32(ack));
+	tcp[12] = 5 << 4;
+	tcp[13] = IG_TCP_RST | IG_TCP_ACK;
+	ig_store32(tcp + 14, 0); /* window 0, checksum 0 for now */
+	ig_store16(tcp + 18, 0); /* urgent pointer */
+	sum = ig_csum_add32(sum, ((__u32)p->key.sport << 16) | p->key.dport);
+	sum = ig_csum_add32(sum, ig_bswap32(seq));
+	sum = ig_csum_add32(sum, ig_bswap32(ack));
+	sum = ig_csum_add32(sum, ig_bswap32(0x50140000));
+	ig_store16(tcp + 16, ig_csum_fold(sum));
+	return (int)(l3 + ip_len + 20);
+}
+
+#endif /* INFERGATE_XDP_CLASSIFIER_H */

@@ -1,0 +1,360 @@
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
+/* infergate's XDP ingress program: validate, drop, rate-limit and tag requests at the NIC.
+ *
+ * The stateless part (parsing, HTTP/1 request line, HTTP/2 preface, the RST) is classifier.h,
+ * shared with host C++. This file adds what needs memory across packets:
+ *   - ig_flows: per connection, the first data sequence number (so the first segment must
+ *     start a request), the latest request's tag (looked up by userspace in xdp-filter mode),
+ *     and flows we reset (their later segments are dropped);
+ *   - ig_buckets: per-source token buckets for SYNs and request starts;
+ *   - ig_cidrs: source CIDR -> class / rate-limit exemption;
+ *   - ig_state: the overload level, raised by userspace at run time;
+ *   - per-CPU counters for every (action, reason) and per (class, tag verdict).
+ * Load-time knobs are in the read-only ig_cfg, so the verifier prunes what is off.
+ */
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+#include "classifier.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+const volatile struct ig_config ig_cfg = {};
+
+struct ig_runtime {
+	__u32 overload_level; /* 0 = admit every class; n = admit classes < IG_NUM_CLASSES - n */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IG_NUM_ACTIONS * IG_R_MAX);
+	__type(key, __u32);
+	__type(value, struct ig_counter);
+} ig_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IG_NUM_CLASSES * IG_TV_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} ig_class_counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ig_flow_key);
+	__type(value, struct ig_flow_val);
+} ig_flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32[4]);
+	__type(value, struct ig_bucket);
+} ig_buckets SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ig_cidr_key);
+	__type(value, struct ig_cidr_val);
+} ig_cidrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ig_runtime);
+} ig_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} ig_xsks SEC(".maps");
+
+/* Source address as 16 bytes, IPv4 mapped into ::ffff:0:0/96. */
+static __always_inline void ig_src16(const struct ig_parse *p, __u32 a[4])
+{
+	if (p->key.family == 4) {
+		a[0] = 0;
+		a[1] = 0;
+		a[2] = ig_bswap32(0x0000ffff);
+		a[3] = p->key.saddr[0];
+	} else {
+		a[0] = p->key.saddr[0];
+		a[1] = p->key.saddr[1];
+		a[2] = p->key.saddr[2];
+		a[3] = p->key.saddr[3];
+	}
+}
+
+/* Refills and takes one token. Returns 1 if the source is within its rate. Buckets are
+ * updated without atomics: under concurrent CPUs the limit is approximate (it errs towards
+ * admitting), which is what a per-source flood limit needs. */
+static __always_inline int ig_take(__u64 *tokens, __u64 *last, __u64 now, __u64 rate, __u64 burst)
+{
+	const __u64 unit = 1000000000ULL;
+	__u64 cap = burst * unit, elapsed = now - *last, t = *tokens;
+	if (*last == 0) {
+		t = cap; /* a new source starts with a full bucket */
+	} else {
+		if (elapsed > 100 * unit)
+			elapsed = 100 * unit;
+		t += elapsed * rate;
+		if (t > cap)
+			t = cap;
+	}
+	*last = now;
+	if (t < unit) {
+		*tokens = t;
+		return 0;
+	}
+	*tokens = t - unit;
+	return 1;
+}
+
+/* Class and exemption from the source CIDR rules. */
+static __always_inline void ig_cidr_lookup(const struct ig_parse *p, __u8 *cls, __u8 *exempt)
+{
+	struct ig_cidr_key k = {.prefixlen = 128};
+	struct ig_cidr_val *v;
+	__u32 a[4];
+	ig_src16(p, a);
+	__builtin_memcpy(k.addr, a, 16);
+	v = bpf_map_lookup_elem(&ig_cidrs, &k);
+	if (v) {
+		*cls = v->cls;
+		*exempt = v->exempt;
+	}
+}
+
+static __always_inline __u32 ig_overload_level(void)
+{
+	__u32 zero = 0;
+	struct ig_runtime *rt = bpf_map_lookup_elem(&ig_state, &zero);
+	return rt ? rt->overload_level : 0;
+}
+
+static __always_inline int ig_admitted(__u8 cls, __u32 level)
+{
+	return (__u32)cls + level < IG_NUM_CLASSES;
+}
+
+/* Returns 1 if the source may go on (syn: a SYN; otherwise a request start). */
+static __always_inline int ig_rate_ok(const struct ig_parse *p, __u64 now, int syn)
+{
+	struct ig_bucket *b, fresh = {};
+	__u32 a[4];
+	__u64 rate = syn ? ig_cfg.syn_rate : ig_cfg.req_rate;
+	__u64 burst = syn ? ig_cfg.syn_burst : ig_cfg.req_burst;
+
+	if (rate == 0)
+		return 1;
+	ig_src16(p, a);
+	b = bpf_map_lookup_elem(&ig_buckets, a);
+	if (!b) {
+		bpf_map_update_elem(&ig_buckets, a, &fresh, BPF_NOEXIST);
+		b = bpf_map_lookup_elem(&ig_buckets, a);
+		if (!b)
+			return 1;
+	}
+	if (syn)
+		return ig_take(&b->syn_tokens, &b->syn_last_ns, now, rate, burst);
+	return ig_take(&b->req_tokens, &b->req_last_ns, now, rate, burst);
+}
+
+static __always_inline void ig_count(__u8 action, __u8 reason, __u64 bytes)
+{
+	__u32 idx = (__u32)action * IG_R_MAX + reason;
+	struct ig_counter *c = bpf_map_lookup_elem(&ig_counters, &idx);
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+static __always_inline void ig_count_class(__u8 cls, __u8 verdict)
+{
+	__u32 idx = (__u32)cls * IG_TV_MAX + verdict;
+	__u64 *c;
+	if (idx >= IG_NUM_CLASSES * IG_TV_MAX)
+		return;
+	c = bpf_map_lookup_elem(&ig_class_counters, &idx);
+	if (c)
+		(*c)++;
+}
+
+/* Stages 2 and 3 of the HTTP/1 check run as global subprograms: the verifier checks each once
+ * with its arguments unknown, instead of once per path through stage 1. */
+__attribute__((noinline)) int ig_target_end_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 i)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	if (!p)
+		return 0;
+	ig_check_target_end(data, end, &ig_cfg, p, i);
+	return 0;
+}
+
+__attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_parse *p)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	if (!p)
+		return 0;
+	/* = ig_scan_target(); the call resets what the verifier knows about i, so the rest is
+	 * checked once rather than once per word count */
+	return ig_target_end_sub(ctx, p, ig_scan_target_words(data, end, p));
+}
+
+__attribute__((noinline)) int ig_find_priority_sub(struct xdp_md *ctx, __u32 off, __u32 len)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	return ig_find_priority(data, end, off, len);
+}
+
+SEC("xdp")
+int ig_xdp_ingress(struct xdp_md *ctx)
+{
+	__u8 *data = (__u8 *)(long)ctx->data;
+	__u8 *end = (__u8 *)(long)ctx->data_end;
+	__u64 frame_len = ctx->data_end - ctx->data;
+	struct ig_parse p = {};
+	struct ig_tag tag = {};
+	int have_tag = 0;
+
+	if (ig_parse_l2l4(data, end, &ig_cfg, &p)) {
+		struct ig_flow_val *fv = 0;
+		int known_first = 0;
+		int syn = p.reason == IG_R_SYN;
+
+		if (ig_cfg.track_flows && !syn) {
+			fv = bpf_map_lookup_elem(&ig_flows, &p.key);
+			if (fv) {
+				if (fv->state == IG_FLOW_REJECTED) {
+					p.action = XDP_DROP;
+					p.reason = IG_R_REJECTED_FLOW;
+					goto out;
+				}
+				if (fv->state == IG_FLOW_SYN_SEEN && fv->first_seq == p.seq)
+					known_first = 1;
+			}
+		}
+		if (syn) {
+			__u8 cls = IG_CLASS_NONE, exempt = 0;
+			__u64 now = bpf_ktime_get_ns();
+			if (ig_cfg.cidr_rules)
+				ig_cidr_lookup(&p, &cls, &exempt);
+			if (cls >= IG_NUM_CLASSES)
+				cls = ig_cfg.default_cls;
+			if (!ig_admitted(cls, ig_overload_level())) {
+				p.action = XDP_DROP;
+				p.reason = IG_R_SYN_OVERLOAD;
+			} else if (!exempt && !ig_rate_ok(&p, now, 1)) {
+				p.action = XDP_DROP;
+				p.reason = IG_R_SYN_RATE_LIMITED;
+			} else if (ig_cfg.track_flows) {
+				struct ig_flow_val nv = {};
+				nv.first_seq = p.seq + 1;
+				nv.state = IG_FLOW_SYN_SEEN;
+				bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
+			}
+		} else if (p.pl_len) {
+			/* = ig_classify_payload(), stage by stage */
+			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
+				ig_scan_target_sub(ctx, &p);
+				if (p.reason == IG_R_REQUEST && p.hdr_len && ig_cfg.priority_header &&
+				    p.cls == IG_CLASS_NONE)
+					p.cls = (__u8)ig_find_priority_sub(ctx, p.hdr_off, p.hdr_len);
+				/* packet pointers do not survive a call: reload them */
+				data = (__u8 *)(long)ctx->data;
+				end = (__u8 *)(long)ctx->data_end;
+			}
+			if (p.reason == IG_R_REQUEST) {
+				__u8 cls = IG_CLASS_NONE, exempt = 0;
+				__u8 verdict = IG_TV_ADMIT;
+				tag.rx_ns = bpf_ktime_get_ns();
+				if (ig_cfg.cidr_rules)
+					ig_cidr_lookup(&p, &cls, &exempt);
+				if (cls >= IG_NUM_CLASSES)
+					cls = p.cls;
+				if (cls >= IG_NUM_CLASSES)
+					cls = ig_cfg.default_cls;
+				if (cls >= IG_NUM_CLASSES)
+					cls = IG_NUM_CLASSES - 1;
+				if (!ig_admitted(cls, ig_overload_level()))
+					verdict = IG_TV_OVERLOAD;
+				else if (!exempt && !ig_rate_ok(&p, tag.rx_ns, 0))
+					verdict = IG_TV_RATE_LIMITED;
+				tag.cls = cls;
+				tag.reason = IG_R_REQUEST;
+				tag.verdict = verdict;
+				tag.flags = p.tag_flags;
+				tag.magic = IG_TAG_MAGIC;
+				have_tag = 1;
+				ig_count_class(cls, verdict);
+				if (ig_cfg.track_flows) {
+					struct ig_flow_val nv = {};
+					nv.state = IG_FLOW_TAGGED;
+					nv.tag = tag;
+					bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
+				}
+			} else if (p.action != XDP_PASS) {
+				if (ig_cfg.track_flows) {
+					struct ig_flow_val nv = {};
+					nv.state = IG_FLOW_REJECTED;
+					bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
+				}
+			} else if (fv && known_first) {
+				/* not reached: a first segment either starts a request or is rejected */
+			}
+		}
+	}
+out:
+	ig_count(p.action, p.reason, frame_len);
+
+	if (p.action == XDP_TX) {
+		int len = ig_build_rst(data, end, &p);
+		if (len < 0 || len > 0xffff)
+			return XDP_DROP;
+		if (bpf_xdp_adjust_tail(ctx, len - (int)frame_len))
+			return XDP_DROP;
+		return XDP_TX;
+	}
+	if (p.action != XDP_PASS || !p.service)
+		return p.action;
+
+	if (ig_cfg.write_meta) {
+		struct ig_tag *meta;
+		if (!have_tag) {
+			tag.rx_ns = bpf_ktime_get_ns();
+			tag.cls = IG_CLASS_NONE;
+			tag.reason = p.reason;
+			tag.verdict = IG_TV_ADMIT;
+			tag.flags = p.tag_flags;
+			tag.magic = IG_TAG_MAGIC;
+		}
+		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)) == 0) {
+			meta = (struct ig_tag *)(long)ctx->data_meta;
+			data = (__u8 *)(long)ctx->data;
+			if ((__u8 *)(meta + 1) <= data)
+				*meta = tag;
+		}
+	}
+	if (ig_cfg.redirect_xsk)
+		return bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
+	return XDP_PASS;
+}
+
+/* The bare baseline the benchmark measures next to ig_xdp_ingress. */
+SEC("xdp")
+int ig_xdp_pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

@@ -1,0 +1,587 @@
+#include "xdp/xdp_filter.h"
+
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <linux/if_link.h>
+#include <linux/magic.h>
+#include <net/if.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ig_ingress.skel.h"
+
+namespace infergate::xdp {
+namespace {
+
+constexpr const char* kProgName = "ig_xdp_ingress";
+
+int libbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int n = vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string line(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) vsnprintf(line.data(), line.size() + 1, fmt, args);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  if (level == LIBBPF_WARN) {
+    spdlog::warn("libbpf: {}", line);
+  } else {
+    spdlog::debug("libbpf: {}", line);
+  }
+  return 0;
+}
+
+void setupLibbpf() {
+  static std::once_flag once;
+  std::call_once(once, [] { libbpf_set_print(libbpfPrint); });
+}
+
+std::string errnoText(int err) {
+  if (err < 0) err = -err;
+  return fmt::format("{} ({})", std::strerror(err), err);
+}
+
+const char* modeName(AttachMode m) { return m == AttachMode::kNative ? "native" : "generic"; }
+
+// Reads a per-CPU map of `nkeys` entries with values of `value_size` bytes, summing every
+// 8-byte field over CPUs into out[key * (value_size / 8) + field].
+bool readPercpuSums(int fd, uint32_t nkeys, size_t value_size, std::vector<uint64_t>& out) {
+  int ncpu = libbpf_num_possible_cpus();
+  if (ncpu <= 0) return false;
+  size_t stride = (value_size + 7) / 8 * 8;
+  size_t fields = value_size / 8;
+  std::vector<uint8_t> buf(stride * static_cast<size_t>(ncpu));
+  out.assign(nkeys * fields, 0);
+  for (uint32_t k = 0; k < nkeys; ++k) {
+    if (bpf_map_lookup_elem(fd, &k, buf.data()) != 0) return false;
+    for (int c = 0; c < ncpu; ++c) {
+      for (size_t f = 0; f < fields; ++f) {
+        uint64_t v;
+        std::memcpy(&v, buf.data() + stride * c + 8 * f, 8);
+        out[k * fields + f] += v;
+      }
+    }
+  }
+  return true;
+}
+
+XdpCounters readCountersFromFds(int counters_fd, int class_fd) {
+  XdpCounters c;
+  std::vector<uint64_t> v;
+  if (counters_fd >= 0 &&
+      readPercpuSums(counters_fd, IG_NUM_ACTIONS * IG_R_MAX, sizeof(ig_counter), v)) {
+    for (int a = 0; a < IG_NUM_ACTIONS; ++a) {
+      for (int r = 0; r < IG_R_MAX; ++r) {
+        c.packets[a][r] = v[(a * IG_R_MAX + r) * 2];
+        c.bytes[a][r] = v[(a * IG_R_MAX + r) * 2 + 1];
+      }
+    }
+  }
+  if (class_fd >= 0 && readPercpuSums(class_fd, IG_NUM_CLASSES * IG_TV_MAX, sizeof(uint64_t), v)) {
+    for (int k = 0; k < IG_NUM_CLASSES; ++k)
+      for (int t = 0; t < IG_TV_MAX; ++t) c.requests[k][t] = v[k * IG_TV_MAX + t];
+  }
+  return c;
+}
+
+absl::StatusOr<std::vector<uint8_t>> parseCidr(const std::string& text, uint32_t* prefixlen) {
+  std::string addr = text;
+  int len = -1;
+  auto slash = text.find('/');
+  if (slash != std::string::npos) {
+    addr = text.substr(0, slash);
+    try {
+      len = std::stoi(text.substr(slash + 1));
+    } catch (...) {
+      return absl::InvalidArgumentError(fmt::format("'{}': bad prefix length", text));
+    }
+  }
+  std::vector<uint8_t> out(16, 0);
+  in_addr a4;
+  in6_addr a6;
+  if (inet_pton(AF_INET, addr.c_str(), &a4) == 1) {
+    if (len < 0) len = 32;
+    if (len > 32) return absl::InvalidArgumentError(fmt::format("'{}': prefix over 32", text));
+    out[10] = out[11] = 0xff;
+    std::memcpy(out.data() + 12, &a4, 4);
+    *prefixlen = 96 + len;
+  } else if (inet_pton(AF_INET6, addr.c_str(), &a6) == 1) {
+    if (len < 0) len = 128;
+    if (len > 128) return absl::InvalidArgumentError(fmt::format("'{}': prefix over 128", text));
+    std::memcpy(out.data(), &a6, 16);
+    *prefixlen = len;
+  } else {
+    return absl::InvalidArgumentError(fmt::format("'{}' is not an IPv4 or IPv6 CIDR", text));
+  }
+  return out;
+}
+
+absl::Status fillPrefix(const std::string& prefix, bool allow, int cls, ig_prefix* p,
+                        const std::string& where) {
+  if (prefix.empty() || prefix.size() > IG_PREFIX_MAX_LEN || prefix[0] != '/')
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: '{}' must start with '/' and be 1..{} bytes", where, prefix, IG_PREFIX_MAX_LEN));
+  std::memset(p, 0, sizeof(*p));
+  for (size_t i = 0; i < prefix.size(); ++i) {
+    p->word[i / 8] |= static_cast<uint64_t>(static_cast<uint8_t>(prefix[i])) << (8 * (i % 8));
+    p->mask[i / 8] |= 0xffULL << (8 * (i % 8));
+  }
+  p->len = static_cast<uint8_t>(prefix.size());
+  p->allow = allow ? 1 : 0;
+  p->cls = cls < 0 ? IG_CLASS_NONE : static_cast<uint8_t>(cls);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* className(int cls) {
+  static const char* kNames[kNumClasses] = {"high", "normal", "low", "background"};
+  return cls >= 0 && cls < kNumClasses ? kNames[cls] : "none";
+}
+
+const char* reasonName(int reason) {
+  static const char* kNames[IG_R_MAX] = {
+      "none",           "not_ip",          "not_tcp",          "not_service",
+      "ipv6_ext",       "ip_fragment",     "segment",          "syn",
+      "request",        "truncated",       "bad_ip_header",    "bad_tcp_header",
+      "bad_tcp_flags",  "bad_request_line", "bad_method",      "bad_path",
+      "bad_version",    "bad_h2_preface",  "bad_h2_frame",     "rejected_flow",
+      "syn_rate_limited", "syn_overload"};
+  static_assert(IG_R_MAX == 22, "reasonName table out of date");
+  return reason >= 0 && reason < IG_R_MAX ? kNames[reason] : "unknown";
+}
+
+const char* actionName(int action) {
+  switch (action) {
+    case XDP_ABORTED: return "aborted";
+    case XDP_DROP: return "drop";
+    case XDP_PASS: return "pass";
+    case XDP_TX: return "tx";
+    case XDP_REDIRECT: return "redirect";
+  }
+  return "unknown";
+}
+
+const char* tagVerdictName(int verdict) {
+  switch (verdict) {
+    case IG_TV_ADMIT: return "admit";
+    case IG_TV_RATE_LIMITED: return "rate_limited";
+    case IG_TV_OVERLOAD: return "overload";
+  }
+  return "unknown";
+}
+
+uint64_t XdpCounters::total(int action) const {
+  uint64_t t = 0;
+  for (auto v : packets[action]) t += v;
+  return t;
+}
+
+absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
+                                                  std::vector<uint16_t> service_ports) {
+  XdpOptions o;
+  o.interface = c.interface;
+  if (c.attach == "native") {
+    o.attach = AttachMode::kNative;
+  } else if (c.attach == "generic") {
+    o.attach = AttachMode::kGeneric;
+  } else {
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.attach: '{}' (expected native or generic)", c.attach));
+  }
+  o.service_ports = std::move(service_ports);
+  o.methods = c.methods;
+  o.path_prefixes = c.path_prefixes;
+  o.http2_max_frame_size = c.http2_max_frame_size;
+  o.syn_rate_per_sec = c.rate_limit.rate_per_sec;
+  o.syn_burst = c.rate_limit.burst;
+  o.pin_path = c.pin_path;
+  ig_config scratch;
+  if (auto s = buildConfig(o, &scratch); !s.ok()) return s;
+  return o;
+}
+
+absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
+  std::memset(cfg, 0, sizeof(*cfg));
+  if (o.service_ports.empty() || o.service_ports.size() > IG_MAX_PORTS)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp: {} service ports (expected 1..{})", o.service_ports.size(), IG_MAX_PORTS));
+  for (size_t i = 0; i < o.service_ports.size(); ++i) cfg->ports[i] = htons(o.service_ports[i]);
+  cfg->nports = static_cast<uint32_t>(o.service_ports.size());
+
+  if (o.methods.empty() || o.methods.size() > IG_MAX_METHODS)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.methods: {} methods (expected 1..{})", o.methods.size(), IG_MAX_METHODS));
+  for (size_t i = 0; i < o.methods.size(); ++i) {
+    const std::string& m = o.methods[i];
+    if (m.empty() || m.size() > 8)
+      return absl::InvalidArgumentError(fmt::format("xdp.methods[{}]: '{}' must be 1..8 bytes", i, m));
+    uint64_t key = 0;
+    for (size_t j = 0; j < m.size(); ++j) {
+      if (m[j] < 'A' || m[j] > 'Z')
+        return absl::InvalidArgumentError(
+            fmt::format("xdp.methods[{}]: '{}' must be upper-case letters", i, m));
+      key |= static_cast<uint64_t>(static_cast<uint8_t>(m[j])) << (8 * j);
+    }
+    cfg->method_key[i] = key;
+  }
+  cfg->nmethods = static_cast<uint32_t>(o.methods.size());
+
+  if (o.path_prefixes.size() + o.path_classes.size() > IG_MAX_PREFIXES)
+    return absl::InvalidArgumentError(fmt::format(
+        "xdp.path_prefixes: {} prefixes and {} class rules (at most {} together)",
+        o.path_prefixes.size(), o.path_classes.size(), IG_MAX_PREFIXES));
+  uint32_t n = 0;
+  // class rules first: the first matching rule with a class wins
+  for (size_t i = 0; i < o.path_classes.size(); ++i) {
+    const auto& r = o.path_classes[i];
+    if (r.cls < 0 || r.cls >= kNumClasses)
+      return absl::InvalidArgumentError(
+          fmt::format("xdp.path_classes[{}]: class {} (expected 0..{})", i, r.cls, kNumClasses - 1));
+    if (auto s = fillPrefix(r.prefix, false, r.cls, &cfg->prefix[n++],
+                            fmt::format("xdp.path_classes[{}]", i));
+        !s.ok())
+      return s;
+  }
+  for (size_t i = 0; i < o.path_prefixes.size(); ++i) {
+    if (auto s = fillPrefix(o.path_prefixes[i], true, -1, &cfg->prefix[n++],
+                            fmt::format("xdp.path_prefixes[{}]", i));
+        !s.ok())
+      return s;
+  }
+  cfg->nprefixes = n;
+  if (o.http2_max_frame_size < 16384 || o.http2_max_frame_size > 16777215)
+    return absl::InvalidArgumentError(fmt::format(
+        "xdp.http2_max_frame_size: {} (expected 16384..16777215)", o.http2_max_frame_size));
+  cfg->h2_max_frame = o.http2_max_frame_size;
+  cfg->syn_rate = o.syn_rate_per_sec;
+  cfg->syn_burst = o.syn_burst ? o.syn_burst : o.syn_rate_per_sec;
+  cfg->req_rate = o.request_rate_per_sec;
+  cfg->req_burst = o.request_burst ? o.request_burst : o.request_rate_per_sec;
+  if (o.default_class < 0 || o.default_class >= kNumClasses)
+    return absl::InvalidArgumentError(fmt::format("xdp: default class {}", o.default_class));
+  cfg->default_cls = static_cast<uint8_t>(o.default_class);
+  cfg->send_rst = o.send_rst;
+  cfg->priority_header = o.priority_header;
+  cfg->write_meta = o.write_metadata;
+  cfg->track_flows = o.track_flows;
+  cfg->cidr_rules = !o.cidr_rules.empty();
+  cfg->redirect_xsk = 0;
+  return absl::OkStatus();
+}
+
+FlowTuple FlowTuple::fromSockaddrs(const sockaddr* peer, const sockaddr* local) {
+  FlowTuple f;
+  auto fill = [&f](const sockaddr* sa, std::array<uint8_t, 16>& addr, uint16_t& port) {
+    if (sa->sa_family == AF_INET) {
+      auto* s4 = reinterpret_cast<const sockaddr_in*>(sa);
+      f.family = AF_INET;
+      std::memcpy(addr.data(), &s4->sin_addr, 4);
+      port = ntohs(s4->sin_port);
+    } else {
+      auto* s6 = reinterpret_cast<const sockaddr_in6*>(sa);
+      port = ntohs(s6->sin6_port);
+      if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+        f.family = AF_INET;
+        std::memcpy(addr.data(), reinterpret_cast<const uint8_t*>(&s6->sin6_addr) + 12, 4);
+      } else {
+        f.family = AF_INET6;
+        std::memcpy(addr.data(), &s6->sin6_addr, 16);
+      }
+    }
+  };
+  fill(peer, f.peer_addr, f.peer_port);
+  fill(local, f.local_addr, f.local_port);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::load(const XdpOptions& opts) {
+  std::unique_ptr<XdpFilter> f(new XdpFilter(opts));
+  if (auto s = f->loadProgram(); !s.ok()) return s;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(const XdpOptions& opts) {
+  if (opts.interface.empty())
+    return absl::InvalidArgumentError("xdp.interface is required in xdp-filter and afxdp modes");
+  std::unique_ptr<XdpFilter> f(new XdpFilter(opts));
+  f->ifindex_ = static_cast<int>(if_nametoindex(opts.interface.c_str()));
+  if (f->ifindex_ == 0)
+    return absl::NotFoundError(fmt::format("xdp.interface: no interface named '{}'", opts.interface));
+  if (auto s = f->loadProgram(); !s.ok()) return s;
+  if (auto s = f->attachProgram(); !s.ok()) return s;
+  if (!opts.pin_path.empty()) {
+    if (auto s = f->pinMaps(); !s.ok()) return s;
+  }
+  return f;
+}
+
+absl::Status XdpFilter::loadProgram() {
+  setupLibbpf();
+  ig_config cfg;
+  if (auto s = buildConfig(opts_, &cfg); !s.ok()) return s;
+  skel_ = ig_ingress__open();
+  if (!skel_)
+    return absl::InternalError(fmt::format("opening the XDP skeleton: {}", errnoText(errno)));
+  std::memcpy(&skel_->rodata->ig_cfg, &cfg, sizeof(cfg));
+  bpf_map__set_max_entries(skel_->maps.ig_flows, opts_.flow_entries ? opts_.flow_entries : 1);
+  bpf_map__set_max_entries(skel_->maps.ig_buckets, opts_.bucket_entries ? opts_.bucket_entries : 1);
+  int err = ig_ingress__load(skel_);
+  if (err) {
+    if (err == -EPERM || errno == EPERM)
+      return absl::PermissionDeniedError(
+          "loading the XDP program was refused (EPERM): run as root or grant CAP_BPF, "
+          "CAP_NET_ADMIN and CAP_PERFMON, and check kernel.unprivileged_bpf_disabled");
+    return absl::InternalError(fmt::format(
+        "loading the XDP program failed: {} (run with log level debug for the verifier log)",
+        errnoText(err)));
+  }
+  uint32_t zero = 0;
+  struct {
+    uint32_t level, pad;
+  } rt{static_cast<uint32_t>(opts_.overload_level), 0};
+  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &rt, sizeof(rt), BPF_ANY))
+    return absl::InternalError(fmt::format("setting the overload level: {}", errnoText(errno)));
+  for (size_t i = 0; i < opts_.cidr_rules.size(); ++i) {
+    const auto& r = opts_.cidr_rules[i];
+    ig_cidr_key k{};
+    auto addr = parseCidr(r.cidr, &k.prefixlen);
+    if (!addr.ok())
+      return absl::InvalidArgumentError(
+          fmt::format("xdp.cidr_rules[{}]: {}", i, std::string(addr.status().message())));
+    std::memcpy(k.addr, addr->data(), 16);
+    ig_cidr_val v{};
+    v.cls = r.cls < 0 ? IG_CLASS_NONE : static_cast<uint8_t>(r.cls);
+    v.exempt = r.exempt ? 1 : 0;
+    if (r.cls >= kNumClasses)
+      return absl::InvalidArgumentError(fmt::format("xdp.cidr_rules[{}]: class {}", i, r.cls));
+    if (bpf_map__update_elem(skel_->maps.ig_cidrs, &k, sizeof(k), &v, sizeof(v), BPF_ANY))
+      return absl::InternalError(
+          fmt::format("xdp.cidr_rules[{}]: map update: {}", i, errnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status XdpFilter::attachProgram() {
+  const char* mode = modeName(opts_.attach);
+  uint32_t mode_flag = opts_.attach == AttachMode::kNative ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+  int prog_fd = bpf_program__fd(skel_->progs.ig_xdp_ingress);
+
+  // What runs there now? Ours (a previous infergate) is replaced atomically; others are kept.
+  uint32_t old_id = 0;
+  int old_fd = -1;
+  if (bpf_xdp_query_id(ifindex_, static_cast<int>(mode_flag), &old_id) == 0 && old_id != 0) {
+    old_fd = bpf_prog_get_fd_by_id(old_id);
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    if (old_fd < 0 || bpf_obj_get_info_by_fd(old_fd, &info, &len) != 0) {
+      if (old_fd >= 0) close(old_fd);
+      return absl::FailedPreconditionError(fmt::format(
+          "interface {} already has XDP program id {} ({} mode) that cannot be inspected: {}",
+          opts_.interface, old_id, mode, errnoText(errno)));
+    }
+    if (std::strncmp(info.name, kProgName, sizeof(info.name)) != 0) {
+      close(old_fd);
+      return absl::FailedPreconditionError(fmt::format(
+          "interface {} already runs XDP program '{}' (id {}) in {} mode; remove it "
+          "(ip link set dev {} xdp off) or choose another xdp.interface",
+          opts_.interface, info.name, old_id, mode, opts_.interface));
+    }
+    spdlog::info("xdp: replacing infergate program id {} on {}", old_id, opts_.interface);
+  }
+  LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
+  uint32_t flags = mode_flag;
+  if (old_fd >= 0) {
+    aopts.old_prog_fd = old_fd;
+    flags |= XDP_FLAGS_REPLACE;
+  } else {
+    flags |= XDP_FLAGS_UPDATE_IF_NOEXIST;
+  }
+  int err = bpf_xdp_attach(ifindex_, prog_fd, flags, &aopts);
+  if (old_fd >= 0) close(old_fd);
+  if (err) {
+    switch (-err) {
+      case EPERM:
+      case EACCES:
+        return absl::PermissionDeniedError(fmt::format(
+            "attaching XDP to {} in {} mode was refused: needs CAP_NET_ADMIN (and CAP_BPF)",
+            opts_.interface, mode));
+      case EOPNOTSUPP:
+        return absl::FailedPreconditionError(fmt::format(
+            "interface {}'s driver has no {} XDP support; set xdp.attach: generic", opts_.interface,
+            mode));
+      case EBUSY:
+      case EEXIST:
+        return absl::FailedPreconditionError(fmt::format(
+            "interface {} already has an XDP program in another mode than {}; remove it "
+            "(ip link set dev {} xdp off)",
+            opts_.interface, mode, opts_.interface));
+      default:
+        return absl::InternalError(fmt::format(
+            "attaching XDP to {} in {} mode failed: {} (a native XDP program limits the MTU; "
+            "check `ip link` and dmesg)",
+            opts_.interface, mode, errnoText(err)));
+    }
+  }
+  attached_ = true;
+  attach_flags_ = mode_flag;
+  spdlog::info("xdp: program attached to {} ({} mode), service ports {}", opts_.interface, mode,
+               fmt::join(opts_.service_ports, ","));
+  return absl::OkStatus();
+}
+
+absl::Status XdpFilter::pinMaps() {
+  struct statfs st;
+  if (statfs(opts_.pin_path.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC)
+    return absl::FailedPreconditionError(fmt::format(
+        "xdp.pin_path: {} is not a directory on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf "
+        "and mkdir it)",
+        opts_.pin_path));
+  bpf_map* maps[] = {skel_->maps.ig_counters, skel_->maps.ig_class_counters, skel_->maps.ig_flows,
+                     skel_->maps.ig_state};
+  for (bpf_map* m : maps) {
+    std::string path = opts_.pin_path + "/" + bpf_map__name(m);
+    unlink(path.c_str());  // a previous run's pin: replaced by ours
+    if (int err = bpf_map__pin(m, path.c_str()); err)
+      return absl::InternalError(fmt::format("pinning {}: {}", path, errnoText(err)));
+  }
+  pinned_ = true;
+  return absl::OkStatus();
+}
+
+void XdpFilter::detach() {
+  if (attached_) {
+    LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
+    aopts.old_prog_fd = bpf_program__fd(skel_->progs.ig_xdp_ingress);
+    int err = bpf_xdp_detach(ifindex_, attach_flags_ | XDP_FLAGS_REPLACE, &aopts);
+    if (err)
+      spdlog::warn("xdp: detaching from {}: {} (another program replaced ours?)", opts_.interface,
+                   errnoText(err));
+    else
+      spdlog::info("xdp: program detached from {}", opts_.interface);
+    attached_ = false;
+  }
+  if (pinned_) {
+    bpf_map* maps[] = {skel_->maps.ig_counters, skel_->maps.ig_class_counters,
+                       skel_->maps.ig_flows, skel_->maps.ig_state};
+    for (bpf_map* m : maps) bpf_map__unpin(m, nullptr);
+    pinned_ = false;
+  }
+}
+
+XdpFilter::~XdpFilter() {
+  detach();
+  if (skel_) ig_ingress__destroy(skel_);
+}
+
+int XdpFilter::programFd() const { return bpf_program__fd(skel_->progs.ig_xdp_ingress); }
+int XdpFilter::passProgramFd() const { return bpf_program__fd(skel_->progs.ig_xdp_pass); }
+
+XdpCounters XdpFilter::readCounters() const {
+  return readCountersFromFds(bpf_map__fd(skel_->maps.ig_counters),
+                             bpf_map__fd(skel_->maps.ig_class_counters));
+}
+
+std::string renderPrometheus(const XdpCounters& c) {
+  std::string out;
+  out += "# HELP infergate_xdp_packets_total Packets seen by the XDP ingress program, by verdict and reason.\n";
+  out += "# TYPE infergate_xdp_packets_total counter\n";
+  for (int a = 0; a < IG_NUM_ACTIONS; ++a)
+    for (int r = 0; r < IG_R_MAX; ++r)
+      if (c.packets[a][r])
+        out += fmt::format("infergate_xdp_packets_total{{verdict=\"{}\",reason=\"{}\"}} {}\n",
+                           actionName(a), reasonName(r), c.packets[a][r]);
+  out += "# HELP infergate_xdp_bytes_total Bytes seen by the XDP ingress program, by verdict and reason.\n";
+  out += "# TYPE infergate_xdp_bytes_total counter\n";
+  for (int a = 0; a < IG_NUM_ACTIONS; ++a)
+    for (int r = 0; r < IG_R_MAX; ++r)
+      if (c.packets[a][r])
+        out += fmt::format("infergate_xdp_bytes_total{{verdict=\"{}\",reason=\"{}\"}} {}\n",
+                           actionName(a), reasonName(r), c.bytes[a][r]);
+  out += "# HELP infergate_xdp_requests_total Request starts tagged by the XDP program, by class and tag verdict.\n";
+  out += "# TYPE infergate_xdp_requests_total counter\n";
+  for (int k = 0; k < IG_NUM_CLASSES; ++k)
+    for (int t = 0; t < IG_TV_MAX; ++t)
+      out += fmt::format("infergate_xdp_requests_total{{class=\"{}\",verdict=\"{}\"}} {}\n",
+                         className(k), tagVerdictName(t), c.requests[k][t]);
+  return out;
+}
+
+void XdpFilter::registerMetrics(common::MetricsRegistry& registry) {
+  registry.addCollector([this](std::string& out) { out += renderPrometheus(readCounters()); });
+}
+
+absl::Status XdpFilter::setOverloadLevel(int level) {
+  if (level < 0 || level >= kNumClasses)
+    return absl::InvalidArgumentError(
+        fmt::format("overload level {} (expected 0..{})", level, kNumClasses - 1));
+  uint32_t zero = 0;
+  struct {
+    uint32_t level, pad;
+  } rt{static_cast<uint32_t>(level), 0};
+  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &rt, sizeof(rt), BPF_ANY))
+    return absl::InternalError(fmt::format("setting the overload level: {}", errnoText(errno)));
+  opts_.overload_level = level;
+  return absl::OkStatus();
+}
+
+std::optional<Tag> XdpFilter::lookupFlowTag(const FlowTuple& f) const {
+  ig_flow_key k{};
+  size_t n = f.family == AF_INET ? 4 : 16;
+  std::memcpy(k.saddr, f.peer_addr.data(), n);
+  std::memcpy(k.daddr, f.local_addr.data(), n);
+  k.sport = htons(f.peer_port);
+  k.dport = htons(f.local_port);
+  k.family = f.family == AF_INET ? 4 : 6;
+  ig_flow_val v{};
+  if (bpf_map__lookup_elem(skel_->maps.ig_flows, &k, sizeof(k), &v, sizeof(v), 0) != 0)
+    return std::nullopt;
+  if (v.state != IG_FLOW_TAGGED) return std::nullopt;
+  Tag t;
+  t.cls = v.tag.cls;
+  t.verdict = v.tag.verdict;
+  t.flags = v.tag.flags;
+  t.rx_ns = v.tag.rx_ns;
+  return t;
+}
+
+absl::Status printPinnedStats(const std::string& pin_path, std::FILE* out) {
+  std::string cpath = pin_path + "/ig_counters";
+  int cfd = bpf_obj_get(cpath.c_str());
+  if (cfd < 0)
+    return absl::NotFoundError(fmt::format(
+        "no XDP counters pinned at {}: {} (is infergate running with xdp.pin_path: {}?)", cpath,
+        errnoText(errno), pin_path));
+  std::string kpath = pin_path + "/ig_class_counters";
+  int kfd = bpf_obj_get(kpath.c_str());
+  XdpCounters c = readCountersFromFds(cfd, kfd);
+  close(cfd);
+  if (kfd >= 0) close(kfd);
+  std::fprintf(out, "%-10s %-20s %16s %16s\n", "verdict", "reason", "packets", "bytes");
+  for (int a = 0; a < IG_NUM_ACTIONS; ++a)
+    for (int r = 0; r < IG_R_MAX; ++r)
+      if (c.packets[a][r])
+        std::fprintf(out, "%-10s %-20s %16llu %16llu\n", actionName(a), reasonName(r),
+                     static_cast<unsigned long long>(c.packets[a][r]),
+                     static_cast<unsigned long long>(c.bytes[a][r]));
+  std::fprintf(out, "\n%-12s %12s %14s %12s\n", "class", "admitted", "rate_limited", "overload");
+  for (int k = 0; k < IG_NUM_CLASSES; ++k)
+    std::fprintf(out, "%-12s %12llu %14llu %12llu\n", className(k),
+                 static_cast<unsigned long long>(c.requests[k][IG_TV_ADMIT]),
+                 static_cast<unsigned long long>(c.requests[k][IG_TV_RATE_LIMITED]),
+                 static_cast<unsigned long long>(c.requests[k][IG_TV_OVERLOAD]));
+  return absl::OkStatus();
+}
+
+}  // namespace infergate::xdp

@@ -1,0 +1,128 @@
+#pragma once
+// The control plane of the XDP ingress program (ingress.bpf.c): load it with XdpOptions,
+// attach it to one interface, read its counters, change the overload level, look up flow
+// tags, detach it.
+//
+// Ownership: XdpFilter owns the loaded program, its maps and the attachment. Destroying it
+// detaches the program (only if the interface still runs ours) and unpins its maps.
+// Threading: attach/detach from one thread (start-up, shutdown). readCounters(),
+// setOverloadLevel() and lookupFlowTag() are safe to call from any thread concurrently with
+// each other (they are single map syscalls), e.g. from the admin thread at scrape time.
+// None of them is meant for a per-packet path: each is a bpf() system call.
+
+#include <netinet/in.h>
+
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "xdp/ingress_shared.h"
+#include "xdp/xdp_options.h"
+
+struct ig_ingress;  // the bpftool skeleton
+
+namespace infergate::xdp {
+
+// Counters summed over CPUs.
+struct XdpCounters {
+  // packets[action][reason], action = XDP_ABORTED..XDP_REDIRECT, reason = enum ig_reason.
+  std::array<std::array<uint64_t, IG_R_MAX>, IG_NUM_ACTIONS> packets{};
+  std::array<std::array<uint64_t, IG_R_MAX>, IG_NUM_ACTIONS> bytes{};
+  // requests[class][tag verdict]: request starts seen, per class and admit/limit/overload.
+  std::array<std::array<uint64_t, IG_TV_MAX>, IG_NUM_CLASSES> requests{};
+
+  uint64_t total(int action) const;
+};
+
+const char* reasonName(int reason);      // "bad_request_line", ...
+const char* actionName(int action);      // "drop", "pass", "tx", "redirect", "aborted"
+const char* tagVerdictName(int verdict); // "admit", "rate_limited", "overload"
+
+// The priority tag of a connection (xdp-filter mode): what the program saw at the latest
+// request start on it.
+struct Tag {
+  int cls = 1;
+  int verdict = IG_TV_ADMIT;   // enum ig_tag_verdict
+  uint32_t flags = 0;          // enum ig_tag_flags
+  uint64_t rx_ns = 0;          // CLOCK_MONOTONIC
+};
+
+// A connection as the gateway's socket sees it: peer = the client, local = the gateway.
+struct FlowTuple {
+  int family = AF_INET;               // AF_INET or AF_INET6
+  std::array<uint8_t, 16> peer_addr{}; // IPv4 in the first 4 bytes, network order
+  std::array<uint8_t, 16> local_addr{};
+  uint16_t peer_port = 0;             // host order
+  uint16_t local_port = 0;
+
+  static FlowTuple fromSockaddrs(const sockaddr* peer, const sockaddr* local);
+};
+
+class XdpFilter {
+ public:
+  // Loads the program with `opts`, fills its maps and attaches it to opts.interface (native,
+  // or generic when asked). An infergate program already on the interface is replaced
+  // atomically; another program is left alone and reported. Errors name the interface, the
+  // mode and the missing capability or setting.
+  static absl::StatusOr<std::unique_ptr<XdpFilter>> attach(const XdpOptions& opts);
+
+  // Loads without attaching (tests, benchmarks): the program fd can be run with
+  // BPF_PROG_TEST_RUN.
+  static absl::StatusOr<std::unique_ptr<XdpFilter>> load(const XdpOptions& opts);
+
+  ~XdpFilter();
+  XdpFilter(const XdpFilter&) = delete;
+  XdpFilter& operator=(const XdpFilter&) = delete;
+
+  // Detaches (if still ours) and unpins. Idempotent.
+  void detach();
+
+  XdpCounters readCounters() const;
+
+  // Adds a collector that renders infergate_xdp_packets_total{action,reason},
+  // infergate_xdp_bytes_total{action,reason} and infergate_xdp_requests_total{class,verdict}
+  // at scrape time. The registry must not outlive this filter.
+  void registerMetrics(common::MetricsRegistry& registry);
+
+  // 0 admits every class; n admits classes < kNumClasses - n (SYNs of the others are
+  // dropped, their request starts tagged "overload").
+  absl::Status setOverloadLevel(int level);
+
+  std::optional<Tag> lookupFlowTag(const FlowTuple& flow) const;
+
+  int programFd() const;
+  int passProgramFd() const;  // the bare XDP_PASS baseline in the same object (benchmarks)
+  int ifindex() const { return ifindex_; }
+  const XdpOptions& options() const { return opts_; }
+  ig_ingress* skeleton() { return skel_; }  // tests: direct map access
+
+ private:
+  explicit XdpFilter(XdpOptions opts) : opts_(std::move(opts)) {}
+  absl::Status loadProgram();
+  absl::Status attachProgram();
+  absl::Status pinMaps();
+
+  XdpOptions opts_;
+  ig_ingress* skel_ = nullptr;
+  int ifindex_ = 0;
+  uint32_t attach_flags_ = 0;
+  bool attached_ = false;
+  bool pinned_ = false;
+};
+
+// Renders counters in Prometheus text format (what registerMetrics appends).
+std::string renderPrometheus(const XdpCounters& c);
+
+// Prints the counters of a running gateway from its pinned maps (`infergate stats`).
+absl::Status printPinnedStats(const std::string& pin_path, std::FILE* out);
+
+// Fills the ig_config read-only data from options (exposed for host tests and benchmarks).
+absl::Status buildConfig(const XdpOptions& opts, ig_config* out);
+
+}  // namespace infergate::xdp
