@@ -14,6 +14,9 @@
 #include "common/logging.h"
 #include "config/config.h"
 #include "spdlog/spdlog.h"
+#ifdef INFERGATE_HAVE_XDP
+#include "xdp/xdp_filter.h"
+#endif
 
 namespace {
 
@@ -82,6 +85,11 @@ int main(int argc, char** argv) {
 
   CLI::App* print = app.add_subcommand("print-config", "Print the embedded default configuration");
 
+  std::string pin_path = "/sys/fs/bpf/infergate";
+  CLI::App* stats = app.add_subcommand(
+      "stats", "Print the XDP program's counters from the maps a running gateway pinned (xdp.pin_path)");
+  stats->add_option("--pin-path", pin_path, "bpffs directory of the pinned maps")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   if (*run) return runServer(run_config, drain_ms);
@@ -95,6 +103,18 @@ int main(int argc, char** argv) {
                 std::string(infergate::config::modeName(cfg->mode)).c_str(), cfg->listeners.size(),
                 cfg->models.size());
     return 0;
+  }
+  if (*stats) {
+#ifdef INFERGATE_HAVE_XDP
+    if (absl::Status st = infergate::xdp::printPinnedStats(pin_path, stdout); !st.ok()) {
+      std::fprintf(stderr, "infergate: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    return 0;
+#else
+    std::fprintf(stderr, "infergate: this build has no XDP support (cmake -DINFERGATE_WITH_XDP=ON)\n");
+    return 1;
+#endif
   }
   if (*print) {
     std::fputs(std::string(infergate::config::defaultConfigYaml()).c_str(), stdout);

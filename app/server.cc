@@ -2,11 +2,40 @@
 
 #include "backends/identity_model.h"
 #include "common/metrics.h"
+#include "fmt/ranges.h"
 #include "spdlog/spdlog.h"
+#ifdef INFERGATE_HAVE_XDP
+#include "xdp/xdp_filter.h"
+#endif
 
 namespace infergate::app {
 
+#ifdef INFERGATE_HAVE_XDP
+struct Server::XdpState {
+  std::unique_ptr<xdp::XdpFilter> filter;
+};
+#else
 struct Server::XdpState {};
+#endif
+
+namespace {
+#ifdef INFERGATE_HAVE_XDP
+std::optional<frontend::IngressTag> lookupTag(const xdp::XdpFilter& f, const sockaddr_storage& peer,
+                                              const sockaddr_storage& local) {
+  const std::optional<xdp::Tag> t =
+      f.lookupFlowTag(xdp::FlowTuple::fromSockaddrs(reinterpret_cast<const sockaddr*>(&peer),
+                                                    reinterpret_cast<const sockaddr*>(&local)));
+  if (!t) return std::nullopt;
+  frontend::IngressTag tag;
+  tag.priority_class = t->cls;
+  tag.verdict = t->verdict == IG_TV_RATE_LIMITED ? frontend::IngressTag::Verdict::kRateLimited
+                : t->verdict == IG_TV_OVERLOAD   ? frontend::IngressTag::Verdict::kOverload
+                                                 : frontend::IngressTag::Verdict::kAdmit;
+  tag.rx_ns = t->rx_ns;
+  return tag;
+}
+#endif
+}  // namespace
 
 Server::Server(config::Config config) : config_(std::move(config)) {}
 
@@ -19,10 +48,14 @@ absl::Status Server::start() {
                                     "' is not available in this build yet; use mode: socket or "
                                     "xdp-filter");
   }
+#ifndef INFERGATE_HAVE_XDP
   if (c.mode == config::Mode::kXdpFilter) {
     return absl::UnimplementedError(
-        "mode 'xdp-filter' is not available in this build yet; use mode: socket");
+        "mode 'xdp-filter' needs a build with the XDP program (cmake -DINFERGATE_WITH_XDP=ON, "
+        "with libbpf-dev, libxdp-dev, bpftool and clang installed); use mode: socket");
   }
+#endif
+  xdp_ = std::make_unique<XdpState>();
   for (const config::ListenerConfig& l : c.listeners) {
     if (l.protocol != "http") {
       return absl::UnimplementedError("listener '" + l.name + "': protocol '" + l.protocol +
@@ -66,8 +99,17 @@ absl::Status Server::start() {
     ro.max_connections = c.limits.max_connections;
     ro.connections = &connections_;
     ro.metrics = metrics_.get();
+#ifdef INFERGATE_HAVE_XDP
+    if (c.mode == config::Mode::kXdpFilter) {
+      XdpState* state = xdp_.get();
+      ro.tag_lookup = [state](const sockaddr_storage& peer, const sockaddr_storage& local) {
+        return state->filter ? lookupTag(*state->filter, peer, local) : std::nullopt;
+      };
+    }
+#endif
     reactors_.push_back(std::make_unique<dataplane::SocketReactor>(ro));
   }
+  std::vector<uint16_t> service_ports;
   for (const config::ListenerConfig& l : c.listeners) {
     uint16_t port = l.port;
     for (int i = 0; i < c.reactors; ++i) {
@@ -80,6 +122,7 @@ absl::Status Server::start() {
       reactors_[i]->addListener(
           *fd, frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get()));
     }
+    service_ports.push_back(port);
     spdlog::info("listener '{}' on {}:{} protocol {} ({} reactor(s), SO_REUSEPORT)", l.name,
                  l.address, port, l.protocol, c.reactors);
   }
@@ -97,6 +140,25 @@ absl::Status Server::start() {
     admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
     spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*)", c.admin.address, port);
   }
+#ifdef INFERGATE_HAVE_XDP
+  if (c.mode == config::Mode::kXdpFilter) {
+    absl::StatusOr<xdp::XdpOptions> opts = xdp::XdpOptions::fromConfig(c.xdp, service_ports);
+    if (!opts.ok()) {
+      reactors_.clear();
+      return opts.status();
+    }
+    absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(*opts);
+    if (!filter.ok()) {
+      reactors_.clear();
+      return filter.status();
+    }
+    xdp_->filter = std::move(*filter);
+    xdp_->filter->registerMetrics(registry);
+    spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
+                 c.xdp.attach, fmt::join(service_ports, ","),
+                 c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
+  }
+#endif
   for (auto& r : reactors_) r->start();
   if (admin_) admin_->start();
   spdlog::info("infergate {} serving: mode {}, {} reactor(s)", INFERGATE_VERSION,
@@ -113,6 +175,13 @@ void Server::stop(uint64_t drain_ms) {
   }
   reactors_.clear();
   admin_.reset();
+#ifdef INFERGATE_HAVE_XDP
+  if (xdp_ && xdp_->filter) {
+    xdp_->filter->detach();
+    spdlog::info("XDP program detached from {}", config_.xdp.interface);
+    xdp_->filter.reset();
+  }
+#endif
 }
 
 }  // namespace infergate::app

@@ -526,10 +526,33 @@ class Loader {
     return absl::OkStatus();
   }
 
+  absl::Status readRateLimit(const YAML::Node& r, const std::string& path, std::string_view what,
+                             XdpRateLimit& out) const {
+    if (!r.IsDefined()) return absl::OkStatus();
+    IG_CONFIG_TRY(checkMap(r, path, {"rate_per_sec", "burst"}));
+    if (YAML::Node v = r["rate_per_sec"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "rate_per_sec"), 0, kMaxRate, out.rate_per_sec));
+    }
+    // An omitted burst defaults to one second's worth of the rate.
+    out.burst = out.rate_per_sec;
+    if (YAML::Node v = r["burst"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "burst"), 0, kMaxRate, out.burst));
+      if (out.rate_per_sec > 0 && out.burst == 0) {
+        return err(join(path, "burst"),
+                   fmt::format("must be >= 1 when rate_per_sec > 0 (a burst of 0 would refuse "
+                               "every {})",
+                               what));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status readXdp(const YAML::Node& n, XdpConfig& x) const {
     IG_CONFIG_TRY(checkMap(n, "xdp",
                            {"interface", "attach", "methods", "path_prefixes",
-                            "http2_max_frame_size", "rate_limit", "pin_path"}));
+                            "http2_max_frame_size", "rate_limit", "request_rate_limit",
+                            "path_classes", "cidr_rules", "default_class", "priority_header",
+                            "send_rst", "track_flows", "pin_path"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -582,22 +605,55 @@ class Loader {
       IG_CONFIG_TRY(readNumber(v, "xdp.http2_max_frame_size", kMinH2FrameSize, kMaxH2FrameSize,
                                x.http2_max_frame_size));
     }
-    if (YAML::Node r = n["rate_limit"]; r.IsDefined()) {
-      IG_CONFIG_TRY(checkMap(r, "xdp.rate_limit", {"rate_per_sec", "burst"}));
-      if (YAML::Node v = r["rate_per_sec"]; v.IsDefined()) {
-        IG_CONFIG_TRY(
-            readNumber(v, "xdp.rate_limit.rate_per_sec", 0, kMaxRate, x.rate_limit.rate_per_sec));
-      }
-      // An omitted burst defaults to one second's worth of the rate.
-      x.rate_limit.burst = x.rate_limit.rate_per_sec;
-      if (YAML::Node v = r["burst"]; v.IsDefined()) {
-        IG_CONFIG_TRY(readNumber(v, "xdp.rate_limit.burst", 0, kMaxRate, x.rate_limit.burst));
-        if (x.rate_limit.rate_per_sec > 0 && x.rate_limit.burst == 0) {
-          return err("xdp.rate_limit.burst",
-                     "must be >= 1 when rate_per_sec > 0 (a burst of 0 would drop every new "
-                     "connection)");
+    IG_CONFIG_TRY(readRateLimit(n["rate_limit"], "xdp.rate_limit", "new connection",
+                                x.rate_limit));
+    IG_CONFIG_TRY(readRateLimit(n["request_rate_limit"], "xdp.request_rate_limit", "request",
+                                x.request_rate_limit));
+    if (YAML::Node v = n["path_classes"]; v.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(v, "xdp.path_classes"));
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string path = at("xdp.path_classes", i);
+        IG_CONFIG_TRY(checkMap(v[i], path, {"prefix", "class"}));
+        XdpPathClass pc;
+        IG_CONFIG_TRY(readString(v[i]["prefix"], join(path, "prefix"), pc.prefix));
+        if (pc.prefix.empty() || pc.prefix[0] != '/' || !isPrintableToken(pc.prefix) ||
+            pc.prefix.size() > 32) {
+          return err(join(path, "prefix"),
+                     fmt::format("path prefix '{}' must start with '/' and have at most 32 "
+                                 "printable characters",
+                                 pc.prefix));
         }
+        IG_CONFIG_TRY(readNumber(v[i]["class"], join(path, "class"), 0, 3, pc.cls));
+        x.path_classes.push_back(std::move(pc));
       }
+    }
+    if (YAML::Node v = n["cidr_rules"]; v.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(v, "xdp.cidr_rules"));
+      for (size_t i = 0; i < v.size(); ++i) {
+        const std::string path = at("xdp.cidr_rules", i);
+        IG_CONFIG_TRY(checkMap(v[i], path, {"cidr", "class", "exempt"}));
+        XdpCidrRule r;
+        IG_CONFIG_TRY(readString(v[i]["cidr"], join(path, "cidr"), r.cidr));
+        if (YAML::Node c = v[i]["class"]; c.IsDefined()) {
+          IG_CONFIG_TRY(readNumber(c, join(path, "class"), 0, 3, r.cls));
+        }
+        if (YAML::Node e = v[i]["exempt"]; e.IsDefined()) {
+          IG_CONFIG_TRY(readBool(e, join(path, "exempt"), r.exempt));
+        }
+        x.cidr_rules.push_back(std::move(r));
+      }
+    }
+    if (YAML::Node v = n["default_class"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.default_class", 0, 3, x.default_class));
+    }
+    if (YAML::Node v = n["priority_header"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.priority_header", x.priority_header));
+    }
+    if (YAML::Node v = n["send_rst"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.send_rst", x.send_rst));
+    }
+    if (YAML::Node v = n["track_flows"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.track_flows", x.track_flows));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

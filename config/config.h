@@ -51,13 +51,29 @@ struct XdpRateLimit {
   uint64_t rate_per_sec = 0;  // new connections (SYNs) per second per source; 0 = off
   uint64_t burst = 0;
 };
+struct XdpPathClass {
+  std::string prefix;  // request-target prefix, e.g. "/v2/models/bert"
+  int cls = 1;         // priority class 0 (high) .. 3 (background)
+};
+struct XdpCidrRule {
+  std::string cidr;    // "10.0.0.0/8", "2001:db8::/32" or a host address
+  int cls = -1;        // -1: the rule gives no class
+  bool exempt = false; // never rate-limited
+};
 struct XdpConfig {
   std::string interface;                   // required in xdp-filter/afxdp modes
   std::string attach = "native";           // native | generic
   std::vector<std::string> methods = {"GET", "POST"};
   std::vector<std::string> path_prefixes = {"/v2/", "/v1/models/", "/metrics"};
   uint32_t http2_max_frame_size = 16384;
-  XdpRateLimit rate_limit;
+  XdpRateLimit rate_limit;                 // new connections (SYNs) per source
+  XdpRateLimit request_rate_limit;         // request starts per source (tagged, answered 429)
+  std::vector<XdpPathClass> path_classes;  // priority class by path prefix
+  std::vector<XdpCidrRule> cidr_rules;     // priority class / exemption by source
+  int default_class = 1;
+  bool priority_header = true;             // honour x-infergate-priority: 0..3
+  bool send_rst = true;                    // answer rejected request starts with a TCP RST
+  bool track_flows = true;                 // per-flow state (first segment, rejects, tags)
   std::string pin_path;                    // bpffs directory to pin maps; empty = no pinning
 };
 

@@ -82,6 +82,7 @@ struct SocketReactor::Conn final : frontend::Transport {
   bool dead = false;
   uint32_t events = 0;
   uint64_t linger_deadline = 0;
+  sockaddr_storage peer{}, local{};  // filled only when an ingress tag lookup is configured
 
   void send(std::string_view bytes) override {
     if (lingering || dead) return;
@@ -102,6 +103,10 @@ struct SocketReactor::Conn final : frontend::Transport {
   }
   frontend::Loop& loop() override { return *reactor; }
   size_t pendingBytes() const override { return out.size() - out_off; }
+  std::optional<frontend::IngressTag> ingressTag() override {
+    if (!reactor->options_.tag_lookup) return std::nullopt;
+    return reactor->options_.tag_lookup(peer, local);
+  }
   void markDirty() {
     if (!dirty) {
       dirty = true;
@@ -272,6 +277,12 @@ void SocketReactor::acceptAll(Listener& l) {
     conn->reactor = this;
     conn->fd = fd;
     Conn& c = *conn;
+    if (options_.tag_lookup) {
+      socklen_t len = sizeof c.peer;
+      getpeername(fd, reinterpret_cast<sockaddr*>(&c.peer), &len);
+      len = sizeof c.local;
+      getsockname(fd, reinterpret_cast<sockaddr*>(&c.local), &len);
+    }
     conns_[fd] = std::move(conn);
     conn_count_.fetch_add(1, std::memory_order_relaxed);
     if (options_.metrics) {

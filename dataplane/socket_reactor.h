@@ -7,7 +7,11 @@
 // Threading: a reactor's connections and sessions live on its thread only. post() is the one
 // thread-safe entry (backends completing requests); stop() may be called from any thread.
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <functional>
+#include <optional>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -36,6 +40,11 @@ struct ReactorOptions {
   std::atomic<uint64_t>* connections = nullptr;  // process-wide open-connection count
   frontend::ServerMetrics* metrics = nullptr;    // may be null (admin listener)
   std::string name = "reactor";
+  // xdp-filter mode: looks up the ingress tag of a connection (peer = client, local = us).
+  // Called once per request start; empty = no ingress filter.
+  std::function<std::optional<frontend::IngressTag>(const sockaddr_storage& peer,
+                                                    const sockaddr_storage& local)>
+      tag_lookup;
 };
 
 class SocketReactor final : public frontend::Loop {

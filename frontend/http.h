@@ -22,6 +22,10 @@ struct HttpRequest {
   std::string body;       // complete body (de-chunked)
   bool keep_alive = true; // after this request, per HTTP/1.x rules and Connection headers
   uint64_t received_ns = 0;  // monotonic time the first byte of the request arrived
+  // Set by the session when an ingress filter tagged the connection (see session.h).
+  bool has_tag = false;
+  int priority_class = 1;
+  uint8_t tag_verdict = 0;  // IngressTag::Verdict
 
   // First header with this (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;

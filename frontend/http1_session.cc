@@ -52,6 +52,11 @@ void Http1Session::dispatch(HttpRequest&& request) {
   }
   slots_.push_back(std::move(slot));
   request_start_ns_ = 0;
+  if (std::optional<IngressTag> tag = transport_->ingressTag()) {
+    request.has_tag = true;
+    request.priority_class = tag->priority_class;
+    request.tag_verdict = static_cast<uint8_t>(tag->verdict);
+  }
   const uint64_t seq = slots_.back().seq;
   std::weak_ptr<Http1Session> weak = weak_from_this();
   Loop* loop = &transport_->loop();

@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "frontend/kserve_json.h"
+#include "frontend/session.h"
 
 namespace infergate::frontend {
 namespace {
@@ -143,6 +144,15 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     }
     respond(std::move(resp));
   };
+  // The ingress filter already decided this request start is over its source's rate or below
+  // the overload level: answer without decoding anything.
+  if (request.has_tag && request.tag_verdict != 0) {
+    const bool limited =
+        request.tag_verdict == static_cast<uint8_t>(IngressTag::Verdict::kRateLimited);
+    return finish(errorResponse(limited ? 429 : 503,
+                                limited ? "request rate limit exceeded for this client"
+                                        : "server overloaded: only higher-priority requests are admitted"));
+  }
   if (!model.ready()) {
     return finish(errorResponse(503, "model '" + model.config().name + "' is not ready"));
   }

@@ -10,10 +10,22 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 namespace infergate::frontend {
+
+// What the ingress filter (the XDP program) decided about a connection's latest request start:
+// its priority class and whether it was admitted. In xdp-filter mode the kernel owns the socket
+// and the tag is looked up in a BPF map by the connection's addresses; in afxdp mode it comes
+// with the frame's metadata.
+struct IngressTag {
+  enum class Verdict : uint8_t { kAdmit, kRateLimited, kOverload };
+  int priority_class = 1;  // 0 (high) .. 3 (background)
+  Verdict verdict = Verdict::kAdmit;
+  uint64_t rx_ns = 0;      // CLOCK_MONOTONIC time the program saw the segment
+};
 
 // A reactor's event loop, as protocol code sees it.
 class Loop {
@@ -43,6 +55,8 @@ class Transport {
   virtual Loop& loop() = 0;
   // Bytes queued but not yet written to the peer.
   virtual size_t pendingBytes() const = 0;
+  // The ingress tag of the request starting now, when an ingress filter runs; nullopt otherwise.
+  virtual std::optional<IngressTag> ingressTag() { return std::nullopt; }
 };
 
 // A protocol session on one connection.

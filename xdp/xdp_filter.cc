@@ -206,6 +206,14 @@ absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
   o.http2_max_frame_size = c.http2_max_frame_size;
   o.syn_rate_per_sec = c.rate_limit.rate_per_sec;
   o.syn_burst = c.rate_limit.burst;
+  o.request_rate_per_sec = c.request_rate_limit.rate_per_sec;
+  o.request_burst = c.request_rate_limit.burst;
+  for (const config::XdpPathClass& pc : c.path_classes) o.path_classes.push_back({pc.prefix, pc.cls});
+  for (const config::XdpCidrRule& r : c.cidr_rules) o.cidr_rules.push_back({r.cidr, r.cls, r.exempt});
+  o.default_class = c.default_class;
+  o.priority_header = c.priority_header;
+  o.send_rst = c.send_rst;
+  o.track_flows = c.track_flows;
   o.pin_path = c.pin_path;
   ig_config scratch;
   if (auto s = buildConfig(o, &scratch); !s.ok()) return s;
@@ -443,6 +451,10 @@ absl::Status XdpFilter::attachProgram() {
 
 absl::Status XdpFilter::pinMaps() {
   struct statfs st;
+  // Create the pin directory itself when its parent is a bpffs (the usual /sys/fs/bpf/<name>).
+  if (statfs(opts_.pin_path.c_str(), &st) != 0 && errno == ENOENT) {
+    mkdir(opts_.pin_path.c_str(), 0700);
+  }
   if (statfs(opts_.pin_path.c_str(), &st) != 0 || st.f_type != BPF_FS_MAGIC)
     return absl::FailedPreconditionError(fmt::format(
         "xdp.pin_path: {} is not a directory on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf "

@@ -1,0 +1,190 @@
+"""xdp-filter mode in fresh network namespaces joined by a veth pair: the XDP program in front
+of kernel TCP. Real clients (curl, wrk, the kernel's TCP through Python sockets) in the client
+namespace talk to infergate in the gateway namespace."""
+import json
+import os
+import re
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import netns  # noqa: E402
+
+CONFIG = """
+mode: xdp-filter
+reactors: 1
+listeners: [{{name: http, address: 0.0.0.0, port: 8000, protocol: http}}]
+admin: {{address: 127.0.0.1, port: 8002}}
+limits: {{idle_timeout_ms: 2000}}
+xdp:
+  interface: {ifname}
+  attach: native
+  methods: [GET, POST]
+  path_prefixes: ["/v2/"]
+  request_rate_limit: {{rate_per_sec: {rate}, burst: {burst}}}
+  path_classes: [{{prefix: "/v2/models/identity", class: 0}}]
+  pin_path: /sys/fs/bpf/infergate
+models:
+  - name: identity
+    max_batch_size: 8
+    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
+    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
+"""
+
+BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                               "data": list(range(16))}]})
+
+# Runs in the client namespace: sends raw requests over the kernel's TCP, prints JSON results.
+CLIENT = r'''
+import json, socket, sys, time
+host, mode = sys.argv[1], sys.argv[2]
+def one(raw):
+    t0 = time.time()
+    s = socket.create_connection((host, 8000), timeout=3)
+    s.sendall(raw)
+    try:
+        data = s.recv(4096)
+        return ("eof after %.1fs" % (time.time() - t0)) if not data else data.split(b"\r\n")[0].decode()
+    except ConnectionResetError:
+        return "reset"
+    except socket.timeout:
+        return "timeout"
+    finally:
+        s.close()
+if mode == "bad":
+    print(json.dumps([one(b"BREW /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"),
+                      one(b"GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n"),
+                      one(b"GET /v2/health/live HTTP/7.1\r\nHost: x\r\n\r\n"),
+                      one(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")]))
+elif mode == "burst":
+    body = sys.argv[3].encode()
+    req = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    codes = []
+    for _ in range(int(sys.argv[4])):   # one connection per request: each is a request start
+        codes.append(one(req))
+    print(json.dumps(codes))
+'''
+
+
+def gateway(net, rate=0, burst=0):
+    cfg = os.path.join(net.tmp, "xf.yaml")
+    with open(cfg, "w") as f:
+        f.write(CONFIG.format(ifname=net.gw_if, rate=rate, burst=burst))
+    log = open(os.path.join(net.tmp, "gw.log"), "w+")
+    p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=log, stderr=log)
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        text = open(log.name).read()
+        if "serving" in text:
+            return p, log.name
+        if p.poll() is not None:
+            raise AssertionError("infergate exited:\n" + text)
+        time.sleep(0.1)
+    raise AssertionError("infergate did not start:\n" + open(log.name).read())
+
+
+def stop(p):
+    p.terminate()
+    p.wait(timeout=15)
+    return p.returncode
+
+
+def metric(net, name, **labels):
+    text = net.run_gw(["curl", "-s", "http://127.0.0.1:8002/metrics"]).stdout
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(r"(\w+)\{(.*)\} (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(3))
+    return total
+
+
+class XdpFilterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        why = netns.have_root_and_netns()
+        if why:
+            raise unittest.SkipTest(why)
+
+    def setUp(self):
+        import tempfile
+        self.tmpdir = tempfile.TemporaryDirectory(prefix="ig-xf-")
+        self.net = netns.VethPair().__enter__()
+        self.net.tmp = self.tmpdir.name
+
+    def tearDown(self):
+        self.net.__exit__(None, None, None)
+        self.tmpdir.cleanup()
+
+    def client_script(self, *args):
+        r = self.net.run_client(["/usr/bin/python3", "-c", CLIENT, self.net.gw_ip] + list(args), timeout=120)
+        return json.loads(r.stdout)
+
+    def test_serves_filters_and_detaches(self):
+        net = self.net
+        p, log = gateway(net)
+        try:
+            self.assertIn("XDP program attached to " + net.gw_if, open(log).read())
+            link = net.run_gw(["ip", "link", "show", net.gw_if]).stdout
+            self.assertIn("xdp", link)
+            # curl: a real client through the program.
+            r = net.run_client(["curl", "-sS", "--max-time", "5", "-d", BODY,
+                                "http://%s:8000/v2/models/identity/infer" % net.gw_ip])
+            self.assertEqual(json.loads(r.stdout)["outputs"][0]["data"], list(range(16)))
+            # wrk: a short keep-alive load, no errors.
+            script = os.path.join(harness.ARGS.source, "bench", "wrk", "infer.lua")
+            out = net.run_client(["wrk", "-t1", "-c8", "-d2s", "-s", script,
+                                  "http://%s:8000/" % net.gw_ip], timeout=60).stdout
+            w = json.loads(re.search(r"WRK_JSON (\{.*\})", out).group(1))
+            self.assertGreater(w["requests"], 100)
+            self.assertEqual(w["errors"], 0, out)
+            # Malformed request starts: reset by the program (XDP_TX RST), never reach userspace.
+            before_rej = metric(net, "infergate_http_rejections_total")
+            before_tx = metric(net, "infergate_xdp_packets_total", verdict="tx")
+            res = self.client_script("bad")
+            xdp_lines = "\n".join(l for l in net.run_gw(["curl", "-s", "http://127.0.0.1:8002/metrics"]).stdout.splitlines()
+                                  if l.startswith("infergate_xdp_packets") and not l.endswith(" 0"))
+            self.assertEqual(res[:3], ["reset", "reset", "reset"], (res, xdp_lines, open(log).read()[-1500:]))
+            self.assertEqual(res[3], "HTTP/1.1 200 OK")
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="tx", reason="bad_method"), 1)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="tx", reason="bad_path"), 1)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="tx", reason="bad_version"), 1)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="tx") - before_tx, 3)
+            self.assertEqual(metric(net, "infergate_http_rejections_total") - before_rej, 0)
+            self.assertGreater(metric(net, "infergate_xdp_requests_total", **{"class": "high"}), 100)
+            # ARP and ICMP still reach the kernel.
+            net.run_client(["ping", "-c", "1", "-W", "2", net.gw_ip])
+            # infergate stats reads the pinned maps from another process.
+            st = net.run_gw([harness.ARGS.binary, "stats", "--pin-path", "/sys/fs/bpf/infergate"])
+            self.assertIn("bad_method", st.stdout)
+        finally:
+            rc = stop(p)
+        self.assertEqual(rc, 0, open(log).read())
+        self.assertIn("XDP program detached", open(log).read())
+        self.assertNotIn("xdp", net.run_gw(["ip", "link", "show", net.gw_if]).stdout)
+
+    def test_request_rate_limit_answers_429(self):
+        net = self.net
+        p, log = gateway(net, rate=5, burst=5)
+        try:
+            codes = self.client_script("burst", BODY, "30")
+            ok = codes.count("HTTP/1.1 200 OK")
+            limited = codes.count("HTTP/1.1 429 Too Many Requests")
+            self.assertEqual(ok + limited, 30, codes)
+            # A burst of 5 plus what refills (5/s) during the run.
+            self.assertGreaterEqual(ok, 5, codes)
+            self.assertLessEqual(ok, 5 + 5 * 3, codes)
+            self.assertGreater(limited, 0, codes)
+            self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="429"), limited)
+        finally:
+            rc = stop(p)
+        self.assertEqual(rc, 0, open(log).read())
+
+
+if __name__ == "__main__":
+    harness.main()
