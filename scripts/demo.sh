@@ -3,22 +3,33 @@
 # embedded default configuration (socket mode, identity model), runs a short keep-alive load
 # with wrk, and prints a report (rate, latency percentiles, errors, what /metrics counted).
 #
-# Usage: scripts/demo.sh [--duration SECONDS] [--connections N]
+# Usage: scripts/demo.sh [--mode socket|xdp-filter] [--duration SECONDS] [--connections N]
+#
+# --mode xdp-filter runs the gateway in a fresh network namespace behind a veth pair with the
+# XDP ingress program attached, loads it from a client namespace, sends a few malformed
+# requests (reset by the XDP program), and adds the XDP counters to the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=5
 CONNS=32
+MODE=socket
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) DURATION="$2"; shift 2 ;;
     --connections) CONNS="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --mode) MODE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "demo: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 bash scripts/build.sh >/dev/null
 BIN=build/app/infergate
+case "$MODE" in
+  socket) ;;
+  xdp-filter) exec bash scripts/demo-xdp.sh --duration "$DURATION" --connections "$CONNS" ;;
+  *) echo "demo: unknown mode '$MODE' (socket or xdp-filter)" >&2; exit 2 ;;
+esac
 WORK=$(mktemp -d /tmp/infergate-demo.XXXXXX)
 cleanup() {
   [ -n "${GW_PID:-}" ] && kill -TERM "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true

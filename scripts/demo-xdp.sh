@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The xdp-filter demo (called by scripts/demo.sh --mode xdp-filter; needs root and a build):
+# two fresh network namespaces joined by a veth pair; infergate in xdp-filter mode in one,
+# wrk and a malformed-request sender in the other; a report with the XDP counters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=5; CONNS=32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --duration) DURATION="$2"; shift 2 ;;
+    --connections) CONNS="$2"; shift 2 ;;
+    *) echo "demo-xdp: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "demo-xdp: needs root (network namespaces, XDP)" >&2; exit 1; }
+BIN=$PWD/build/app/infergate
+TAG=$$
+GW=ig-demo-gw-$TAG; CL=ig-demo-cl-$TAG; GIF=igdg$TAG; CIF=igdc$TAG
+GW_IP=10.232.$((TAG % 250)).1; CL_IP=10.232.$((TAG % 250)).2
+WORK=$(mktemp -d /tmp/infergate-demo.XXXXXX)
+cleanup() {
+  [ -n "${GW_PID:-}" ] && kill -TERM "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  ip netns del "$GW" 2>/dev/null || true
+  ip netns del "$CL" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+ip netns add "$GW"; ip netns add "$CL"
+ip link add "$GIF" netns "$GW" type veth peer name "$CIF" netns "$CL"
+ip -n "$GW" addr add "$GW_IP/24" dev "$GIF"; ip -n "$CL" addr add "$CL_IP/24" dev "$CIF"
+for ns in "$GW" "$CL"; do ip -n "$ns" link set lo up; done
+ip -n "$GW" link set "$GIF" up; ip -n "$CL" link set "$CIF" up
+# XDP_TX frames reach a veth peer only with GRO on there.
+ip netns exec "$CL" ethtool -K "$CIF" gro on tx off >/dev/null 2>&1 || true
+
+cat >"$WORK/gw.yaml" <<YAML
+mode: xdp-filter
+listeners: [{name: http, address: 0.0.0.0, port: 8000, protocol: http}]
+admin: {address: 127.0.0.1, port: 8002}
+xdp: {interface: $GIF, attach: native, methods: [GET, POST], path_prefixes: ["/v2/"]}
+models:
+  - name: identity
+    max_batch_size: 8
+    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
+    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
+YAML
+echo "== infergate demo: xdp-filter mode on veth $GIF (namespace $GW), clients in namespace $CL"
+ip netns exec "$GW" sh -c 'mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; exec "$@"' sh \
+  "$BIN" run -c "$WORK/gw.yaml" >"$WORK/infergate.log" 2>&1 &
+GW_PID=$!
+for _ in $(seq 100); do
+  grep -q "serving" "$WORK/infergate.log" 2>/dev/null && break
+  kill -0 "$GW_PID" 2>/dev/null || { cat "$WORK/infergate.log"; exit 1; }
+  sleep 0.1
+done
+sed 's/^/   | /' "$WORK/infergate.log"
+
+echo "== load: wrk from $CL, ${CONNS} keep-alive connections, ${DURATION}s, KServe v2 infer (FP32 1x16)"
+ip netns exec "$CL" wrk -t 1 -c "$CONNS" -d "${DURATION}s" -s bench/wrk/infer.lua "http://$GW_IP:8000/" >"$WORK/wrk.out"
+echo "== 20 malformed request starts (bad method, path outside /v2/, bad version)"
+ip netns exec "$CL" /usr/bin/python3 - "$GW_IP" <<'PY'
+import socket, sys
+bad = [b"BREW /v2/x HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /etc/passwd HTTP/1.1\r\nHost: x\r\n\r\n",
+       b"GET /v2/x HTTP/9.1\r\nHost: x\r\n\r\n"]
+reset = 0
+for i in range(20):
+    s = socket.create_connection((sys.argv[1], 8000), timeout=3)
+    s.sendall(bad[i % 3])
+    try:
+        if not s.recv(100):
+            pass
+    except (ConnectionResetError, socket.timeout):
+        reset += 1
+    s.close()
+print("   %d of 20 were reset by the XDP program" % reset)
+PY
+ip netns exec "$GW" curl -sS http://127.0.0.1:8002/metrics >"$WORK/metrics"
+/usr/bin/python3 - "$WORK/wrk.out" "$WORK/metrics" <<'PY'
+import json, re, sys
+r = json.loads(re.search(r"WRK_JSON (\{.*\})", open(sys.argv[1]).read()).group(1))
+m = open(sys.argv[2]).read()
+print("== report")
+print("  requests       %d in %.1f s" % (r["requests"], r["duration_s"]))
+print("  rate           %.0f req/s" % r["rps"])
+print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (r["p50_us"], r["p90_us"], r["p99_us"], r["max_us"]))
+print("  errors         %d (non-2xx %d)" % (r["errors"], r["non2xx"]))
+print("  XDP counters (non-zero):")
+for line in m.splitlines():
+    if line.startswith("infergate_xdp_packets_total") and not line.endswith(" 0"):
+        print("    " + line)
+PY
