@@ -455,6 +455,24 @@ IG_INLINE int ig_classify_start(const __u8 *data, const __u8 *end, IG_CFG *cfg,
 		p->tag_flags |= IG_TF_FIRST_SEGMENT;
 
 	/* method token: 1..8 upper-case letters, then SP */
+	if (avail >= 9 && pl + 9 <= end) {
+		/* one word: the first SP, and every byte before it in 'A'..'Z' */
+		__u64 w = ig_load64(pl), sp = ig_zero_bytes(w ^ 0x2020202020202020ULL);
+		__u64 bytes, letters;
+		if (sp)
+			mlen = ig_first_flag_bf(sp);
+		else
+			mlen = pl[8] == ' ' ? 8 : 0;
+		IG_BARRIER_VAR(mlen);
+		mlen &= 0xf;
+		bytes = mlen >= 8 ? ~0ULL : (1ULL << (8 * mlen)) - 1;
+		/* for 7-bit bytes: >= 'A' sets the high bit of b + 0x3f, > 'Z' that of b + 0x25 */
+		letters = ((w + 0x3f3f3f3f3f3f3f3fULL) & ~(w + 0x2525252525252525ULL) & ~w) & IG_HIGHS;
+		if (mlen > 0 && (letters & bytes) == (IG_HIGHS & bytes)) {
+			looks = 1;
+			key = w & bytes;
+		}
+	} else
 	for (i = 0; i < 9; i++) {
 		__u8 c;
 		q = pl + i;

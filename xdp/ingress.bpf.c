@@ -3,9 +3,10 @@
  *
  * The stateless part (parsing, HTTP/1 request line, HTTP/2 preface, the RST) is classifier.h,
  * shared with host C++. This file adds what needs memory across packets:
- *   - ig_flows: per connection, the first data sequence number (so the first segment must
- *     start a request), the latest request's tag (looked up by userspace in xdp-filter mode),
- *     and flows we reset (their later segments are dropped);
+ *   - ig_flows: per connection (a direct-mapped array, see struct ig_flow_val), the first data
+ *     sequence number (so the first segment must start a request), the latest request's tag
+ *     (looked up by userspace in xdp-filter mode), and flows we reset (their later data
+ *     segments are dropped);
  *   - ig_buckets: per-source token buckets for SYNs and request starts;
  *   - ig_cidrs: source CIDR -> class / rate-limit exemption;
  *   - ig_state: the overload level, raised by userspace at run time;
@@ -42,9 +43,9 @@ struct {
 } ig_class_counters SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct ig_flow_key);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536); /* set to flow_mask + 1 at load time */
+	__type(key, __u32);
 	__type(value, struct ig_flow_val);
 } ig_flows SEC(".maps");
 
@@ -219,6 +220,15 @@ __attribute__((noinline)) int ig_find_priority_sub(struct xdp_md *ctx, __u32 off
 	return ig_find_priority(data, end, off, len);
 }
 
+/* The flow slot of a parsed segment, and its check (state bits clear). */
+static __always_inline struct ig_flow_val *ig_flow_slot(const struct ig_parse *p, __u32 *check)
+{
+	__u64 h = ig_flow_hash(&p->key);
+	__u32 idx = (__u32)h & ig_cfg.flow_mask;
+	*check = ig_flow_check(h);
+	return bpf_map_lookup_elem(&ig_flows, &idx);
+}
+
 SEC("xdp")
 int ig_xdp_ingress(struct xdp_md *ctx)
 {
@@ -231,24 +241,11 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 
 	if (ig_parse_l2l4(data, end, &ig_cfg, &p)) {
 		struct ig_flow_val *fv = 0;
+		__u32 check = 0;
 		int known_first = 0;
-		int syn = p.reason == IG_R_SYN;
 
-		if (ig_cfg.track_flows && !syn) {
-			fv = bpf_map_lookup_elem(&ig_flows, &p.key);
-			if (fv) {
-				if (fv->state == IG_FLOW_REJECTED) {
-					p.action = XDP_DROP;
-					p.reason = IG_R_REJECTED_FLOW;
-					goto out;
-				}
-				if (fv->state == IG_FLOW_SYN_SEEN && fv->first_seq == p.seq)
-					known_first = 1;
-			}
-		}
-		if (syn) {
+		if (p.reason == IG_R_SYN) {
 			__u8 cls = IG_CLASS_NONE, exempt = 0;
-			__u64 now = bpf_ktime_get_ns();
 			if (ig_cfg.cidr_rules)
 				ig_cidr_lookup(&p, &cls, &exempt);
 			if (cls >= IG_NUM_CLASSES)
@@ -256,16 +253,33 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			if (!ig_admitted(cls, ig_overload_level())) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_OVERLOAD;
-			} else if (!exempt && !ig_rate_ok(&p, now, 1)) {
+			} else if (ig_cfg.syn_rate && !exempt &&
+				   !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_RATE_LIMITED;
 			} else if (ig_cfg.track_flows) {
-				struct ig_flow_val nv = {};
-				nv.first_seq = p.seq + 1;
-				nv.state = IG_FLOW_SYN_SEEN;
-				bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
+				fv = ig_flow_slot(&p, &check);
+				if (fv) /* one 8-byte store: first_seq and check */
+					*(__u64 *)fv = ((__u64)(check | IG_FLOW_SYN_SEEN) << 32) | (p.seq + 1);
 			}
 		} else if (p.pl_len) {
+			/* Data. Segments without data (ACK, FIN, RST) start nothing and are passed
+			 * without a flow lookup; a client's RST on a flow we reset then reaches the
+			 * kernel socket and frees it. */
+			if (ig_cfg.track_flows) {
+				fv = ig_flow_slot(&p, &check);
+				if (fv) {
+					__u64 w = *(volatile __u64 *)fv;
+					__u32 st = (__u32)(w >> 32);
+					if (st == (check | IG_FLOW_REJECTED)) {
+						p.action = XDP_DROP;
+						p.reason = IG_R_REJECTED_FLOW;
+						goto out;
+					}
+					if (st == (check | IG_FLOW_SYN_SEEN) && (__u32)w == p.seq)
+						known_first = 1;
+				}
+			}
 			/* = ig_classify_payload(), stage by stage */
 			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
 				ig_scan_target_sub(ctx, &p);
@@ -279,7 +293,8 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			if (p.reason == IG_R_REQUEST) {
 				__u8 cls = IG_CLASS_NONE, exempt = 0;
 				__u8 verdict = IG_TV_ADMIT;
-				tag.rx_ns = bpf_ktime_get_ns();
+				if (ig_cfg.track_flows || ig_cfg.write_meta || ig_cfg.req_rate)
+					tag.rx_ns = bpf_ktime_get_ns();
 				if (ig_cfg.cidr_rules)
 					ig_cidr_lookup(&p, &cls, &exempt);
 				if (cls >= IG_NUM_CLASSES)
@@ -290,7 +305,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					cls = IG_NUM_CLASSES - 1;
 				if (!ig_admitted(cls, ig_overload_level()))
 					verdict = IG_TV_OVERLOAD;
-				else if (!exempt && !ig_rate_ok(&p, tag.rx_ns, 0))
+				else if (ig_cfg.req_rate && !exempt && !ig_rate_ok(&p, tag.rx_ns, 0))
 					verdict = IG_TV_RATE_LIMITED;
 				tag.cls = cls;
 				tag.reason = IG_R_REQUEST;
@@ -299,20 +314,13 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				tag.magic = IG_TAG_MAGIC;
 				have_tag = 1;
 				ig_count_class(cls, verdict);
-				if (ig_cfg.track_flows) {
-					struct ig_flow_val nv = {};
-					nv.state = IG_FLOW_TAGGED;
-					nv.tag = tag;
-					bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
+				if (fv) {
+					fv->tag = tag;
+					fv->check = check | IG_FLOW_TAGGED;
 				}
 			} else if (p.action != XDP_PASS) {
-				if (ig_cfg.track_flows) {
-					struct ig_flow_val nv = {};
-					nv.state = IG_FLOW_REJECTED;
-					bpf_map_update_elem(&ig_flows, &p.key, &nv, BPF_ANY);
-				}
-			} else if (fv && known_first) {
-				/* not reached: a first segment either starts a request or is rejected */
+				if (fv)
+					*(__u64 *)fv = (__u64)(check | IG_FLOW_REJECTED) << 32;
 			}
 		}
 	}
@@ -325,6 +333,8 @@ out:
 			return XDP_DROP;
 		if (bpf_xdp_adjust_tail(ctx, len - (int)frame_len))
 			return XDP_DROP;
+		if (ig_cfg.tx_redirect) /* out of the interface it came in on, like XDP_TX */
+			return bpf_redirect(ctx->ingress_ifindex, 0);
 		return XDP_TX;
 	}
 	if (p.action != XDP_PASS || !p.service)

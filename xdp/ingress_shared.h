@@ -90,15 +90,51 @@ struct ig_flow_key {
 enum ig_flow_state {
 	IG_FLOW_SYN_SEEN = 1, /* first_seq is the sequence number of the first data byte */
 	IG_FLOW_TAGGED = 2,   /* tag holds the latest request start */
-	IG_FLOW_REJECTED = 3, /* reset by us: drop whatever else comes */
+	IG_FLOW_REJECTED = 3, /* reset by us: drop whatever data comes */
 };
 
+/* One slot of ig_flows, a direct-mapped array (not a hash map: nothing is allocated and no
+ * bucket chain is walked per packet). A connection's slot is ig_flow_hash(key) & flow_mask;
+ * check = ig_flow_check(hash) | state tells whether the slot holds this connection (0: empty).
+ * first_seq and check form one 8-byte word, read and written at once. Two connections that
+ * share a slot overwrite each other: the later one wins, the earlier one loses its
+ * first-segment rule, rejected state or tag (a tag only has to live from the request start
+ * to userspace's lookup, microseconds later). */
 struct ig_flow_val {
 	__u32 first_seq;
-	__u8 state; /* enum ig_flow_state */
-	__u8 pad[3];
+	__u32 check;
 	struct ig_tag tag;
 };
+
+#if defined(__bpf__) || defined(__BPF__)
+#define IG_SHARED_INLINE static __always_inline
+#else
+#define IG_SHARED_INLINE static inline
+#endif
+
+/* The flow hash, computed the same way by the program and by userspace (lookupFlowTag). */
+IG_SHARED_INLINE __u64 ig_flow_hash(const struct ig_flow_key *k)
+{
+	__u64 a = ((__u64)k->saddr[0] << 32) | k->daddr[0];
+	__u64 b = ((__u64)k->sport << 16) | k->dport | ((__u64)k->family << 32);
+	__u64 h;
+	if (k->family == 6) {
+		a ^= (((__u64)k->saddr[1] << 32) | k->daddr[1]) * 0xff51afd7ed558ccdULL;
+		a ^= (((__u64)k->saddr[2] << 32) | k->daddr[2]) * 0xc4ceb9fe1a85ec53ULL;
+		a ^= (((__u64)k->saddr[3] << 32) | k->daddr[3]) * 0x94d049bb133111ebULL;
+	}
+	h = a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL;
+	h ^= h >> 31;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	h ^= h >> 29;
+	return h;
+}
+
+/* The slot's check for hash h, without the state bits (never 0). */
+IG_SHARED_INLINE __u32 ig_flow_check(__u64 h)
+{
+	return ((__u32)(h >> 32) | 4u) & ~3u;
+}
 
 /* Source CIDR rules (LPM trie). IPv4 is stored as an IPv4-mapped IPv6 address
  * (::ffff:a.b.c.d, prefixlen + 96). */
@@ -159,7 +195,10 @@ struct ig_config {
 	__u8 track_flows;     /* flow map: first segment, rejected flows, tags */
 	__u8 cidr_rules;      /* look up source CIDR rules */
 	__u8 redirect_xsk;    /* afxdp: redirect admitted service segments to the XSKMAP */
-	__u8 pad;
+	__u8 tx_redirect;     /* send RSTs with bpf_redirect(ingress ifindex) instead of XDP_TX:
+	                       * a veth's XDP_TX does not wake a peer that runs no XDP program */
+	__u32 flow_mask;      /* ig_flows has flow_mask + 1 slots (a power of two) */
+	__u32 pad;
 };
 
 #if defined(__cplusplus) && !defined(__bpf__)
@@ -170,7 +209,8 @@ static_assert(offsetof(struct ig_tag, cls) == 8 && offsetof(struct ig_tag, magic
 static_assert(sizeof(struct ig_flow_key) == 40, "ig_flow_key layout");
 static_assert(offsetof(struct ig_flow_key, sport) == 32 && offsetof(struct ig_flow_key, family) == 36,
               "ig_flow_key layout");
-static_assert(sizeof(struct ig_flow_val) == 24 && offsetof(struct ig_flow_val, tag) == 8,
+static_assert(sizeof(struct ig_flow_val) == 24 && offsetof(struct ig_flow_val, check) == 4 &&
+              offsetof(struct ig_flow_val, tag) == 8,
               "ig_flow_val layout");
 static_assert(sizeof(struct ig_cidr_key) == 20, "ig_cidr_key layout");
 static_assert(sizeof(struct ig_cidr_val) == 4, "ig_cidr_val layout");
@@ -180,7 +220,7 @@ static_assert(sizeof(struct ig_prefix) == 72, "ig_prefix layout");
 static_assert(offsetof(struct ig_config, method_key) == 16, "ig_config layout");
 static_assert(offsetof(struct ig_config, prefix) == 80, "ig_config layout");
 static_assert(offsetof(struct ig_config, nports) == 80 + 72 * IG_MAX_PREFIXES, "ig_config layout");
-static_assert(sizeof(struct ig_config) == 80 + 72 * IG_MAX_PREFIXES + 56, "ig_config layout");
+static_assert(sizeof(struct ig_config) == 80 + 72 * IG_MAX_PREFIXES + 64, "ig_config layout");
 #endif
 
 #endif /* INFERGATE_XDP_INGRESS_SHARED_H */

@@ -3,9 +3,13 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <linux/ethtool.h>
 #include <linux/if_link.h>
+#include <linux/sockios.h>
 #include <linux/magic.h>
 #include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -50,6 +54,21 @@ void setupLibbpf() {
 std::string errnoText(int err) {
   if (err < 0) err = -err;
   return fmt::format("{} ({})", std::strerror(err), err);
+}
+
+// The driver of an interface ("veth", "ixgbe", ...), empty when unknown.
+std::string interfaceDriver(const std::string& ifname) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {};
+  ethtool_drvinfo info{};
+  info.cmd = ETHTOOL_GDRVINFO;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  ifr.ifr_data = reinterpret_cast<char*>(&info);
+  int rc = ioctl(fd, SIOCETHTOOL, &ifr);
+  close(fd);
+  if (rc != 0) return {};
+  return std::string(info.driver, strnlen(info.driver, sizeof(info.driver)));
 }
 
 const char* modeName(AttachMode m) { return m == AttachMode::kNative ? "native" : "generic"; }
@@ -286,6 +305,13 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
   cfg->track_flows = o.track_flows;
   cfg->cidr_rules = !o.cidr_rules.empty();
   cfg->redirect_xsk = 0;
+  cfg->tx_redirect = o.rst_tx == RstTx::kRedirect;
+  if (o.flow_entries == 0 || o.flow_entries > (1u << 24))
+    return absl::InvalidArgumentError(
+        fmt::format("xdp: flow_entries {} (expected 1..{})", o.flow_entries, 1u << 24));
+  uint32_t slots = 1;
+  while (slots < o.flow_entries) slots <<= 1;  // a power of two: slot = hash & mask
+  cfg->flow_mask = slots - 1;
   return absl::OkStatus();
 }
 
@@ -327,6 +353,17 @@ absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(const XdpOptions& o
   f->ifindex_ = static_cast<int>(if_nametoindex(opts.interface.c_str()));
   if (f->ifindex_ == 0)
     return absl::NotFoundError(fmt::format("xdp.interface: no interface named '{}'", opts.interface));
+  // A veth's XDP_TX queues the frame for the peer but wakes the peer's NAPI only when the peer
+  // runs an XDP program itself (drivers/net/veth.c, veth_xdp_flush): with GRO alone there, a
+  // RST waits until unrelated traffic arrives (seconds). XDP_REDIRECT to the same interface
+  // goes through ndo_xdp_xmit, which flushes. Native mode only: generic XDP_TX uses the stack.
+  if (opts.attach == AttachMode::kNative && interfaceDriver(opts.interface) == "veth") {
+    f->tx_redirect_ = true;
+    if (opts.rst_tx == RstTx::kAuto)
+      spdlog::info("xdp: {} is a veth: RSTs are sent with XDP_REDIRECT to {} (XDP_TX on a veth "
+                   "is not flushed to a peer without an XDP program)",
+                   opts.interface, opts.interface);
+  }
   if (auto s = f->loadProgram(); !s.ok()) return s;
   if (auto s = f->attachProgram(); !s.ok()) return s;
   if (!opts.pin_path.empty()) {
@@ -342,8 +379,11 @@ absl::Status XdpFilter::loadProgram() {
   skel_ = ig_ingress__open();
   if (!skel_)
     return absl::InternalError(fmt::format("opening the XDP skeleton: {}", errnoText(errno)));
+  if (opts_.rst_tx == RstTx::kRedirect || (opts_.rst_tx == RstTx::kAuto && tx_redirect_))
+    cfg.tx_redirect = 1;
+  flow_mask_ = cfg.flow_mask;
   std::memcpy(&skel_->rodata->ig_cfg, &cfg, sizeof(cfg));
-  bpf_map__set_max_entries(skel_->maps.ig_flows, opts_.flow_entries ? opts_.flow_entries : 1);
+  bpf_map__set_max_entries(skel_->maps.ig_flows, cfg.flow_mask + 1);
   bpf_map__set_max_entries(skel_->maps.ig_buckets, opts_.bucket_entries ? opts_.bucket_entries : 1);
   int err = ig_ingress__load(skel_);
   if (err) {
@@ -556,10 +596,12 @@ std::optional<Tag> XdpFilter::lookupFlowTag(const FlowTuple& f) const {
   k.sport = htons(f.peer_port);
   k.dport = htons(f.local_port);
   k.family = f.family == AF_INET ? 4 : 6;
+  uint64_t h = ig_flow_hash(&k);
+  uint32_t idx = static_cast<uint32_t>(h) & flow_mask_;
   ig_flow_val v{};
-  if (bpf_map__lookup_elem(skel_->maps.ig_flows, &k, sizeof(k), &v, sizeof(v), 0) != 0)
+  if (bpf_map__lookup_elem(skel_->maps.ig_flows, &idx, sizeof(idx), &v, sizeof(v), 0) != 0)
     return std::nullopt;
-  if (v.state != IG_FLOW_TAGGED) return std::nullopt;
+  if (v.check != (ig_flow_check(h) | IG_FLOW_TAGGED)) return std::nullopt;
   Tag t;
   t.cls = v.tag.cls;
   t.verdict = v.tag.verdict;

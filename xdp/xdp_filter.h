@@ -112,6 +112,8 @@ class XdpFilter {
   ig_ingress* skel_ = nullptr;
   int ifindex_ = 0;
   uint32_t attach_flags_ = 0;
+  uint32_t flow_mask_ = 0;
+  bool tx_redirect_ = false;  // the interface is a veth (RstTx::kAuto sends RSTs by redirect)
   bool attached_ = false;
   bool pinned_ = false;
 };

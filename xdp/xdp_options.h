@@ -14,6 +14,11 @@ namespace infergate::xdp {
 
 enum class AttachMode { kNative, kGeneric };
 
+// How a RST leaves: XDP_TX, or XDP_REDIRECT to the interface it came in on. kAuto redirects on
+// a veth in native mode, where XDP_TX frames reach a peer without an XDP program only when
+// something else wakes the peer (see XdpFilter::attach), and uses XDP_TX elsewhere.
+enum class RstTx { kAuto, kTx, kRedirect };
+
 // Priority classes: 0 is the highest. The overload level n admits classes < 4 - n.
 inline constexpr int kNumClasses = 4;
 const char* className(int cls);  // "high", "normal", "low", "background"
@@ -47,7 +52,8 @@ struct XdpOptions {
   bool send_rst = true;                            // answer rejected request starts with a RST
   bool track_flows = true;                         // flow map: first segment, rejects, tags
   bool write_metadata = false;                     // tag in XDP metadata (afxdp path)
-  uint32_t flow_entries = 65536;
+  RstTx rst_tx = RstTx::kAuto;
+  uint32_t flow_entries = 65536;                   // slots of the flow table, rounded up to 2^n
   uint32_t bucket_entries = 65536;
   int overload_level = 0;
   std::string pin_path;                            // bpffs dir for the maps; empty = no pinning

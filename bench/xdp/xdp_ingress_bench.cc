@@ -2,7 +2,7 @@
 // BPF_PROG_TEST_RUN (repeat) next to the bare XDP_PASS program of the same object, in the
 // same run, interleaved. The difference and the ratio matter, not the absolute figures.
 //
-//   xdp_ingress_bench [repeat=200000] [rounds=5] [--no-flows]
+//   xdp_ingress_bench [repeat=200000] [rounds=5] [--no-flows] [--no-priority-header]
 //
 // Configurations: "filter" = xdp-filter defaults (flows tracked, RSTs on, no metadata);
 // rejected classes use "reject" (flows not tracked, RSTs off) because a repeated run would
@@ -32,7 +32,17 @@ int main(int argc, char** argv) {
   XdpOptions reject_opts = filter_opts;
   reject_opts.track_flows = false;
   reject_opts.send_rst = false;
-  if (argc > 3 && std::string(argv[3]) == "--no-flows") filter_opts.track_flows = false;
+  for (int i = 3; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--no-flows") {
+      filter_opts.track_flows = false;
+    } else if (a == "--no-priority-header") {
+      filter_opts.priority_header = false;
+    } else {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
   auto filter = XdpFilter::load(filter_opts);
   auto reject = XdpFilter::load(reject_opts);
   if (!filter.ok() || !reject.ok()) {

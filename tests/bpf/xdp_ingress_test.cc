@@ -164,6 +164,64 @@ TEST(XdpState, RejectedFlowDropsLaterSegments) {
   EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
 }
 
+TEST(XdpState, RejectedFlowPassesSegmentsWithoutData) {
+  // The client's RST (answering the kernel's FIN after the idle timeout) must reach the kernel
+  // socket, or the gateway retransmits its FIN for minutes; ACKs carry nothing to judge.
+  LOAD_OR_SKIP(f, fixtureOptions());
+  int fd = f->programFd();
+  ASSERT_EQ(runXdp(fd, buildPacket(flow(41010, kAck | kPsh, "BREW /v2/x HTTP/1.1\r\n\r\n"))).retval,
+            static_cast<uint32_t>(XDP_TX));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(41010, kRst))).retval, static_cast<uint32_t>(XDP_PASS));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(41010, kAck))).retval, static_cast<uint32_t>(XDP_PASS));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(41010, kAck | kPsh, "BREW /v2/x HTTP/1.1\r\n\r\n"))).retval,
+            static_cast<uint32_t>(XDP_DROP));
+  EXPECT_EQ(f->readCounters().packets[XDP_DROP][IG_R_REJECTED_FLOW], 1u);
+}
+
+TEST(XdpState, RstByRedirectToTheIngressInterface) {
+  // RstTx::kRedirect (chosen automatically on a veth): the same RST, sent with XDP_REDIRECT,
+  // counted as tx.
+  XdpOptions o = fixtureOptions();
+  o.rst_tx = RstTx::kRedirect;
+  LOAD_OR_SKIP(f, o);
+  PacketSpec bad = flow(41020, kAck | kPsh, "BREW /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n");
+  RunResult r = runXdp(f->programFd(), buildPacket(bad));
+  EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_REDIRECT));
+  EXPECT_EQ(hex(r.out), hex(buildPacket(rstFor(bad))));
+  EXPECT_TRUE(checksumsValid(r.out));
+  EXPECT_EQ(f->readCounters().packets[XDP_TX][IG_R_BAD_METHOD], 1u);
+  // XDP_TX stays the default elsewhere
+  LOAD_OR_SKIP(g, fixtureOptions());
+  EXPECT_EQ(runXdp(g->programFd(), buildPacket(bad)).retval, static_cast<uint32_t>(XDP_TX));
+}
+
+TEST(XdpState, FlowSlotsAreRoundedToAPowerOfTwo) {
+  // A direct-mapped table: a tag written for one flow is found for that flow only, also with
+  // a table size that is not a power of two.
+  XdpOptions o = fixtureOptions();
+  o.flow_entries = 1000;
+  LOAD_OR_SKIP(f, o);
+  sockaddr_in peer{}, local{};
+  peer.sin_family = local.sin_family = AF_INET;
+  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
+  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
+  local.sin_port = htons(8000);
+  int found = 0;
+  for (uint16_t port = 42000; port < 42100; ++port) {
+    ASSERT_EQ(runXdp(f->programFd(), buildPacket(flow(port, kAck | kPsh, kGood))).retval,
+              static_cast<uint32_t>(XDP_PASS));
+    peer.sin_port = htons(port);
+    found += f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
+                                                      reinterpret_cast<sockaddr*>(&local)))
+                 .has_value();
+  }
+  EXPECT_EQ(found, 100);
+  peer.sin_port = htons(42100);
+  EXPECT_FALSE(f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
+                                                        reinterpret_cast<sockaddr*>(&local)))
+                   .has_value());
+}
+
 TEST(XdpState, FirstSegmentNeedsRequestOnlyAfterSyn) {
   LOAD_OR_SKIP(f, fixtureOptions());
   int fd = f->programFd();

@@ -7,7 +7,9 @@ unique names, always removed (also when a test fails).
         net.run_client(["curl", ...])       # inside the client namespace
 """
 import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 
 
@@ -34,9 +36,17 @@ class VethPair:
         self.gw_if, self.client_if = "igg" + tag, "igc" + tag
         self.gw_ip, self.client_ip = subnet + ".1", subnet + ".2"
         self.procs = []
+        self.bpffs = None
 
     def __enter__(self):
         try:
+            # One bpffs for every command run in the gateway namespace: each `ip netns exec`
+            # gets a mount namespace of its own, so a bpffs mounted there is private to it and
+            # maps pinned by the gateway would be invisible to `infergate stats`.
+            self.bpffs = tempfile.mkdtemp(prefix="ig-bpffs-")
+            if sh(["mount", "-t", "bpf", "bpf", self.bpffs], check=False).returncode != 0:
+                os.rmdir(self.bpffs)
+                self.bpffs = None
             sh(["ip", "netns", "add", self.gw_ns])
             sh(["ip", "netns", "add", self.client_ns])
             sh(["ip", "link", "add", self.gw_if, "netns", self.gw_ns, "type", "veth",
@@ -63,10 +73,17 @@ class VethPair:
                 p.wait()
         sh(["ip", "netns", "del", self.gw_ns], check=False)
         sh(["ip", "netns", "del", self.client_ns], check=False)
+        if self.bpffs:
+            sh(["umount", "-l", self.bpffs], check=False)
+            shutil.rmtree(self.bpffs, ignore_errors=True)
+            self.bpffs = None
 
     def gw_cmd(self, cmd):
-        # A private bpffs for the namespace: `ip netns exec` hides the host's.
+        # `ip netns exec` remounts /sys, hiding the host's bpffs: put the pair's shared bpffs
+        # there (or, without one, a bpffs private to this command).
         inner = "mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; exec \"$@\""
+        if self.bpffs:
+            inner = "mount --bind '%s' /sys/fs/bpf && exec \"$@\"" % self.bpffs
         return ["ip", "netns", "exec", self.gw_ns, "sh", "-c", inner, "sh"] + list(cmd)
 
     def run_gw(self, cmd, check=True, **kw):
