@@ -1,0 +1,86 @@
+#pragma once
+// Per-stack counters: plain integers owned by the stack's reactor thread. The metrics
+// exporter reads them with relaxed loads from the admin thread (torn reads of a 64-bit
+// counter cannot happen on x86-64/aarch64; a value may be one iteration stale).
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace infergate::dataplane::tcp {
+
+enum class DropReason : uint8_t {
+  kTooShort,          // frame shorter than its headers say
+  kNotIp,             // ethertype neither IPv4 nor IPv6 (VLAN tags included)
+  kBadIpHeader,       // version, IHL, total length
+  kBadIpChecksum,
+  kFragment,          // IPv4 fragment (the XDP program should not pass these)
+  kIpv6ExtHeader,     // IPv6 next header other than TCP
+  kBadTcpHeader,      // data offset, option lengths
+  kBadTcpChecksum,
+  kNoListener,        // SYN to a port nobody listens on (answered with RST)
+  kNoConnection,      // segment for no connection (answered with RST unless RST)
+  kSynQueueFull,      // SYN dropped: too many half-open connections
+  kConnLimit,         // SYN refused with RST: connection table full
+  kOutOfWindow,       // unacceptable sequence number (answered with ACK)
+  kPaws,              // timestamp older than ts_recent (RFC 7323 PAWS)
+  kBadAck,            // ACK for data never sent / too old (RFC 5961 §5)
+  kOooLimit,          // out-of-order segment that would exceed the range table
+  kBeyondWindow,      // bytes beyond the receive window (trimmed)
+  kTxNoFrame,         // no transmit buffer free: segment not sent (retried by timers)
+  kInvalidFlags,      // e.g. SYN+FIN, no ACK in a synchronized state
+  kCount
+};
+
+std::string_view dropReasonName(DropReason r);
+
+enum class TcpState : uint8_t {
+  kClosed,
+  kSynReceived,
+  kEstablished,
+  kCloseWait,
+  kLastAck,
+  kFinWait1,
+  kFinWait2,
+  kClosing,
+  kTimeWait,
+  kCount
+};
+
+std::string_view stateName(TcpState s);
+
+struct TcpCounters {
+  uint64_t frames_in = 0;
+  uint64_t segments_in = 0;
+  uint64_t segments_out = 0;
+  uint64_t bytes_in = 0;        // payload bytes accepted in order
+  uint64_t bytes_out = 0;       // payload bytes sent (retransmissions included)
+  uint64_t retransmits = 0;     // segments sent again (RTO, fast retransmit, partial ACKs)
+  uint64_t fast_retransmits = 0;
+  uint64_t rto_expirations = 0;
+  uint64_t out_of_order = 0;    // segments stored beyond a hole
+  uint64_t duplicate_segments = 0;  // segments entirely below rcv_nxt
+  uint64_t partial_duplicates = 0;  // segments trimmed at the front
+  uint64_t syn_received = 0;
+  uint64_t accepted = 0;        // handshakes completed
+  uint64_t refused = 0;         // SYNs answered with RST because the table was full
+  uint64_t rst_in = 0;          // connections reset by the peer
+  uint64_t rst_out = 0;
+  uint64_t challenge_acks = 0;  // RFC 5961
+  uint64_t zero_window_probes = 0;
+  uint64_t keepalive_probes = 0;
+  uint64_t timeouts = 0;        // connections aborted by retransmission/keep-alive limits
+  uint64_t fin_wait2_timeouts = 0;
+  uint64_t time_wait_recycled = 0;
+  uint64_t ignored_arp = 0;     // not ours: the kernel answers ARP, ND and ping
+  uint64_t ignored_icmp = 0;
+  uint64_t ignored_other = 0;   // IP but neither TCP nor ICMP
+  std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
+  std::array<uint64_t, static_cast<size_t>(TcpState::kCount)> conns_by_state{};  // gauges
+
+  void drop(DropReason r) { ++drops[static_cast<size_t>(r)]; }
+  uint64_t dropped(DropReason r) const { return drops[static_cast<size_t>(r)]; }
+  uint64_t inState(TcpState s) const { return conns_by_state[static_cast<size_t>(s)]; }
+};
+
+}  // namespace infergate::dataplane::tcp

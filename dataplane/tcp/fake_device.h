@@ -1,0 +1,72 @@
+#pragma once
+// A PacketDevice for tests: frames injected with inject() come out of rxBurst(); frames the
+// stack transmits are recorded in `sent` (oldest first). Transmit buffers come from a fixed
+// set so tests can starve the stack (tx_limit).
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "dataplane/packet_io.h"
+
+namespace infergate::dataplane::tcp {
+
+class FakePacketDevice final : public PacketDevice {
+ public:
+  explicit FakePacketDevice(uint32_t mtu = 1500, size_t tx_frames = 1024)
+      : mtu_(mtu), buffers_(tx_frames, std::vector<uint8_t>(mtu + 14 + 64)) {
+    for (size_t i = 0; i < tx_frames; ++i) free_.push_back(i);
+  }
+
+  void inject(std::vector<uint8_t> frame) { rx_.push_back(std::move(frame)); }
+
+  size_t rxBurst(Frame* frames, size_t max) override {
+    size_t n = 0;
+    while (n < max && !rx_.empty()) {
+      held_.push_back(std::move(rx_.front()));
+      rx_.pop_front();
+      frames[n].data = held_.back().data();
+      frames[n].len = static_cast<uint32_t>(held_.back().size());
+      frames[n].handle = n;
+      ++n;
+    }
+    return n;
+  }
+  void rxRelease(const Frame*, size_t n) override {
+    released_ += n;
+    held_.clear();
+  }
+  bool txAlloc(Frame* f) override {
+    if (free_.empty() || tx_limit == 0) return false;
+    if (tx_limit > 0) --tx_limit;
+    const size_t i = free_.back();
+    free_.pop_back();
+    f->data = buffers_[i].data();
+    f->capacity = static_cast<uint32_t>(buffers_[i].size());
+    f->handle = i;
+    f->len = 0;
+    return true;
+  }
+  void txBurst(Frame* frames, size_t n) override {
+    for (size_t i = 0; i < n; ++i) {
+      sent.emplace_back(frames[i].data, frames[i].data + frames[i].len);
+      free_.push_back(frames[i].handle);  // "completed" at once
+    }
+  }
+  void txFlush() override { ++flushes; }
+  uint32_t mtu() const override { return mtu_; }
+
+  std::deque<std::vector<uint8_t>> sent;
+  int64_t tx_limit = -1;  // < 0: unlimited; otherwise frames left before txAlloc fails
+  size_t flushes = 0;
+  size_t released_ = 0;
+
+ private:
+  uint32_t mtu_;
+  std::vector<std::vector<uint8_t>> buffers_;
+  std::vector<size_t> free_;
+  std::deque<std::vector<uint8_t>> rx_;
+  std::vector<std::vector<uint8_t>> held_;
+};
+
+}  // namespace infergate::dataplane::tcp

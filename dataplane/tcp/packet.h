@@ -1,0 +1,105 @@
+#pragma once
+// Ethernet / IPv4 / IPv6 / TCP parsing and building, used by the stack and by the test
+// clients (the same builder makes both sides' frames). No allocation; all multi-byte fields
+// are converted to host order in the parsed structs.
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "dataplane/tcp/counters.h"
+
+namespace infergate::dataplane::tcp {
+
+constexpr uint8_t kFin = 0x01, kSyn = 0x02, kRst = 0x04, kPsh = 0x08, kAck = 0x10;
+constexpr size_t kEthHeader = 14;
+constexpr uint16_t kEtherIpv4 = 0x0800, kEtherIpv6 = 0x86DD, kEtherArp = 0x0806;
+
+// A connection's identity. "local" is the side that parses (the receiver of the frame) or
+// builds (the sender). IPv4 addresses use the first 4 bytes; unused bytes are zero so the key
+// can be hashed and compared as raw bytes.
+struct FlowKey {
+  uint8_t local_ip[16] = {};
+  uint8_t remote_ip[16] = {};
+  uint16_t local_port = 0;
+  uint16_t remote_port = 0;
+  uint8_t v6 = 0;
+  uint8_t pad[3] = {};
+
+  bool operator==(const FlowKey& o) const { return std::memcmp(this, &o, sizeof(*this)) == 0; }
+  FlowKey reversed() const;
+};
+static_assert(sizeof(FlowKey) == 40);
+
+constexpr int kMaxSackBlocks = 4;
+
+struct TcpOptionValues {
+  bool has_mss = false;
+  uint16_t mss = 0;
+  int8_t wscale = -1;  // -1: absent
+  bool sack_permitted = false;
+  bool has_ts = false;
+  uint32_t ts_val = 0;
+  uint32_t ts_ecr = 0;
+  uint8_t num_sack = 0;
+  uint32_t sack[kMaxSackBlocks][2] = {};  // [start, end)
+};
+
+struct Segment {
+  uint8_t src_mac[6] = {};
+  uint8_t dst_mac[6] = {};
+  FlowKey key;  // local = destination of the frame, remote = its source
+  uint32_t seq = 0;
+  uint32_t ack = 0;
+  uint8_t flags = 0;
+  uint16_t window = 0;  // as on the wire (unscaled)
+  TcpOptionValues opt;
+  const uint8_t* payload = nullptr;
+  uint32_t payload_len = 0;
+  uint8_t ttl = 0;
+};
+
+enum class FrameKind : uint8_t { kTcp, kArp, kIcmp, kOtherIp, kDropped };
+
+// Parses one Ethernet frame. On kDropped, `why` says why. Checksums (IPv4 header, TCP) are
+// verified when `verify_checksums`.
+FrameKind parseFrame(const uint8_t* frame, size_t len, bool verify_checksums, Segment& seg,
+                     DropReason& why);
+
+// What to put in a segment being built.
+struct SegmentSpec {
+  const uint8_t* src_mac = nullptr;
+  const uint8_t* dst_mac = nullptr;
+  const FlowKey* key = nullptr;  // local = sender
+  uint32_t seq = 0;
+  uint32_t ack = 0;
+  uint8_t flags = 0;
+  uint16_t window = 0;
+  uint16_t mss = 0;         // 0: no MSS option
+  int8_t wscale = -1;       // -1: no window-scale option
+  bool sack_permitted = false;
+  bool has_ts = false;
+  uint32_t ts_val = 0;
+  uint32_t ts_ecr = 0;
+  uint8_t num_sack = 0;
+  const uint32_t (*sack)[2] = nullptr;
+  uint8_t ttl = 64;
+};
+
+// Bytes of Ethernet + IP + TCP headers (with options) the spec produces.
+size_t headerLength(const SegmentSpec& spec);
+// Writes the headers into `buf` (at least headerLength() bytes) for a payload of
+// `payload_len` bytes that the caller places at buf + the returned length, then calls
+// finishSegment(). Returns the header length.
+size_t writeHeaders(uint8_t* buf, const SegmentSpec& spec, uint32_t payload_len);
+// Computes the TCP checksum (and the IPv4 header checksum) once the payload is in place.
+void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v6);
+// Convenience: headers + payload + checksums; returns the frame length, 0 if cap is too small.
+size_t buildSegment(uint8_t* buf, size_t cap, const SegmentSpec& spec, const uint8_t* payload,
+                    uint32_t payload_len);
+
+// RFC 1071 one's-complement sum helpers.
+uint32_t checksumPartial(const uint8_t* data, size_t len, uint32_t sum);
+uint16_t checksumFold(uint32_t sum);
+
+}  // namespace infergate::dataplane::tcp

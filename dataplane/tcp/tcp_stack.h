@@ -1,0 +1,184 @@
+#pragma once
+// infergate's userspace TCP/IP stack, server side, one instance per reactor (shared-nothing).
+//
+// Frames come in through onFrame() (or processRx(), which pulls a burst from the device);
+// segments go out through the PacketDevice's tx burst, batched and flushed at the end of each
+// call. Each established connection is a frontend::Transport driving the frontend::Session
+// that the listener's factory made for it, so the HTTP/1.1 session runs on it unchanged.
+//
+// What it does: Ethernet (replies to the MAC the segment came from), IPv4 (options skipped,
+// fragments dropped), IPv6 (no extension headers: dropped and counted); ARP, ICMP and ND are
+// counted and ignored (the XDP program passes them to the kernel). TCP: passive open with a
+// bounded SYN queue and a hard connection cap (refusal = RST + counter); MSS, window scaling,
+// SACK-permitted and timestamps negotiated (RFC 7323, PAWS); in-order delivery straight from
+// the frame, out-of-order segments kept in a bounded range table and reassembled; receive
+// window = the memory the connection may hold (TcpOptions::rcv_buf); SACK blocks in our ACKs;
+// NewReno fast retransmit/fast recovery (RFC 6582) and congestion control (RFC 5681); RTO per
+// RFC 6298 with exponential backoff; zero-window probes; delayed ACKs; RFC 5961 challenge
+// ACKs; FIN both ways, half-close, FIN_WAIT_2 and a short TIME_WAIT (recycled by a newer
+// SYN); keep-alive probes; software checksums. See docs/TCP.md.
+//
+// Threading: everything on the reactor thread that owns the stack, except loop().post().
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dataplane/packet_io.h"
+#include "dataplane/tcp/buffer.h"
+#include "dataplane/tcp/counters.h"
+#include "dataplane/tcp/packet.h"
+#include "dataplane/tcp/timer_wheel.h"
+#include "frontend/session.h"
+
+namespace infergate::dataplane::tcp {
+
+// Monotonic nanoseconds.
+using Clock = std::function<uint64_t()>;
+
+struct TcpOptions {
+  int index = 0;                       // reactor index (Loop::index)
+  uint32_t max_connections = 10000;    // hard cap on connection slots, every state included
+  uint32_t syn_backlog = 1024;         // half-open (SYN_RECEIVED) connections at most
+  uint32_t rcv_buf = 256 * 1024;       // receive memory per connection = largest window
+  uint32_t chunk_size = 16 * 1024;     // buffer chunk size
+  uint32_t pool_keep_chunks = 4096;    // free chunks kept for reuse (the rest go to malloc)
+  bool window_scaling = true;          // offered back when the peer offers it
+  bool sack = true;
+  bool timestamps = true;
+  bool verify_checksums = true;        // false only when the NIC verified them
+  uint32_t initial_cwnd_segments = 10; // RFC 6928
+  uint64_t initial_rto_ns = 1'000'000'000;
+  uint64_t min_rto_ns = 200'000'000;   // Linux's floor; RFC 6298 says 1 s
+  uint64_t max_rto_ns = 60'000'000'000;
+  uint32_t syn_ack_retries = 5;
+  uint32_t max_retries = 8;            // RTO expirations in a row before the connection aborts
+  uint64_t delayed_ack_ns = 40'000'000;
+  uint64_t time_wait_ns = 1'000'000'000;    // short TIME_WAIT (see docs/TCP.md)
+  uint64_t fin_wait2_ns = 30'000'000'000;
+  uint64_t keepalive_idle_ns = 0;           // 0: no keep-alive probes
+  uint64_t keepalive_interval_ns = 10'000'000'000;
+  uint32_t keepalive_probes = 5;
+  uint64_t session_tick_ns = 100'000'000;   // Session::onTick period
+  uint64_t timer_granularity_ns = 1'000'000;
+  uint32_t timer_slots = 4096;              // power of two
+  uint32_t max_ooo_ranges = 8;              // out-of-order holes kept per connection
+  uint32_t challenge_ack_limit = 1000;      // per second, per stack (RFC 5961 §7)
+  uint64_t isn_secret = 0x9e3779b97f4a7c15ull;  // RFC 6528 keyed hash (set per process)
+  // Tests: fixes our initial sequence number for a flow (nullptr: RFC 6528 ISN).
+  std::function<uint32_t(const FlowKey&)> isn_fn;
+};
+
+class TcpStack {
+ public:
+  // `loop`: the reactor's loop sessions see; nullptr: the stack provides one (post() queues
+  // work that poll() runs; inLoopThread() is true on the thread that constructed the stack
+  // or last called bindThread()).
+  TcpStack(const TcpOptions& options, PacketDevice& device, Clock clock,
+           frontend::Loop* loop = nullptr);
+  ~TcpStack();
+  TcpStack(const TcpStack&) = delete;
+  TcpStack& operator=(const TcpStack&) = delete;
+
+  // Accepts connections to `port` (any local address the device delivers).
+  absl::Status listen(uint16_t port, frontend::SessionFactory factory);
+
+  // One received Ethernet frame; what it causes is transmitted before returning.
+  void onFrame(const uint8_t* frame, size_t len);
+  // Pulls up to `max` frames from the device, handles them, releases them, flushes tx.
+  size_t processRx(size_t max = 64);
+  // Timers, posted work, session ticks; flushes tx. Call at least every timer granularity.
+  void poll(uint64_t now_ns);
+
+  // Resets every connection (RST to the peer), e.g. on shutdown.
+  void abortAll();
+
+  frontend::Loop& loop() { return *loop_; }
+  void bindThread();
+  const TcpCounters& counters() const { return counters_; }
+  size_t connectionCount() const { return used_; }
+  size_t bufferBytes() const { return pool_.bytesInUse(); }
+  uint64_t now() const { return now_; }
+
+ private:
+  struct Conn;
+  class OwnLoop;
+  struct Listener {
+    uint16_t port;
+    frontend::SessionFactory factory;
+  };
+
+  void handleFrame(const uint8_t* frame, size_t len);
+  void handleSegment(const Segment& seg);
+  void handleListen(const Segment& seg);
+  void handleSynReceived(Conn& c, const Segment& seg);
+  void handleSynchronized(Conn& c, const Segment& seg);
+  bool processAck(Conn& c, const Segment& seg);  // false: connection freed or segment dropped
+  void processData(Conn& c, const Segment& seg);
+  void processPeerFin(Conn& c);
+  void deliver(Conn& c);
+  void establish(Conn& c);
+  void output(Conn& c);
+  void onTimer(Conn& c);
+  void rtoExpired(Conn& c);
+  void armTimer(Conn& c);
+  void markDirty(Conn& c);
+  void flushDirty();
+  void flushTx();
+  void enterRecovery(Conn& c);
+  void retransmitHead(Conn& c);
+  void rttSample(Conn& c, uint64_t rtt_ns);
+  void setState(Conn& c, TcpState s);
+  void sendChallengeAck(Conn& c);
+  void sendSynAck(Conn& c);
+  bool sendSegment(Conn& c, uint32_t seq, uint32_t len, uint8_t flags);
+  void sendRstFor(const Segment& seg);
+  void resetConn(Conn& c, bool send_rst);
+  void freeConn(Conn& c);
+  void detachSession(Conn& c);
+  uint16_t advertisedWindow(Conn& c);
+  uint32_t tsNow(const Conn& c) const;
+  uint32_t makeIsn(const FlowKey& k);
+
+  Conn* lookup(const FlowKey& k);
+  void hashInsert(Conn& c);
+  void hashErase(Conn& c);
+  uint64_t hashKey(const FlowKey& k) const;
+  Conn* allocConn();
+  Conn* evictTimeWait();
+
+  TcpOptions options_;
+  PacketDevice& device_;
+  Clock clock_;
+  std::unique_ptr<OwnLoop> own_loop_;
+  frontend::Loop* loop_;
+  uint64_t now_ = 0;
+  uint32_t mtu_;
+  TcpCounters counters_;
+  ChunkPool pool_;
+  TimerWheel wheel_;
+  std::vector<Conn> conns_;
+  std::vector<uint32_t> free_list_;
+  std::vector<uint32_t> table_;  // open addressing: conn index + 1, 0 = empty
+  uint64_t table_mask_;
+  uint32_t used_ = 0;
+  uint32_t syn_received_ = 0;
+  uint32_t tw_head_ = 0xffffffffu;  // TIME_WAIT connections, oldest first (for eviction)
+  uint32_t tw_tail_ = 0xffffffffu;
+  std::vector<Listener> listeners_;
+  std::vector<uint32_t> dirty_;
+  std::vector<uint32_t> due_;
+  std::vector<Frame> tx_batch_;
+  std::vector<Frame> rx_batch_;
+  bool in_batch_ = false;
+  uint64_t last_session_tick_ = 0;
+  uint64_t challenge_window_start_ = 0;
+  uint32_t challenge_count_ = 0;
+};
+
+}  // namespace infergate::dataplane::tcp

@@ -1,0 +1,922 @@
+// The TCP state machine through a fake packet device, packetdrill style: the test plays the
+// client, injects segments built with the stack's own packet builder, and checks every
+// segment the stack sends (flags, sequence numbers, options, payload) and its counters.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dataplane/tcp/fake_device.h"
+#include "dataplane/tcp/packet.h"
+#include "dataplane/tcp/seq.h"
+#include "dataplane/tcp/tcp_stack.h"
+
+namespace infergate::dataplane::tcp {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+constexpr uint16_t kPort = 8080;
+
+// A session that records what arrives and lets the test drive the transport.
+struct TestSession : frontend::Session {
+  explicit TestSession(frontend::Transport& t) : transport(&t) {}
+  void onData(const char* d, size_t n) override {
+    received.append(d, n);
+    if (echo && transport) transport->send(std::string_view(d, n));
+  }
+  void onPeerClosed() override {
+    peer_closed = true;
+    if (close_on_peer_close && transport) transport->closeAfterFlush();
+  }
+  void onTick(uint64_t) override { ++ticks; }
+  void onClosed() override {
+    closed = true;
+    transport = nullptr;
+  }
+  bool idle() const override { return true; }
+  frontend::Transport* transport;
+  std::string received;
+  bool peer_closed = false, closed = false, echo = false, close_on_peer_close = false;
+  int ticks = 0;
+};
+
+struct Out {
+  Segment seg;
+  std::string data;
+  uint32_t len() const { return static_cast<uint32_t>(data.size()); }
+  bool has(uint8_t f) const { return (seg.flags & f) == f; }
+};
+
+struct SynOpts {
+  uint16_t mss = 1460;
+  int8_t wscale = 7;
+  bool sack = true;
+  bool ts = true;
+};
+
+class TcpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    opts.initial_rto_ns = 1000 * kMs;
+    opts.min_rto_ns = 200 * kMs;
+    opts.time_wait_ns = 1000 * kMs;
+  }
+  void start(bool v6 = false) {
+    dev = std::make_unique<FakePacketDevice>(1500, 4096);
+    stack = std::make_unique<TcpStack>(opts, *dev, [this] { return now; });
+    ASSERT_TRUE(stack->listen(kPort, [this](frontend::Transport& t) {
+                         auto s = std::make_shared<TestSession>(t);
+                         s->echo = echo;
+                         s->close_on_peer_close = close_on_peer_close;
+                         sessions.push_back(s);
+                         return s;
+                       }).ok());
+    key = clientKey(40000, v6);
+  }
+  static FlowKey clientKey(uint16_t port, bool v6) {
+    FlowKey k;
+    k.v6 = v6;
+    if (v6) {
+      k.local_ip[0] = 0xfd;
+      k.local_ip[15] = 2;
+      k.remote_ip[0] = 0xfd;
+      k.remote_ip[15] = 1;
+    } else {
+      const uint8_t c[4] = {10, 0, 0, 2}, s[4] = {10, 0, 0, 1};
+      std::memcpy(k.local_ip, c, 4);
+      std::memcpy(k.remote_ip, s, 4);
+    }
+    k.local_port = port;
+    k.remote_port = kPort;
+    return k;
+  }
+  // Client -> stack.
+  void send(uint8_t flags, uint32_t seq, uint32_t ack, std::string_view payload = {},
+            uint16_t window = 65535, const FlowKey* k = nullptr) {
+    SegmentSpec s;
+    s.src_mac = cmac;
+    s.dst_mac = smac;
+    s.key = k ? k : &key;
+    s.seq = seq;
+    s.ack = ack;
+    s.flags = flags;
+    s.window = window;
+    if (client_ts && !(flags & kSyn)) {
+      s.has_ts = true;
+      s.ts_val = ts_val;
+      s.ts_ecr = last_ts_from_server;
+    }
+    if (nsack) {
+      s.num_sack = nsack;
+      s.sack = sack;
+    }
+    std::vector<uint8_t> f(9100);
+    f.resize(buildSegment(f.data(), f.size(), s, reinterpret_cast<const uint8_t*>(payload.data()),
+                          static_cast<uint32_t>(payload.size())));
+    stack->onFrame(f.data(), f.size());
+  }
+  void sendSyn(uint32_t isn, const SynOpts& o, const FlowKey* k = nullptr) {
+    SegmentSpec s;
+    s.src_mac = cmac;
+    s.dst_mac = smac;
+    s.key = k ? k : &key;
+    s.seq = isn;
+    s.flags = kSyn;
+    s.window = 65535;
+    s.mss = o.mss;
+    s.wscale = o.wscale;
+    s.sack_permitted = o.sack;
+    s.has_ts = o.ts;
+    s.ts_val = ts_val;
+    client_ts = o.ts;
+    std::vector<uint8_t> f(256);
+    f.resize(buildSegment(f.data(), f.size(), s, nullptr, 0));
+    stack->onFrame(f.data(), f.size());
+  }
+  // Stack -> client: everything sent since the last call.
+  std::vector<Out> drain() {
+    stack->poll(now);  // flushes what the test made the session send (same time: no timer moves)
+    std::vector<Out> out;
+    while (!dev->sent.empty()) {
+      const std::vector<uint8_t>& f = dev->sent.front();
+      Out o;
+      DropReason why;
+      EXPECT_EQ(parseFrame(f.data(), f.size(), true, o.seg, why), FrameKind::kTcp);
+      o.data.assign(reinterpret_cast<const char*>(o.seg.payload), o.seg.payload_len);
+      o.seg.payload = nullptr;
+      if (o.seg.opt.has_ts) last_ts_from_server = o.seg.opt.ts_val;
+      EXPECT_EQ(std::memcmp(o.seg.dst_mac, cmac, 6), 0);  // replies go to the sender's MAC
+      out.push_back(std::move(o));
+      dev->sent.pop_front();
+    }
+    return out;
+  }
+  void advance(uint64_t ns) {
+    now += ns;
+    stack->poll(now);
+  }
+  // Full handshake; returns the server's ISN. Client ISN = cisn.
+  uint32_t connect(uint32_t cisn = 1000, SynOpts o = SynOpts{}) {
+    sendSyn(cisn, o);
+    auto out = drain();
+    EXPECT_EQ(out.size(), 1u);
+    if (out.empty()) return 0;
+    EXPECT_TRUE(out[0].has(kSyn | kAck));
+    EXPECT_EQ(out[0].seg.ack, cisn + 1);
+    siss = out[0].seg.seq;
+    cseq = cisn + 1;
+    sseq = siss + 1;
+    send(kAck, cseq, sseq);
+    EXPECT_TRUE(drain().empty());
+    return siss;
+  }
+  TestSession& session(size_t i = 0) { return *sessions.at(i); }
+  size_t payloadMss(const SynOpts& o) const { return std::min<size_t>(o.mss, 1460) - (o.ts ? 12 : 0); }
+
+  TcpOptions opts;
+  std::unique_ptr<FakePacketDevice> dev;
+  std::unique_ptr<TcpStack> stack;
+  std::vector<std::shared_ptr<TestSession>> sessions;
+  uint64_t now = 5'000'000'000ull;
+  FlowKey key;
+  uint8_t cmac[6] = {2, 0, 0, 0, 0, 2};
+  uint8_t smac[6] = {2, 0, 0, 0, 0, 1};
+  bool client_ts = false;
+  uint32_t ts_val = 777;
+  uint32_t last_ts_from_server = 0;
+  uint8_t nsack = 0;
+  uint32_t sack[4][2] = {};
+  bool echo = false, close_on_peer_close = false;
+  uint32_t siss = 0, cseq = 0, sseq = 0;
+};
+
+std::string pattern(size_t n, uint32_t seed = 1) {
+  std::string s(n, '\0');
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1103515245u + 12345u;
+    s[i] = static_cast<char>('a' + (x >> 16) % 26);
+  }
+  return s;
+}
+
+// ---- Handshake: every option combination --------------------------------------------------
+
+class HandshakeTest : public TcpTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(HandshakeTest, NegotiatesOffered) {
+  const int m = GetParam();
+  SynOpts o;
+  o.mss = (m & 1) ? 1000 : 0;  // 0: no MSS option -> 536
+  o.wscale = (m & 2) ? 9 : -1;
+  o.sack = m & 4;
+  o.ts = m & 8;
+  opts.rcv_buf = 1 << 20;
+  start();
+  sendSyn(1000, o);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  const Out& sa = out[0];
+  EXPECT_TRUE(sa.has(kSyn | kAck));
+  EXPECT_FALSE(sa.has(kFin));
+  EXPECT_EQ(sa.seg.ack, 1001u);
+  EXPECT_TRUE(sa.seg.opt.has_mss);
+  EXPECT_EQ(sa.seg.opt.mss, 1460);
+  EXPECT_EQ(sa.seg.opt.wscale >= 0, o.wscale >= 0);
+  if (o.wscale >= 0) EXPECT_EQ(sa.seg.opt.wscale, 5);  // 1 MiB needs shift 5
+  EXPECT_EQ(sa.seg.opt.sack_permitted, o.sack);
+  EXPECT_EQ(sa.seg.opt.has_ts, o.ts);
+  if (o.ts) EXPECT_EQ(sa.seg.opt.ts_ecr, ts_val);
+  EXPECT_EQ(sa.seg.window, 65535);  // SYN windows are never scaled
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 1u);
+  siss = sa.seg.seq;
+  send(kAck, 1001, siss + 1, {}, 65535);
+  EXPECT_EQ(stack->counters().inState(TcpState::kEstablished), 1u);
+  EXPECT_EQ(stack->counters().accepted, 1u);
+  ASSERT_EQ(sessions.size(), 1u);
+  // Segment size: min(peer MSS or 536, ours) minus 12 bytes of timestamps.
+  session().transport->send(pattern(5000));
+  out = drain();
+  ASSERT_GE(out.size(), 2u);
+  const size_t expect_mss = (o.mss ? 1000 : 536) - (o.ts ? 12 : 0);
+  EXPECT_EQ(out[0].len(), expect_mss);
+  EXPECT_EQ(out[0].seg.opt.has_ts, o.ts);
+  // Our window after the handshake: scaled when scaling was negotiated.
+  const uint32_t adv = static_cast<uint32_t>(out[0].seg.window) << (o.wscale >= 0 ? 5 : 0);
+  if (o.wscale >= 0) EXPECT_EQ(adv, 1u << 20);
+  else EXPECT_EQ(adv, 65535u);
+  // The peer's window, scaled by its shift: with wscale 9 and window 65535 nothing limits,
+  // without scaling 65535 bytes; either way cwnd (10 segments) limits the first flight.
+  size_t total = 0;
+  for (auto& s : out) total += s.len();
+  EXPECT_EQ(total, std::min<size_t>(5000, 10 * expect_mss));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCombinations, HandshakeTest, ::testing::Range(0, 16));
+
+TEST_F(TcpTest, Ipv6Handshake) {
+  start(true);
+  connect();
+  EXPECT_EQ(stack->counters().accepted, 1u);
+  send(kAck | kPsh, cseq, sseq, "hello");
+  EXPECT_EQ(session().received, "hello");
+}
+
+TEST_F(TcpTest, SynAckRetransmittedWithBackoffThenDropped) {
+  opts.syn_ack_retries = 2;
+  start();
+  sendSyn(1000, SynOpts{});
+  ASSERT_EQ(drain().size(), 1u);
+  advance(999 * kMs);
+  EXPECT_TRUE(drain().empty());
+  advance(1 * kMs);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kSyn | kAck));
+  advance(2000 * kMs);  // doubled
+  ASSERT_EQ(drain().size(), 1u);
+  advance(4000 * kMs);  // retries exhausted: the half-open connection goes, silently
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->counters().timeouts, 1u);
+}
+
+TEST_F(TcpTest, DuplicateSynGetsSynAckAgain) {
+  start();
+  sendSyn(1000, SynOpts{});
+  auto a = drain();
+  sendSyn(1000, SynOpts{});
+  auto b = drain();
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0].seg.seq, b[0].seg.seq);
+  EXPECT_EQ(stack->connectionCount(), 1u);
+}
+
+TEST_F(TcpTest, ClosedPortAndStraySegmentsGetRst) {
+  start();
+  FlowKey other = key;
+  other.remote_port = 9999;
+  SegmentSpec s;
+  s.src_mac = cmac;
+  s.dst_mac = smac;
+  s.key = &other;
+  s.seq = 5;
+  s.flags = kSyn;
+  std::vector<uint8_t> f(128);
+  f.resize(buildSegment(f.data(), f.size(), s, nullptr, 0));
+  stack->onFrame(f.data(), f.size());
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst | kAck));
+  EXPECT_EQ(out[0].seg.ack, 6u);
+  EXPECT_EQ(stack->counters().dropped(DropReason::kNoListener), 1u);
+  // An ACK for no connection: RST with seq = its ack.
+  send(kAck, 100, 4242);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst));
+  EXPECT_FALSE(out[0].has(kAck));
+  EXPECT_EQ(out[0].seg.seq, 4242u);
+  // A RST for no connection: nothing.
+  send(kRst, 100, 0);
+  EXPECT_TRUE(drain().empty());
+}
+
+// ---- Data in ------------------------------------------------------------------------------
+
+TEST_F(TcpTest, InOrderDataDelayedAckAndEverySecondSegment) {
+  start();
+  connect();
+  send(kAck | kPsh, cseq, sseq, "abc");
+  EXPECT_EQ(session().received, "abc");
+  EXPECT_TRUE(drain().empty());  // delayed
+  advance(39 * kMs);
+  EXPECT_TRUE(drain().empty());
+  advance(1 * kMs);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq + 3);
+  cseq += 3;
+  send(kAck, cseq, sseq, "d");
+  EXPECT_TRUE(drain().empty());
+  send(kAck, cseq + 1, sseq, "e");  // second segment: ACK now
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq + 2);
+  EXPECT_EQ(session().received, "abcde");
+  EXPECT_EQ(stack->counters().bytes_in, 5u);
+}
+
+TEST_F(TcpTest, OutOfOrderReassemblyWithSack) {
+  start();
+  connect();
+  const std::string d = pattern(3000);
+  send(kAck, cseq + 1000, sseq, std::string_view(d).substr(1000, 1000));
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);  // immediate duplicate ACK
+  EXPECT_EQ(out[0].seg.ack, cseq);
+  ASSERT_EQ(out[0].seg.opt.num_sack, 1);
+  EXPECT_EQ(out[0].seg.opt.sack[0][0], cseq + 1000);
+  EXPECT_EQ(out[0].seg.opt.sack[0][1], cseq + 2000);
+  send(kAck, cseq + 2500, sseq, std::string_view(d).substr(2500, 500));
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].seg.opt.num_sack, 2);
+  EXPECT_EQ(out[0].seg.opt.sack[0][0], cseq + 2500);  // most recent first
+  EXPECT_EQ(out[0].seg.opt.sack[1][0], cseq + 1000);
+  EXPECT_EQ(session().received, "");
+  send(kAck, cseq, sseq, std::string_view(d).substr(0, 1000));  // fills the first hole
+  EXPECT_EQ(session().received, d.substr(0, 2000));
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq + 2000);
+  send(kAck, cseq + 2000, sseq, std::string_view(d).substr(2000, 500));
+  EXPECT_EQ(session().received, d);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq + 3000);
+  EXPECT_EQ(out[0].seg.opt.num_sack, 0);
+  EXPECT_EQ(stack->counters().out_of_order, 2u);
+}
+
+TEST_F(TcpTest, DuplicateAndOverlappingSegmentsAreTrimmed) {
+  start();
+  connect();
+  const std::string d = pattern(4000);
+  auto sv = [&](size_t a, size_t n) { return std::string_view(d).substr(a, n); };
+  send(kAck, cseq, sseq, sv(0, 1000));
+  send(kAck, cseq, sseq, sv(0, 1000));       // exact duplicate
+  send(kAck, cseq + 500, sseq, sv(500, 1000));  // overlaps the front
+  send(kAck, cseq + 3000, sseq, sv(3000, 500));  // out of order
+  send(kAck, cseq + 2800, sseq, sv(2800, 1000));  // overlaps the OOO range on both sides
+  send(kAck, cseq + 3100, sseq, sv(3100, 100));  // inside a stored range
+  send(kAck, cseq + 1200, sseq, sv(1200, 1700));  // overlaps in-order end and OOO start
+  EXPECT_EQ(session().received, d.substr(0, 3800));
+  send(kAck, cseq + 3700, sseq, sv(3700, 300));
+  EXPECT_EQ(session().received, d);
+  EXPECT_GE(stack->counters().duplicate_segments, 2u);
+  EXPECT_GE(stack->counters().partial_duplicates, 2u);
+  drain();
+}
+
+TEST_F(TcpTest, OooRangeTableIsBounded) {
+  opts.max_ooo_ranges = 2;
+  start();
+  connect();
+  send(kAck, cseq + 100, sseq, "x");
+  send(kAck, cseq + 200, sseq, "y");
+  send(kAck, cseq + 300, sseq, "z");  // a third hole: dropped
+  EXPECT_EQ(stack->counters().dropped(DropReason::kOooLimit), 1u);
+  EXPECT_EQ(stack->counters().out_of_order, 2u);
+}
+
+// ---- Retransmission ------------------------------------------------------------------------
+
+TEST_F(TcpTest, RetransmissionTimeoutBacksOffExponentiallyThenAborts) {
+  opts.max_retries = 3;
+  start();
+  connect(1000, SynOpts{1460, 7, true, false});  // no timestamps: Karn timing
+  session().transport->send("response");
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  // The handshake RTT was 0 -> RTO clamps to min_rto (200 ms).
+  std::vector<uint64_t> at;
+  const uint64_t t0 = now;
+  for (int i = 0; i < 60; ++i) {
+    advance(50 * kMs);
+    for (auto& o : drain()) {
+      if (o.has(kRst)) {
+        at.push_back(0);
+        continue;
+      }
+      EXPECT_EQ(o.data, "response");
+      EXPECT_EQ(o.seg.seq, sseq);
+      at.push_back(now - t0);
+    }
+  }
+  ASSERT_EQ(at.size(), 4u);
+  EXPECT_EQ(at[0], 200 * kMs);
+  EXPECT_EQ(at[1], 600 * kMs);   // +400
+  EXPECT_EQ(at[2], 1400 * kMs);  // +800
+  EXPECT_EQ(at[3], 0u);          // a fourth expiry aborts with RST
+  EXPECT_EQ(stack->counters().retransmits, 3u);
+  EXPECT_EQ(stack->counters().timeouts, 1u);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_TRUE(session().closed);
+}
+
+TEST_F(TcpTest, RtoFollowsMeasuredRtt) {
+  start();
+  connect(1000, SynOpts{1460, 7, true, false});  // handshake RTT 0 -> one 1 ms sample
+  // Six exchanges with a 100 ms RTT. RFC 6298: SRTT/RTTVAR in ns, integer arithmetic:
+  // after them SRTT = 55.569262 ms, RTTVAR = 53.710716 ms, RTO = SRTT + 4 RTTVAR = 270.41 ms.
+  for (int i = 0; i < 6; ++i) {
+    session().transport->send("x");
+    ASSERT_EQ(drain().size(), 1u);
+    advance(100 * kMs);
+    ASSERT_TRUE(drain().empty());
+    sseq += 1;
+    send(kAck, cseq, sseq);
+    drain();
+  }
+  session().transport->send("y");
+  ASSERT_EQ(drain().size(), 1u);
+  const uint64_t t0 = now;
+  uint64_t first = 0;
+  for (int i = 0; i < 1000 && first == 0; ++i) {
+    advance(1 * kMs);
+    if (!drain().empty()) first = now - t0;
+  }
+  EXPECT_EQ(first, 271 * kMs);
+}
+
+TEST_F(TcpTest, FastRetransmitOnThreeDupAcksAndNewRenoRecovery) {
+  start();
+  connect(1000, SynOpts{1000, 7, true, false});
+  const std::string d = pattern(20000);
+  session().transport->send(d);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 10u);  // IW10
+  const uint32_t m = 1000;
+  // Segment 2 lost: ACK of seg 1, then three duplicates.
+  send(kAck, cseq, sseq + m);
+  out = drain();
+  EXPECT_EQ(out.size(), 2u);  // slow start: cwnd 11 segments, 9 in flight
+  for (int i = 0; i < 2; ++i) {
+    send(kAck, cseq, sseq + m);
+    EXPECT_TRUE(drain().empty());
+  }
+  send(kAck, cseq, sseq + m);
+  out = drain();
+  ASSERT_GE(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.seq, sseq + m);  // the hole, at once (no RTO)
+  EXPECT_EQ(out[0].data, d.substr(m, m));
+  EXPECT_EQ(stack->counters().fast_retransmits, 1u);
+  EXPECT_EQ(stack->counters().rto_expirations, 0u);
+  // Partial ACK (up to seg 5): retransmit seg 5 at once (NewReno).
+  send(kAck, cseq, sseq + 4 * m);
+  out = drain();
+  ASSERT_GE(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.seq, sseq + 4 * m);
+  // Full ACK: everything sent so far; recovery ends, new data flows.
+  uint32_t highest = sseq;
+  for (auto& o : out) highest = seqMax(highest, o.seg.seq + o.len());
+  send(kAck, cseq, sseq + 12 * m);
+  out = drain();
+  EXPECT_FALSE(out.empty());
+  EXPECT_EQ(stack->counters().rto_expirations, 0u);
+}
+
+// ---- Window --------------------------------------------------------------------------------
+
+TEST_F(TcpTest, ZeroWindowProbesThenResume) {
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 0);  // window closes
+  session().transport->send("blocked");
+  EXPECT_TRUE(drain().empty());
+  advance(199 * kMs);
+  EXPECT_TRUE(drain().empty());
+  advance(1 * kMs);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.seq, sseq - 1);  // probe with an old sequence number
+  EXPECT_EQ(out[0].len(), 0u);
+  advance(399 * kMs);
+  EXPECT_TRUE(drain().empty());
+  advance(1 * kMs);  // backed off to 400 ms
+  ASSERT_EQ(drain().size(), 1u);
+  EXPECT_EQ(stack->counters().zero_window_probes, 2u);
+  send(kAck, cseq, sseq, {}, 1000);  // window opens
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].data, "blocked");
+}
+
+TEST_F(TcpTest, WindowScalingArithmetic) {
+  opts.rcv_buf = 1 << 20;
+  start();
+  SynOpts o{1460, 7, false, false};
+  connect(1000, o);
+  // Peer window 8 << 7 = 1024 bytes: exactly one 1024-byte flight.
+  send(kAck, cseq, sseq, {}, 8);
+  session().transport->send(pattern(5000));
+  auto out = drain();
+  size_t sent = 0;
+  for (auto& s : out) sent += s.len();
+  EXPECT_EQ(sent, 1024u);
+  // Our window: 1 MiB >> 5.
+  send(kAck, cseq, sseq + 1024, "z", 8);
+  out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().seg.window, ((1u << 20) - 0) >> 5);  // "z" went straight to the session
+}
+
+TEST_F(TcpTest, ReceiveMemoryLimitClosesTheWindow) {
+  opts.rcv_buf = 4096;
+  start();
+  connect(1000, SynOpts{1460, -1, false, false});
+  session().transport->pauseReading(true);
+  const std::string d = pattern(6000);
+  send(kAck, cseq, sseq, std::string_view(d).substr(0, 1000));
+  send(kAck, cseq + 1000, sseq, std::string_view(d).substr(1000, 1000));
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.window, 2096);  // 4096 - 2000 held
+  send(kAck, cseq + 2000, sseq, std::string_view(d).substr(2000, 1400));
+  send(kAck, cseq + 3400, sseq, std::string_view(d).substr(3400, 1000));  // beyond: trimmed
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);  // every second segment
+  EXPECT_EQ(out[0].seg.ack, cseq + 4096);
+  EXPECT_EQ(out[0].seg.window, 0);
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBeyondWindow), 1u);
+  EXPECT_EQ(session().received, "");
+  EXPECT_LE(stack->bufferBytes(), 16384u);
+  session().transport->pauseReading(false);
+  stack->poll(now);
+  EXPECT_EQ(session().received, d.substr(0, 4096));
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);  // window update
+  EXPECT_EQ(out[0].seg.window, 4096);
+  EXPECT_EQ(stack->bufferBytes(), 0u);  // nothing held once read
+}
+
+// ---- Close ---------------------------------------------------------------------------------
+
+TEST_F(TcpTest, FinFromClientThenServerCloses) {
+  close_on_peer_close = true;
+  start();
+  connect();
+  send(kAck | kFin, cseq, sseq, "bye");
+  EXPECT_EQ(session().received, "bye");
+  EXPECT_TRUE(session().peer_closed);
+  auto out = drain();  // the session closed at once: ACK + FIN, maybe in one segment
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().has(kFin));
+  EXPECT_EQ(out.back().seg.ack, cseq + 4);
+  EXPECT_EQ(stack->counters().inState(TcpState::kLastAck), 1u);
+  send(kAck, cseq + 4, sseq + 1);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_TRUE(session().closed);
+}
+
+TEST_F(TcpTest, FinFromServerThroughTimeWait) {
+  start();
+  connect();
+  session().transport->send("resp");
+  session().transport->closeAfterFlush();
+  stack->poll(now);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kFin | kAck));
+  EXPECT_EQ(out[0].data, "resp");
+  EXPECT_TRUE(session().closed);  // session released at closeAfterFlush
+  EXPECT_EQ(stack->counters().inState(TcpState::kFinWait1), 1u);
+  send(kAck, cseq, sseq + 5);
+  EXPECT_EQ(stack->counters().inState(TcpState::kFinWait2), 1u);
+  send(kAck, cseq, sseq + 5, "late data is discarded");
+  drain();
+  send(kAck | kFin, cseq + 22, sseq + 5);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq + 23);
+  EXPECT_EQ(stack->counters().inState(TcpState::kTimeWait), 1u);
+  send(kAck | kFin, cseq + 22, sseq + 5);  // retransmitted FIN: ACK again
+  ASSERT_EQ(drain().size(), 1u);
+  advance(1001 * kMs);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+}
+
+TEST_F(TcpTest, SimultaneousCloseGoesThroughClosing) {
+  start();
+  connect();
+  session().transport->closeAfterFlush();
+  stack->poll(now);
+  drain();
+  send(kAck | kFin, cseq, sseq);  // FIN crossing ours, not acking it
+  EXPECT_EQ(stack->counters().inState(TcpState::kClosing), 1u);
+  drain();
+  send(kAck, cseq + 1, sseq + 1);
+  EXPECT_EQ(stack->counters().inState(TcpState::kTimeWait), 1u);
+}
+
+TEST_F(TcpTest, HalfCloseServerKeepsSending) {
+  start();
+  connect();
+  send(kAck | kFin, cseq, sseq, "request");
+  EXPECT_TRUE(session().peer_closed);
+  EXPECT_EQ(stack->counters().inState(TcpState::kCloseWait), 1u);
+  drain();
+  session().transport->send(pattern(3000));
+  auto out = drain();
+  size_t n = 0;
+  for (auto& o : out) n += o.len();
+  EXPECT_EQ(n, 3000u);
+  session().transport->closeAfterFlush();
+  stack->poll(now);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kFin));
+  EXPECT_EQ(out[0].seg.seq, sseq + 3000);
+  send(kAck, cseq + 8, sseq + 3001);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+}
+
+TEST_F(TcpTest, UnansweredFinIsRetransmittedThenConnectionAborts) {
+  opts.max_retries = 2;
+  start();
+  connect(1000, SynOpts{1460, 7, true, false});
+  session().transport->closeAfterFlush();
+  stack->poll(now);
+  ASSERT_EQ(drain().size(), 1u);
+  int fins = 0, rsts = 0;
+  for (int i = 0; i < 100; ++i) {
+    advance(20 * kMs);
+    for (auto& o : drain()) {
+      fins += o.has(kFin);
+      rsts += o.has(kRst);
+    }
+  }
+  EXPECT_EQ(fins, 2);
+  EXPECT_EQ(rsts, 1);  // the peer is not left hanging
+  EXPECT_EQ(stack->connectionCount(), 0u);
+}
+
+// ---- RST / SYN in window (RFC 5961) ---------------------------------------------------------
+
+TEST_F(TcpTest, RstInWindowGetsChallengeAckExactRstResets) {
+  start();
+  connect();
+  send(kRst, cseq + 100, 0);  // in window, not exact
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kAck));
+  EXPECT_FALSE(out[0].has(kRst));
+  EXPECT_EQ(out[0].seg.ack, cseq);
+  EXPECT_EQ(stack->counters().challenge_acks, 1u);
+  EXPECT_EQ(stack->connectionCount(), 1u);
+  send(kRst, cseq + 10'000'000, 0);  // out of window: ignored
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->connectionCount(), 1u);
+  send(kSyn, cseq + 5, 0);  // SYN on an established connection: challenge ACK
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.ack, cseq);
+  EXPECT_EQ(stack->counters().challenge_acks, 2u);
+  send(kRst, cseq, 0);  // exact: reset
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->counters().rst_in, 1u);
+  EXPECT_TRUE(session().closed);
+}
+
+TEST_F(TcpTest, AckForUnsentDataIsRejected) {
+  start();
+  connect();
+  send(kAck, cseq, sseq + 5000, "x");
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.seq, sseq);
+  EXPECT_EQ(session().received, "");  // segment dropped
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBadAck), 1u);
+}
+
+TEST_F(TcpTest, PawsDropsOldTimestamps) {
+  start();
+  connect();
+  ts_val = 1000;
+  send(kAck, cseq, sseq, "a");
+  ts_val = 900;  // older
+  send(kAck, cseq + 1, sseq, "b");
+  EXPECT_EQ(session().received, "a");
+  EXPECT_EQ(stack->counters().dropped(DropReason::kPaws), 1u);
+}
+
+// ---- Limits --------------------------------------------------------------------------------
+
+TEST_F(TcpTest, SynFloodBeyondTheQueueIsDropped) {
+  opts.syn_backlog = 4;
+  start();
+  for (uint16_t p = 0; p < 10; ++p) {
+    FlowKey k = clientKey(static_cast<uint16_t>(30000 + p), false);
+    sendSyn(100, SynOpts{}, &k);
+  }
+  EXPECT_EQ(drain().size(), 4u);
+  EXPECT_EQ(stack->counters().dropped(DropReason::kSynQueueFull), 6u);
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 4u);
+  // The queue stays full of the flood's half-open connections until they time out.
+  sendSyn(5000, SynOpts{});
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->counters().dropped(DropReason::kSynQueueFull), 7u);
+  for (int i = 0; i < 64; ++i) advance(1000 * kMs);  // SYN-ACK retries exhausted
+  drain();
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 0u);
+  connect(5000);
+  EXPECT_EQ(stack->counters().accepted, 1u);
+}
+
+TEST_F(TcpTest, ConnectionCapRefusesWithRst) {
+  opts.max_connections = 2;
+  start();
+  for (uint16_t p = 0; p < 2; ++p) {
+    key = clientKey(static_cast<uint16_t>(30000 + p), false);
+    connect();
+  }
+  key = clientKey(31000, false);
+  sendSyn(100, SynOpts{});
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst | kAck));
+  EXPECT_EQ(out[0].seg.ack, 101u);
+  EXPECT_EQ(stack->counters().refused, 1u);
+  EXPECT_EQ(stack->connectionCount(), 2u);
+}
+
+TEST_F(TcpTest, TimeWaitIsRecycledByANewSyn) {
+  opts.max_connections = 1;
+  start();
+  connect();
+  session().transport->closeAfterFlush();
+  stack->poll(now);
+  drain();
+  send(kAck | kFin, cseq, sseq + 1);
+  drain();
+  EXPECT_EQ(stack->counters().inState(TcpState::kTimeWait), 1u);
+  sendSyn(cseq + 100000, SynOpts{});  // same 4-tuple, newer sequence
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kSyn | kAck));
+  EXPECT_EQ(stack->counters().time_wait_recycled, 1u);
+}
+
+// ---- Sequence wrap-around -------------------------------------------------------------------
+
+TEST_F(TcpTest, SequenceNumbersWrapOnBothSides) {
+  opts.isn_fn = [](const FlowKey&) { return 0xfffffff0u; };
+  echo = true;
+  start();
+  const uint32_t cisn = 0xffffff00u;
+  connect(cisn, SynOpts{1460, 7, true, true});
+  EXPECT_EQ(siss, 0xfffffff0u);
+  const std::string d = pattern(200000);
+  size_t off = 0;
+  std::string echoed;
+  uint32_t acked_by_client = sseq;
+  size_t idx = 0, held_off = 0;
+  std::string_view held;
+  for (int iter = 0; iter < 10000 && (off < d.size() || seqLt(acked_by_client, sseq + static_cast<uint32_t>(d.size())));
+       ++iter) {
+    if (off < d.size()) {
+      const size_t n = std::min<size_t>(1448, d.size() - off);
+      const std::string_view chunk = std::string_view(d).substr(off, n);
+      // Every third segment goes out of order (held back, sent after the next one).
+      if (idx++ % 3 == 1) {
+        held_off = off;
+        held = chunk;
+      } else {
+        send(kAck, cseq + static_cast<uint32_t>(off), acked_by_client, chunk);
+        if (!held.empty()) {
+          send(kAck, cseq + static_cast<uint32_t>(held_off), acked_by_client, held);
+          held = {};
+        }
+      }
+      off += n;
+    } else if (!held.empty()) {
+      send(kAck, cseq + static_cast<uint32_t>(held_off), acked_by_client, held);
+      held = {};
+    }
+    for (auto& o : drain()) {
+      if (o.len() && o.seg.seq == sseq + static_cast<uint32_t>(echoed.size())) echoed += o.data;
+      acked_by_client = sseq + static_cast<uint32_t>(echoed.size());
+    }
+    send(kAck, cseq + static_cast<uint32_t>(off), acked_by_client);
+    for (auto& o : drain()) {
+      if (o.len() && o.seg.seq == sseq + static_cast<uint32_t>(echoed.size())) echoed += o.data;
+      acked_by_client = sseq + static_cast<uint32_t>(echoed.size());
+    }
+  }
+  EXPECT_EQ(session().received.size(), d.size());
+  EXPECT_EQ(echoed.size(), d.size());
+  EXPECT_TRUE(session().received == d);
+  EXPECT_TRUE(echoed == d);
+  EXPECT_EQ(stack->counters().dropped(DropReason::kOutOfWindow), 0u);
+  EXPECT_GT(stack->counters().out_of_order, 40u);
+}
+
+// ---- Link layer / IP -----------------------------------------------------------------------
+
+TEST_F(TcpTest, BadChecksumsArpIcmpAndIpv6ExtensionsAreCountedNotServed) {
+  start();
+  SegmentSpec s;
+  s.src_mac = cmac;
+  s.dst_mac = smac;
+  s.key = &key;
+  s.seq = 1;
+  s.flags = kSyn;
+  std::vector<uint8_t> f(128);
+  f.resize(buildSegment(f.data(), f.size(), s, nullptr, 0));
+  f[14 + 20 + 4] ^= 1;  // TCP sequence bit flipped after the checksum
+  stack->onFrame(f.data(), f.size());
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBadTcpChecksum), 1u);
+  f[14 + 20 + 4] ^= 1;
+  f[14 + 8] ^= 1;  // TTL: IPv4 header checksum
+  stack->onFrame(f.data(), f.size());
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBadIpChecksum), 1u);
+  std::vector<uint8_t> arp(60, 0);
+  arp[12] = 0x08;
+  arp[13] = 0x06;
+  stack->onFrame(arp.data(), arp.size());
+  EXPECT_EQ(stack->counters().ignored_arp, 1u);
+  FlowKey k6 = clientKey(1234, true);
+  s.key = &k6;
+  f.assign(128, 0);
+  f.resize(buildSegment(f.data(), f.size(), s, nullptr, 0));
+  f[14 + 6] = 0;  // next header: hop-by-hop
+  stack->onFrame(f.data(), f.size());
+  EXPECT_EQ(stack->counters().dropped(DropReason::kIpv6ExtHeader), 1u);
+  f[14 + 6] = 58;  // ICMPv6
+  stack->onFrame(f.data(), f.size());
+  EXPECT_EQ(stack->counters().ignored_icmp, 1u);
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->connectionCount(), 0u);
+}
+
+TEST_F(TcpTest, KeepaliveProbesThenAbort) {
+  opts.keepalive_idle_ns = 1000 * kMs;
+  opts.keepalive_interval_ns = 100 * kMs;
+  opts.keepalive_probes = 2;
+  start();
+  connect(1000, SynOpts{1460, 7, true, false});
+  advance(1000 * kMs);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].seg.seq, sseq - 1);
+  send(kAck, cseq, sseq);  // the peer answers: alive
+  advance(100 * kMs);
+  EXPECT_TRUE(drain().empty());
+  advance(900 * kMs);
+  ASSERT_EQ(drain().size(), 1u);
+  advance(100 * kMs);
+  ASSERT_EQ(drain().size(), 1u);
+  advance(100 * kMs);
+  out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst));
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->counters().keepalive_probes, 3u);
+}
+
+TEST_F(TcpTest, SessionTicksAndPostedWorkRunOnPoll) {
+  start();
+  connect();
+  bool ran = false;
+  stack->loop().post([&] { ran = true; });
+  EXPECT_FALSE(ran);
+  advance(100 * kMs);
+  EXPECT_TRUE(ran);
+  EXPECT_EQ(session().ticks, 1);
+}
+
+}  // namespace
+}  // namespace infergate::dataplane::tcp
