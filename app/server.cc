@@ -56,21 +56,23 @@ absl::Status Server::start() {
   }
 #endif
   xdp_ = std::make_unique<XdpState>();
-  for (const config::ListenerConfig& l : c.listeners) {
-    if (l.protocol != "http") {
-      return absl::UnimplementedError("listener '" + l.name + "': protocol '" + l.protocol +
-                                      "' is not available in this build yet; use protocol: http");
-    }
-  }
 
   // Models.
   std::vector<std::string> names;
   for (const backends::ModelConfig& mc : c.models) {
-    absl::StatusOr<std::unique_ptr<backends::Model>> m = backends::createModel(mc);
+    absl::StatusOr<std::unique_ptr<backends::Model>> m = backends::createModel(
+        mc, mc.dynamic_batching ? &*mc.dynamic_batching : nullptr,
+        &common::MetricsRegistry::global(), &pinned_);
     if (!m.ok()) return m.status();
-    spdlog::info("model '{}' version {} ready (backend {}, max_batch_size {}, {} input(s), cost {}+{}us/item)",
+    const bool batching = mc.dynamic_batching && mc.dynamic_batching->enabled;
+    spdlog::info("model '{}' version {} ready (backend {}, max_batch_size {}, {} input(s), cost "
+                 "{}+{}us/item, dynamic batching {})",
                  mc.name, mc.version, mc.backend, mc.max_batch_size, mc.inputs.size(),
-                 mc.cost_fixed_us, mc.cost_per_item_us);
+                 mc.cost_fixed_us, mc.cost_per_item_us,
+                 batching ? fmt::format("on: max queue delay {}us, {} priority level(s)",
+                                        mc.dynamic_batching->max_queue_delay_us,
+                                        mc.dynamic_batching->priority_levels)
+                          : "off");
     models_.add(std::move(*m));
     names.push_back(mc.name);
   }
@@ -80,6 +82,11 @@ absl::Status Server::start() {
   kserve_ = std::make_unique<frontend::KServeRestHandler>(
       models_, frontend::ServerInfo{"infergate", INFERGATE_VERSION}, metrics_.get());
   admin_handler_ = std::make_unique<frontend::AdminHandler>(registry, models_);
+  grpc_ = std::make_unique<frontend::InferenceGrpcServices>(
+      models_, frontend::ServerInfo{"infergate", INFERGATE_VERSION}, metrics_.get());
+  http2_options_.max_message_bytes = c.limits.max_body_bytes;
+  http2_options_.max_header_list_bytes = c.limits.max_header_bytes;
+  http2_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
 
   http_options_.limits.max_header_bytes = c.limits.max_header_bytes;
   http_options_.limits.max_body_bytes = c.limits.max_body_bytes;
@@ -120,7 +127,10 @@ absl::Status Server::start() {
                             "listener '" + l.name + "': " + std::string(fd.status().message()));
       }
       reactors_[i]->addListener(
-          *fd, frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get()));
+          *fd, l.protocol == "grpc"
+                   ? frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get())
+                   : frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get()),
+          l.protocol == "grpc" ? std::string() : dataplane::SocketReactor::kHttpRefusal);
     }
     service_ports.push_back(port);
     spdlog::info("listener '{}' on {}:{} protocol {} ({} reactor(s), SO_REUSEPORT)", l.name,

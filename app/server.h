@@ -8,10 +8,13 @@
 
 #include "absl/status/status.h"
 #include "backends/model.h"
+#include "backends/pinned_memory.h"
 #include "config/config.h"
 #include "dataplane/socket_reactor.h"
 #include "frontend/admin_handler.h"
+#include "frontend/grpc_inference_service.h"
 #include "frontend/http1_session.h"
+#include "frontend/http2_session.h"
 #include "frontend/kserve_rest.h"
 #include "frontend/server_metrics.h"
 
@@ -29,10 +32,13 @@ class Server {
 
  private:
   config::Config config_;
+  backends::PinnedOptions pinned_;
   backends::ModelRegistry models_;
   std::unique_ptr<frontend::ServerMetrics> metrics_;
   std::unique_ptr<frontend::KServeRestHandler> kserve_;
   std::unique_ptr<frontend::AdminHandler> admin_handler_;
+  std::unique_ptr<frontend::InferenceGrpcServices> grpc_;
+  frontend::Http2SessionOptions http2_options_;
   frontend::Http1SessionOptions http_options_;
   frontend::Http1SessionOptions admin_options_;
   std::atomic<uint64_t> connections_{0};

@@ -1,5 +1,6 @@
 #include "backends/identity_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -51,8 +52,22 @@ void IdentityModel::infer(InferRequest request, InferCallback done) {
   cv_.notify_one();
 }
 
-void IdentityModel::workerLoop() {
+namespace {
+
+// Sleep most of the time, spin the last stretch: sleeps overshoot by ~50-100 us.
+void busyFor(uint64_t us) {
   using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + std::chrono::microseconds(us);
+  if (until - Clock::now() > std::chrono::microseconds(200)) {
+    std::this_thread::sleep_until(until - std::chrono::microseconds(100));
+  }
+  while (Clock::now() < until) {
+  }
+}
+
+}  // namespace
+
+void IdentityModel::workerLoop() {
   for (;;) {
     Job job;
     {
@@ -67,15 +82,61 @@ void IdentityModel::workerLoop() {
         !job.request.inputs[0].shape.empty()) {
       items = static_cast<uint64_t>(job.request.inputs[0].shape[0]);
     }
-    const auto until = Clock::now() + std::chrono::microseconds(config_.cost_fixed_us +
-                                                                config_.cost_per_item_us * items);
-    // Sleep most of the time, spin the last stretch: sleeps overshoot by ~50-100 us.
-    if (until - Clock::now() > std::chrono::microseconds(200)) {
-      std::this_thread::sleep_until(until - std::chrono::microseconds(100));
-    }
-    while (Clock::now() < until) {
-    }
+    busyFor(config_.cost_fixed_us + config_.cost_per_item_us * items);
     job.done(compute(std::move(job.request)));
+  }
+}
+
+IdentityBatchBackend::IdentityBatchBackend(ModelConfig config)
+    : config_(std::move(config)), has_cost_(config_.cost_fixed_us + config_.cost_per_item_us > 0) {
+  if (has_cost_) worker_ = std::thread([this] { workerLoop(); });
+}
+
+IdentityBatchBackend::~IdentityBatchBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+BatchOutputs IdentityBatchBackend::outputs(const Batch& batch) const {
+  std::vector<BatchTensor> out;
+  out.reserve(batch.inputs.size());
+  for (size_t i = 0; i < batch.inputs.size() && i < config_.outputs.size(); ++i) {
+    BatchTensor t = batch.inputs[i];
+    t.name = config_.outputs[i].name;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void IdentityBatchBackend::execute(const Batch& batch, BatchDone done) {
+  if (!has_cost_) {
+    done(outputs(batch));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(Job{&batch, std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void IdentityBatchBackend::workerLoop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;  // stopping and drained
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    busyFor(config_.cost_fixed_us +
+            config_.cost_per_item_us * static_cast<uint64_t>(std::max<int64_t>(job.batch->size, 1)));
+    job.done(outputs(*job.batch));
   }
 }
 
@@ -83,6 +144,18 @@ absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config) {
   if (config.backend == "identity") return std::unique_ptr<Model>(new IdentityModel(config));
   return absl::InvalidArgumentError("model '" + config.name + "': unknown backend '" +
                                     config.backend + "' (available: identity)");
+}
+
+absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config,
+                                                   const BatchingConfig* batching,
+                                                   common::MetricsRegistry* metrics,
+                                                   const PinnedOptions* pinned) {
+  if (batching == nullptr || !batching->enabled) return createModel(config);
+  if (config.backend != "identity") return createModel(config);  // the unknown-backend error
+  absl::StatusOr<std::unique_ptr<BatchedModel>> m = BatchedModel::create(
+      config, *batching, std::make_unique<IdentityBatchBackend>(config), metrics, pinned);
+  if (!m.ok()) return m.status();
+  return std::unique_ptr<Model>(std::move(*m));
 }
 
 }  // namespace infergate::backends

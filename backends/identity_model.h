@@ -12,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "backends/batched_model.h"
 #include "backends/model.h"
 
 namespace infergate::backends {
@@ -44,7 +45,42 @@ class IdentityModel : public Model {
   std::thread worker_;
 };
 
+// The identity model as a batch backend: each output is the input at the same position
+// (a view of the batch buffer, renamed). Cost model per batch: fixed + per_item x batch.size
+// microseconds, executed FIFO on one worker thread (like one GPU stream); without a cost,
+// batches complete inline on the dispatcher thread.
+class IdentityBatchBackend : public BatchBackend {
+ public:
+  explicit IdentityBatchBackend(ModelConfig config);
+  ~IdentityBatchBackend() override;  // completes every accepted batch first
+  void execute(const Batch& batch, BatchDone done) override;
+
+ private:
+  struct Job {
+    const Batch* batch;
+    BatchDone done;
+  };
+  BatchOutputs outputs(const Batch& batch) const;
+  void workerLoop();
+
+  ModelConfig config_;
+  bool has_cost_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
 // Creates the backend a config names; INVALID_ARGUMENT for an unknown backend.
 absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config);
+
+// As above; with `batching` enabled (non-null, enabled), the model is a BatchedModel over the
+// backend's BatchBackend, its metrics in `metrics` (nullptr: none) and its batch buffers
+// allocated per `pinned` (nullptr: pageable memory).
+absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config,
+                                                   const BatchingConfig* batching,
+                                                   common::MetricsRegistry* metrics,
+                                                   const PinnedOptions* pinned);
 
 }  // namespace infergate::backends

@@ -4,11 +4,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/batching_config.h"
 #include "backends/tensor.h"
 
 namespace infergate::backends {
@@ -26,6 +28,9 @@ struct ModelConfig {
   // identity backend cost model (per dispatched batch): fixed + per_item * batch size.
   uint64_t cost_fixed_us = 0;
   uint64_t cost_per_item_us = 0;
+  // models[].dynamic_batching: present = requests go through the dynamic batcher
+  // (backends/batcher.h, docs/BATCHING.md).
+  std::optional<BatchingConfig> dynamic_batching;
 
   // The shape a request must present for `spec`: `spec.shape` with -1 prepended when
   // max_batch_size > 0.

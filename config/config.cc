@@ -738,7 +738,8 @@ class Loader {
       const YAML::Node& m = n[i];
       IG_CONFIG_TRY(checkMap(
           m, path,
-          {"name", "version", "backend", "max_batch_size", "inputs", "outputs", "identity"}));
+          {"name", "version", "backend", "max_batch_size", "inputs", "outputs", "identity",
+           "dynamic_batching"}));
       backends::ModelConfig mc;
       YAML::Node name = m["name"];
       if (!name.IsDefined()) return err(join(path, "name"), "required");
@@ -782,6 +783,16 @@ class Loader {
               readNumber(v, join(ipath, "per_item_us"), 0, kMaxCostUs, mc.cost_per_item_us));
         }
       }
+      if (YAML::Node v = m["dynamic_batching"]; v.IsDefined()) {
+        backends::BatchingConfig bc;
+        IG_CONFIG_TRY(readBatching(v, join(path, "dynamic_batching"), mc.max_batch_size, bc));
+        mc.dynamic_batching = std::move(bc);
+      } else if (mc.max_batch_size > 0) {
+        // Batching is on by default for models that take a batch dimension (Triton's defaults:
+        // largest batch available at once, no delay); `dynamic_batching: {enabled: false}` turns
+        // it off.
+        mc.dynamic_batching = backends::BatchingConfig{};
+      }
       IG_CONFIG_TRY(checkIdentity(mc, path));
       for (size_t j = 0; j < c.models.size(); ++j) {
         if (c.models[j].name == mc.name && c.models[j].version == mc.version) {
@@ -790,6 +801,103 @@ class Loader {
         }
       }
       c.models.push_back(std::move(mc));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readQueuePolicy(const YAML::Node& n, const std::string& path,
+                               backends::QueuePolicy& out) const {
+    IG_CONFIG_TRY(checkMap(n, path, {"max_queue_size", "default_timeout_us",
+                                     "allow_timeout_override", "timeout_action"}));
+    if (YAML::Node v = n["max_queue_size"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_queue_size"), 0, 1 << 24, out.max_queue_size));
+    }
+    if (YAML::Node v = n["default_timeout_us"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "default_timeout_us"), 0, 3'600'000'000LL,
+                               out.default_timeout_us));
+    }
+    if (YAML::Node v = n["allow_timeout_override"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, join(path, "allow_timeout_override"), out.allow_timeout_override));
+    }
+    if (YAML::Node v = n["timeout_action"]; v.IsDefined()) {
+      std::string a;
+      IG_CONFIG_TRY(readChoice(v, join(path, "timeout_action"), "timeout action",
+                               {"REJECT", "DELAY"}, a));
+      out.timeout_action =
+          a == "DELAY" ? backends::TimeoutAction::kDelay : backends::TimeoutAction::kReject;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readBatching(const YAML::Node& n, const std::string& path, int max_batch_size,
+                            backends::BatchingConfig& out) const {
+    if (n.IsNull()) return absl::OkStatus();  // `dynamic_batching:` alone = defaults
+    IG_CONFIG_TRY(checkMap(n, path, {"enabled", "preferred_batch_sizes", "max_queue_delay_us",
+                                     "priority_levels", "default_priority_level",
+                                     "default_queue_policy", "priority_queue_policy",
+                                     "max_total_queue_size", "overload_status",
+                                     "max_inflight_batches", "variable_input_buffer_bytes"}));
+    if (YAML::Node v = n["enabled"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, join(path, "enabled"), out.enabled));
+    }
+    if (YAML::Node v = n["preferred_batch_sizes"]; v.IsDefined()) {
+      const std::string p = join(path, "preferred_batch_sizes");
+      IG_CONFIG_TRY(checkSeq(v, p));
+      if (v.size() > 0 && max_batch_size == 0) {
+        return err(p, "needs max_batch_size > 0");
+      }
+      for (size_t i = 0; i < v.size(); ++i) {
+        int size = 0;
+        IG_CONFIG_TRY(readNumber(v[i], at(p, i), 1, std::max(1, max_batch_size), size));
+        out.preferred_batch_sizes.push_back(size);
+      }
+    }
+    if (YAML::Node v = n["max_queue_delay_us"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_queue_delay_us"), 0, 60'000'000,
+                               out.max_queue_delay_us));
+    }
+    if (YAML::Node v = n["priority_levels"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "priority_levels"), 1, 64, out.priority_levels));
+    }
+    if (YAML::Node v = n["default_priority_level"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "default_priority_level"), 1, out.priority_levels,
+                               out.default_priority_level));
+    }
+    if (YAML::Node v = n["default_queue_policy"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readQueuePolicy(v, join(path, "default_queue_policy"),
+                                    out.default_queue_policy));
+    }
+    if (YAML::Node v = n["priority_queue_policy"]; v.IsDefined()) {
+      const std::string p = join(path, "priority_queue_policy");
+      if (!v.IsMap()) return err(p, fmt::format("expected a mapping, got {}", describe(v)));
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        uint32_t level = 0;
+        IG_CONFIG_TRY(readNumber(it->first, p, 1, out.priority_levels, level));
+        const std::string lp = join(p, it->first.Scalar());
+        if (out.priority_queue_policy.count(level)) return err(lp, "duplicate level");
+        backends::QueuePolicy q = out.default_queue_policy;
+        IG_CONFIG_TRY(readQueuePolicy(it->second, lp, q));
+        out.priority_queue_policy[level] = q;
+      }
+    }
+    if (YAML::Node v = n["max_total_queue_size"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_total_queue_size"), 0, 1 << 24,
+                               out.max_total_queue_size));
+    }
+    if (YAML::Node v = n["overload_status"]; v.IsDefined()) {
+      const std::string p = join(path, "overload_status");
+      IG_CONFIG_TRY(readNumber(v, p, 429, 503, out.overload_status));
+      if (out.overload_status != 429 && out.overload_status != 503) {
+        return err(p, fmt::format("must be 503 or 429, got {}", out.overload_status));
+      }
+    }
+    if (YAML::Node v = n["max_inflight_batches"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_inflight_batches"), 1, 64,
+                               out.max_inflight_batches));
+    }
+    if (YAML::Node v = n["variable_input_buffer_bytes"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "variable_input_buffer_bytes"), 64, 1LL << 32,
+                               out.variable_input_buffer_bytes));
     }
     return absl::OkStatus();
   }

@@ -135,12 +135,17 @@ SocketReactor::~SocketReactor() {
   close(epfd_);
 }
 
-void SocketReactor::addListener(int fd, frontend::SessionFactory factory) {
+const std::string SocketReactor::kHttpRefusal =
+    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    "Content-Length: 57\r\nConnection: close\r\n\r\n"
+    "{\"error\":\"too many connections (limits.max_connections)\"}";
+
+void SocketReactor::addListener(int fd, frontend::SessionFactory factory, std::string refusal) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
-  listeners_.push_back(Listener{fd, std::move(factory)});
+  listeners_.push_back(Listener{fd, std::move(factory), std::move(refusal)});
 }
 
 void SocketReactor::start() {
@@ -207,6 +212,9 @@ void SocketReactor::run() {
         close(l.fd);
         l.fd = -1;
       }
+      for (auto& [fd, c] : conns_) {
+        if (!c->dead && !c->lingering) c->session->onDrain();
+      }
       tick();
     }
     if (draining_ && (conns_.empty() || now_ns_ >= drain_deadline_)) break;
@@ -263,11 +271,9 @@ void SocketReactor::acceptAll(Listener& l) {
     if (options_.connections && open > options_.max_connections) {
       options_.connections->fetch_sub(1);
       if (options_.metrics) options_.metrics->connections_refused.inc();
-      static constexpr std::string_view kFull =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-          "Content-Length: 53\r\nConnection: close\r\n\r\n"
-          "{\"error\":\"too many connections (limits.max_connections)\"}";
-      [[maybe_unused]] ssize_t w = ::send(fd, kFull.data(), kFull.size(), MSG_NOSIGNAL);
+      if (!l.refusal.empty()) {
+        [[maybe_unused]] ssize_t w = ::send(fd, l.refusal.data(), l.refusal.size(), MSG_NOSIGNAL);
+      }
       close(fd);
       continue;
     }

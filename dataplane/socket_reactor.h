@@ -52,8 +52,11 @@ class SocketReactor final : public frontend::Loop {
   explicit SocketReactor(ReactorOptions options);
   ~SocketReactor() override;
 
-  // Adds a listening socket (takes ownership of `fd`); call before start().
-  void addListener(int fd, frontend::SessionFactory factory);
+  // Adds a listening socket (takes ownership of `fd`); call before start(). `refusal`: the
+  // bytes sent to a connection refused because max_connections is reached, before closing it
+  // (an HTTP/1.1 503 by default; empty for protocols that cannot be answered blindly, e.g. h2).
+  void addListener(int fd, frontend::SessionFactory factory, std::string refusal = kHttpRefusal);
+  static const std::string kHttpRefusal;
   void start();
   // Stops accepting, closes idle connections, lets connections with requests in flight finish
   // for up to `drain_ns`, then closes everything and ends the thread. Thread-safe.
@@ -73,6 +76,7 @@ class SocketReactor final : public frontend::Loop {
   struct Listener {
     int fd;
     frontend::SessionFactory factory;
+    std::string refusal;
   };
   void run();
   void acceptAll(Listener& l);

@@ -74,6 +74,9 @@ class Session {
   // No request in progress and no response pending: the connection may be closed without
   // losing anything (used when draining on shutdown).
   virtual bool idle() const = 0;
+  // The server is draining (SIGTERM): stop taking new requests, finish the ones in flight
+  // (HTTP/2 sends GOAWAY). Idle connections are closed by the transport.
+  virtual void onDrain() {}
 };
 
 // Creates the session for a newly accepted connection on a listener.

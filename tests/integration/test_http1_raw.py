@@ -158,8 +158,11 @@ class Http1RawTest(unittest.TestCase):
             for s in socks:
                 s.settimeout(0.2)
                 try:
-                    data = s.recv(200)
+                    data = s.recv(300)
                     if data.startswith(b"HTTP/1.1 503"):
+                        head, _, body = data.partition(b"\r\n\r\n")
+                        self.assertIn(b"Content-Length: %d" % len(body), head)
+                        self.assertIn("max_connections", json.loads(body)["error"])
                         refused += 1
                 except socket.timeout:
                     pass

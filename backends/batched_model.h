@@ -1,0 +1,71 @@
+#pragma once
+// A Model that batches: requests go through a Batcher (priorities, deadlines, dynamic
+// batching) and whole batches run on a BatchBackend. The identity model's batch backend lives
+// in backends/identity_model.h; the Triton / TF Serving adapters implement BatchBackend too.
+//
+// Threading: infer()/submit()/cancel() from any thread (reactors). One dispatcher thread per
+// model polls the batcher and hands batches to the backend; results are answered from
+// whichever thread the backend completes on (InferCallback may run on any thread).
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "backends/batcher.h"
+#include "backends/model.h"
+
+namespace infergate::backends {
+
+// Completion of a batch: outputs (views that must stay valid until the call returns), or an
+// error every request of the batch gets. Exactly once, from any thread.
+using BatchDone = std::function<void(BatchOutputs)>;
+
+class BatchBackend {
+ public:
+  virtual ~BatchBackend() = default;
+  // Runs `batch` (inputs contiguous in batch.inputs; with max_batch_size > 0 their leading
+  // dimension is batch.size) and calls `done` exactly once. `batch` stays valid until `done`
+  // returns. The destructor must complete (call `done` for) every batch it accepted.
+  virtual void execute(const Batch& batch, BatchDone done) = 0;
+};
+
+class BatchedModel : public Model {
+ public:
+  // `metrics`: nullptr for none (tests); normally &common::MetricsRegistry::global().
+  // `pinned`: nullptr for plain pageable batch buffers. `clock`: nullptr for the steady clock.
+  static absl::StatusOr<std::unique_ptr<BatchedModel>> create(
+      ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
+      common::MetricsRegistry* metrics, const PinnedOptions* pinned,
+      BatcherClock* clock = nullptr);
+  ~BatchedModel() override;
+
+  const ModelConfig& config() const override { return batcher_->model(); }
+  bool ready() const override { return true; }
+  void infer(InferRequest request, InferCallback done) override;
+
+  // As infer(), returning the ticket cancel() takes (0: already answered).
+  uint64_t submit(InferRequest request, InferCallback done);
+  // The client went away; see Batcher::cancel.
+  bool cancel(uint64_t ticket);
+
+  Batcher& batcher() { return *batcher_; }
+
+ private:
+  BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
+               BatcherClock* clock);
+  void dispatchLoop();
+
+  std::unique_ptr<Batcher> batcher_;
+  std::unique_ptr<BatchBackend> backend_;
+  BatcherClock* clock_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t wakeups_ = 0;  // guarded by mu_; bumped by the batcher's notify
+  bool stopping_ = false;
+  std::thread dispatcher_;
+};
+
+}  // namespace infergate::backends

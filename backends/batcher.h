@@ -1,0 +1,227 @@
+#pragma once
+// The dynamic batcher of one model: priority levels with per-level queue policies, deadlines,
+// overload shedding, and batch formation with Triton's dynamic-batching semantics (max batch
+// size, preferred batch sizes, max queue delay). Rules in docs/BATCHING.md.
+//
+// The Batcher is a clock-driven state machine with no thread of its own: producers call
+// enqueue()/cancel() from any thread; one dispatcher calls poll() to expire requests and take
+// the next due batch, hands the batch to a BatchBackend, and calls complete() with its
+// outputs, which slices them back per request and answers each request exactly once.
+// BatchedModel (backends/batched_model.h) is that dispatcher; tests drive poll() directly
+// with a ManualClock.
+//
+// Threading: every public method is safe from any thread (one mutex per model, held for
+// queue bookkeeping only). Callbacks (InferCallback) are always invoked with the lock
+// released: inline from enqueue() for refusals, from poll() for expiries, from cancel() for
+// queued cancellations, from complete() for results.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/batching_config.h"
+#include "backends/model.h"
+#include "backends/pinned_memory.h"
+#include "backends/tensor.h"
+
+namespace infergate::common {
+class MetricsRegistry;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace infergate::common
+
+namespace infergate::backends {
+
+// Time source of a batcher, in nanoseconds of a monotonic clock.
+class BatcherClock {
+ public:
+  virtual ~BatcherClock() = default;
+  virtual uint64_t nowNs() const = 0;
+};
+
+// CLOCK_MONOTONIC (common::monotonicNs()).
+class SteadyBatcherClock : public BatcherClock {
+ public:
+  uint64_t nowNs() const override;
+  static SteadyBatcherClock& instance();
+};
+
+// A clock tests move by hand.
+class ManualClock : public BatcherClock {
+ public:
+  explicit ManualClock(uint64_t start_ns = 1'000'000'000) : now_(start_ns) {}
+  uint64_t nowNs() const override { return now_.load(std::memory_order_relaxed); }
+  void advanceUs(uint64_t us) { now_.fetch_add(us * 1000, std::memory_order_relaxed); }
+  void setNs(uint64_t ns) { now_.store(ns, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> now_;
+};
+
+// A view of one tensor of a whole batch: `data` points into a pinned batch buffer (inputs) or
+// into memory the backend owns (outputs). With max_batch_size > 0 the leading dimension is the
+// batch size.
+struct BatchTensor {
+  std::string name;
+  DataType dtype = DataType::kFp32;
+  std::vector<int64_t> shape;
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+// One request inside the batcher. Owned by the batcher while queued, by its Batch once
+// dispatched.
+struct QueuedRequest {
+  enum class State : uint8_t { kQueued, kDelayed, kInFlight };
+  InferRequest request;  // inputs in the model's configured order
+  InferCallback done;
+  uint64_t ticket = 0;
+  uint32_t level = 1;
+  uint64_t enqueue_ns = 0;
+  uint64_t deadline_ns = 0;  // 0 = none
+  int64_t rows = 1;          // leading (batch) dimension; 1 when max_batch_size == 0
+  State state = State::kQueued;
+  bool cancelled = false;    // guarded by the batcher's mutex
+  std::list<std::unique_ptr<QueuedRequest>>::iterator pos;
+};
+
+// A batch handed to a backend. The backend reads inputs (and may read the requests, e.g. to
+// forward ids); everything else is the batcher's.
+struct Batch {
+  uint64_t id = 0;
+  int64_t size = 0;                // rows: sum of the requests' leading dimensions
+  std::vector<BatchTensor> inputs; // in the model's configured input order, contiguous
+  std::vector<std::unique_ptr<QueuedRequest>> requests;  // batch order
+  // Buffers: one pinned slab per input, or a heap buffer when a single request is larger than
+  // a slab (counted as unpinned).
+  std::vector<uint8_t*> slabs;
+  std::vector<std::vector<uint8_t>> heap;
+  uint64_t dispatch_ns = 0;
+};
+
+// Backend outputs of a batch (views valid until complete() returns), or an error every
+// request of the batch gets.
+using BatchOutputs = absl::StatusOr<std::vector<BatchTensor>>;
+
+class Batcher {
+ public:
+  // `clock` must outlive the batcher (nullptr: SteadyBatcherClock). `metrics` nullptr: no
+  // metrics. `pinned` false: batch buffers in plain heap memory (tests). INVALID_ARGUMENT for
+  // an inconsistent config (preferred size out of range, default level out of range, ...).
+  static absl::StatusOr<std::unique_ptr<Batcher>> create(ModelConfig model, BatchingConfig config,
+                                                         BatcherClock* clock,
+                                                         common::MetricsRegistry* metrics,
+                                                         const PinnedOptions* pinned);
+  ~Batcher();
+
+  // Queues `request` (already validated against the model) and returns its ticket (> 0), or
+  // answers it at once (UNAVAILABLE / RESOURCE_EXHAUSTED "Exceeds maximum queue size",
+  // INVALID_ARGUMENT for a request the batcher cannot place) and returns 0. May also answer a
+  // lower-priority queued request that it sheds to make room.
+  uint64_t enqueue(InferRequest request, InferCallback done);
+
+  // Client gone: a queued request is removed and answered CANCELLED "Request cancelled" now;
+  // one already in a batch is answered CANCELLED when the batch completes (its result slice is
+  // dropped; neighbours are untouched). False when the ticket is unknown (already answered).
+  bool cancel(uint64_t ticket);
+
+  // Expires due requests, then takes the next batch if one is due and an in-flight slot (and
+  // its batch buffers) is free; nullptr otherwise. `next_wake_ns` (optional) receives the
+  // absolute time at which poll() has something to do even if nothing is enqueued or
+  // completed meanwhile (UINT64_MAX: nothing).
+  std::unique_ptr<Batch> poll(uint64_t* next_wake_ns = nullptr);
+
+  // The backend finished `batch`: slices outputs per request and answers every request, frees
+  // the batch buffers and the in-flight slot.
+  void complete(std::unique_ptr<Batch> batch, BatchOutputs outputs);
+
+  // Answers every queued request UNAVAILABLE "Model is shutting down" (in-flight batches are
+  // still completed normally). Later enqueues are refused the same way.
+  void shutdown();
+
+  // Called (lock released, from the caller's thread) after anything that may make poll()
+  // return a batch sooner: enqueue, cancel, complete, shutdown.
+  void setNotify(std::function<void()> notify);
+
+  // The level (1..levels) of a KServe priority: 0, negative or > levels -> default level
+  // (Triton's rule).
+  uint32_t levelOf(int64_t priority) const;
+  size_t queued() const;
+  size_t queued(uint32_t level) const;
+  uint32_t inflight() const;
+  const ModelConfig& model() const { return model_; }
+  const BatchingConfig& config() const { return config_; }
+  // Pinned pool of input i (nullptr when not pinned).
+  const SlabPool* pool(size_t input) const;
+
+ private:
+  struct Level {
+    QueuePolicy policy;
+    std::list<std::unique_ptr<QueuedRequest>> queue;    // unexpired, FIFO
+    std::list<std::unique_ptr<QueuedRequest>> delayed;  // expired with DELAY, FIFO
+    common::Gauge* depth = nullptr;
+    common::Histogram* queue_time = nullptr;
+    common::Counter* timeouts = nullptr;
+    common::Counter* delayed_count = nullptr;
+    common::Counter* rejected_full = nullptr;
+    common::Counter* rejected_overload = nullptr;
+    common::Counter* shed = nullptr;
+    common::Counter* cancelled = nullptr;
+    size_t size() const { return queue.size() + delayed.size(); }
+  };
+  struct Answer {
+    InferCallback done;
+    absl::StatusOr<InferResponse> result;
+  };
+
+  Batcher(ModelConfig model, BatchingConfig config, BatcherClock* clock);
+  absl::Status init(common::MetricsRegistry* metrics, const PinnedOptions* pinned);
+  absl::Status overloadStatus(std::string message) const;
+  bool compatible(const QueuedRequest& a, const QueuedRequest& b) const;
+  size_t inputBytes(const QueuedRequest& r, size_t input) const;
+  void expireLocked(uint64_t now, std::vector<Answer>& answers);
+  void recomputeDeadlineLocked();
+  std::unique_ptr<QueuedRequest> removeLocked(QueuedRequest* r);
+  void flush(std::vector<Answer>& answers);
+  void notify();
+
+  ModelConfig model_;
+  BatchingConfig config_;
+  BatcherClock* clock_;
+  std::function<void()> notify_;
+
+  mutable std::mutex mu_;
+  std::vector<Level> levels_;  // index level-1
+  std::unordered_map<uint64_t, QueuedRequest*> tickets_;
+  size_t queued_ = 0;
+  uint32_t inflight_ = 0;
+  uint64_t next_ticket_ = 1;
+  uint64_t next_batch_ = 1;
+  uint64_t next_deadline_ns_ = UINT64_MAX;
+  bool shutdown_ = false;
+
+  // Per input: the slab size, whether rows have a fixed byte size, and the pool.
+  std::vector<size_t> slab_bytes_;
+  std::vector<std::unique_ptr<SlabPool>> pools_;
+
+  // Model-wide metrics (nullptr when none).
+  common::Histogram* batch_size_ = nullptr;
+  common::Histogram* fill_ratio_ = nullptr;
+  common::Counter* batches_ = nullptr;
+  common::Counter* bytes_copied_ = nullptr;
+  common::Counter* bytes_received_ = nullptr;
+  common::Counter* unpinned_batches_ = nullptr;
+  common::Counter* backend_errors_ = nullptr;
+  common::Gauge* inflight_gauge_ = nullptr;
+  common::Gauge* overloaded_ = nullptr;
+};
+
+}  // namespace infergate::backends

@@ -1,0 +1,172 @@
+#include "backends/pinned_memory.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <utility>
+
+#include "fmt/format.h"
+#include "spdlog/spdlog.h"
+
+#ifdef INFERGATE_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace infergate::backends {
+namespace {
+
+constexpr size_t kHugePage = 2u << 20;
+
+size_t roundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+}  // namespace
+
+std::string_view pinnedKindName(PinnedKind k) {
+  switch (k) {
+    case PinnedKind::kCudaHost: return "cuda_host";
+    case PinnedKind::kHugePages: return "huge_pages";
+    case PinnedKind::kMlocked: return "mlock";
+    case PinnedKind::kPageable: return "pageable";
+  }
+  return "unknown";
+}
+
+PinnedRegion::PinnedRegion(PinnedRegion&& o) noexcept
+    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), kind_(o.kind_) {}
+
+PinnedRegion& PinnedRegion::operator=(PinnedRegion&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+    kind_ = o.kind_;
+  }
+  return *this;
+}
+
+PinnedRegion::~PinnedRegion() { release(); }
+
+void PinnedRegion::release() {
+  if (data_ == nullptr) return;
+#ifdef INFERGATE_WITH_CUDA
+  if (kind_ == PinnedKind::kCudaHost) {
+    cudaFreeHost(data_);
+    data_ = nullptr;
+    return;
+  }
+#endif
+  if (kind_ == PinnedKind::kMlocked) munlock(data_, size_);
+  munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<PinnedRegion> PinnedRegion::allocate(size_t bytes, const PinnedOptions& options) {
+  if (bytes == 0) bytes = 1;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const std::string label = options.label.empty() ? std::string("buffer") : options.label;
+  PinnedRegion r;
+#ifdef INFERGATE_WITH_CUDA
+  if (options.try_cuda) {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+      void* p = nullptr;
+      const size_t size = roundUp(bytes, page);
+      if (cudaHostAlloc(&p, size, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess) {
+        std::memset(p, 0, size);
+        r.data_ = static_cast<uint8_t*>(p);
+        r.size_ = size;
+        r.kind_ = PinnedKind::kCudaHost;
+        spdlog::info("pinned memory for {}: {} bytes via cudaHostAlloc", label, size);
+        return r;
+      }
+      spdlog::warn("pinned memory for {}: cudaHostAlloc of {} bytes failed; trying mmap", label,
+                   size);
+    }
+  }
+#endif
+  if (options.try_huge_pages) {
+    const size_t size = roundUp(bytes, kHugePage);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+    if (p != MAP_FAILED) {
+      r.data_ = static_cast<uint8_t*>(p);
+      r.size_ = size;
+      r.kind_ = PinnedKind::kHugePages;
+      spdlog::info("pinned memory for {}: {} bytes in 2 MiB huge pages", label, size);
+      return r;
+    }
+  }
+  const size_t size = roundUp(bytes, page);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        fmt::format("pinned memory for {}: mmap of {} bytes failed: {}", label, size,
+                    std::strerror(errno)));
+  }
+  r.data_ = static_cast<uint8_t*>(p);
+  r.size_ = size;
+  if (options.try_mlock && mlock(p, size) == 0) {
+    r.kind_ = PinnedKind::kMlocked;
+    spdlog::info("pinned memory for {}: {} bytes via mmap + mlock", label, size);
+    return r;
+  }
+  const int e = errno;
+  r.kind_ = PinnedKind::kPageable;
+  // Touch every page so the first batch does not fault them in.
+  for (size_t off = 0; off < size; off += page) r.data_[off] = 0;
+  if (options.try_mlock) {
+    spdlog::warn("pinned memory for {}: mlock of {} bytes refused ({}); using pageable memory "
+                 "(raise RLIMIT_MEMLOCK, e.g. `ulimit -l unlimited`, or grant CAP_IPC_LOCK)",
+                 label, size, std::strerror(e));
+  } else {
+    spdlog::info("pinned memory for {}: {} bytes of pageable memory", label, size);
+  }
+  return r;
+}
+
+SlabPool::SlabPool(PinnedRegion region, size_t slab_bytes, size_t slabs)
+    : region_(std::move(region)), slab_bytes_(slab_bytes), slabs_(slabs) {
+  free_.reserve(slabs);
+  for (size_t i = slabs; i-- > 0;) free_.push_back(region_.data() + i * slab_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<SlabPool>> SlabPool::create(size_t slab_bytes, size_t slabs,
+                                                           const PinnedOptions& options) {
+  if (slabs == 0) return absl::InvalidArgumentError("slab pool needs at least one slab");
+  slab_bytes = roundUp(slab_bytes == 0 ? 1 : slab_bytes, 64);
+  absl::StatusOr<PinnedRegion> r = PinnedRegion::allocate(slab_bytes * slabs, options);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<SlabPool>(new SlabPool(std::move(*r), slab_bytes, slabs));
+}
+
+uint8_t* SlabPool::acquire() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (free_.empty()) return nullptr;
+  uint8_t* s = free_.back();
+  free_.pop_back();
+  return s;
+}
+
+void SlabPool::release(uint8_t* slab) {
+  const uint8_t* base = region_.data();
+  if (slab < base || slab >= base + slab_bytes_ * slabs_ ||
+      static_cast<size_t>(slab - base) % slab_bytes_ != 0) {
+    std::fprintf(stderr, "SlabPool::release: pointer not from this pool\n");
+    std::abort();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(slab);
+}
+
+size_t SlabPool::available() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_.size();
+}
+
+}  // namespace infergate::backends

@@ -1,0 +1,377 @@
+#include "frontend/grpc_inference_service.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "frontend/grpc_framing.h"
+#include "frontend/grpc_kserve_codec.h"
+#include "grpc_service.pb.h"
+#include "tf_predict.pb.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::DataType;
+
+constexpr std::string_view kKserve = "/inference.GRPCInferenceService/";
+constexpr std::string_view kTfPredict = "/tensorflow.serving.PredictionService/Predict";
+
+GrpcReply framedReply(const google::protobuf::MessageLite& m) {
+  GrpcReply r;
+  const size_t n = m.ByteSizeLong();
+  r.framed.resize(kGrpcPrefixBytes + n);
+  writeGrpcPrefix(r.framed.data(), static_cast<uint32_t>(n));
+  m.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(r.framed.data() + kGrpcPrefixBytes));
+  return r;
+}
+
+GrpcReply errorReply(absl::StatusCode code, std::string message) {
+  GrpcReply r;
+  r.code = code;
+  r.message = std::move(message);
+  return r;
+}
+GrpcReply errorReply(const absl::Status& st) {
+  return errorReply(st.code(), std::string(st.message()));
+}
+
+template <typename M>
+bool parse(std::string_view bytes, M& m) {
+  return m.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()));
+}
+
+std::string unknownModel(std::string_view name, std::string_view version) {
+  std::string msg = "Request for unknown model: '" + std::string(name) + "'";
+  if (!version.empty()) msg += " version '" + std::string(version) + "'";
+  return msg + " is not found";
+}
+
+// --- TF Serving tensors -----------------------------------------------------------------------
+
+std::optional<DataType> fromTf(tensorflow::DataType t) {
+  switch (t) {
+    case tensorflow::DT_FLOAT: return DataType::kFp32;
+    case tensorflow::DT_DOUBLE: return DataType::kFp64;
+    case tensorflow::DT_INT32: return DataType::kInt32;
+    case tensorflow::DT_UINT8: return DataType::kUint8;
+    case tensorflow::DT_INT16: return DataType::kInt16;
+    case tensorflow::DT_INT8: return DataType::kInt8;
+    case tensorflow::DT_STRING: return DataType::kBytes;
+    case tensorflow::DT_INT64: return DataType::kInt64;
+    case tensorflow::DT_BOOL: return DataType::kBool;
+    case tensorflow::DT_BFLOAT16: return DataType::kBf16;
+    case tensorflow::DT_UINT16: return DataType::kUint16;
+    case tensorflow::DT_HALF: return DataType::kFp16;
+    case tensorflow::DT_UINT32: return DataType::kUint32;
+    case tensorflow::DT_UINT64: return DataType::kUint64;
+    default: return std::nullopt;
+  }
+}
+
+tensorflow::DataType toTf(DataType t) {
+  switch (t) {
+    case DataType::kFp32: return tensorflow::DT_FLOAT;
+    case DataType::kFp64: return tensorflow::DT_DOUBLE;
+    case DataType::kInt32: return tensorflow::DT_INT32;
+    case DataType::kUint8: return tensorflow::DT_UINT8;
+    case DataType::kInt16: return tensorflow::DT_INT16;
+    case DataType::kInt8: return tensorflow::DT_INT8;
+    case DataType::kBytes: return tensorflow::DT_STRING;
+    case DataType::kInt64: return tensorflow::DT_INT64;
+    case DataType::kBool: return tensorflow::DT_BOOL;
+    case DataType::kBf16: return tensorflow::DT_BFLOAT16;
+    case DataType::kUint16: return tensorflow::DT_UINT16;
+    case DataType::kFp16: return tensorflow::DT_HALF;
+    case DataType::kUint32: return tensorflow::DT_UINT32;
+    case DataType::kUint64: return tensorflow::DT_UINT64;
+  }
+  return tensorflow::DT_INVALID;
+}
+
+template <typename Out, typename Rep>
+void appendTyped(const Rep& values, uint64_t count, std::vector<uint8_t>& data) {
+  // TF's version-0 rule: a single value fills the whole shape.
+  const uint64_t n = values.size() == 1 && count > 1 ? count : static_cast<uint64_t>(values.size());
+  data.resize(n * sizeof(Out));
+  for (uint64_t i = 0; i < n; ++i) {
+    const Out v = static_cast<Out>(values.Get(values.size() == 1 ? 0 : static_cast<int>(i)));
+    std::memcpy(data.data() + i * sizeof(Out), &v, sizeof(Out));
+  }
+}
+
+absl::Status tensorFromTf(const std::string& name, const tensorflow::TensorProto& tp,
+                          backends::Tensor& t) {
+  std::optional<DataType> dt = fromTf(tp.dtype());
+  if (!dt) {
+    return absl::InvalidArgumentError("input '" + name + "': unsupported dtype " +
+                                      tensorflow::DataType_Name(tp.dtype()));
+  }
+  t.name = name;
+  t.dtype = *dt;
+  for (const auto& d : tp.tensor_shape().dim()) t.shape.push_back(d.size());
+  const uint64_t count = backends::elementCount(t.shape).value_or(0);
+  if (!tp.tensor_content().empty()) {
+    if (*dt == DataType::kBytes) {
+      return absl::InvalidArgumentError("input '" + name + "': DT_STRING needs string_val");
+    }
+    t.data.assign(tp.tensor_content().begin(), tp.tensor_content().end());
+    return absl::OkStatus();
+  }
+  switch (*dt) {
+    case DataType::kFp32: appendTyped<float>(tp.float_val(), count, t.data); break;
+    case DataType::kFp64: appendTyped<double>(tp.double_val(), count, t.data); break;
+    case DataType::kInt32: appendTyped<int32_t>(tp.int_val(), count, t.data); break;
+    case DataType::kInt16: appendTyped<int16_t>(tp.int_val(), count, t.data); break;
+    case DataType::kInt8: appendTyped<int8_t>(tp.int_val(), count, t.data); break;
+    case DataType::kUint8: appendTyped<uint8_t>(tp.int_val(), count, t.data); break;
+    case DataType::kUint16: appendTyped<uint16_t>(tp.int_val(), count, t.data); break;
+    case DataType::kInt64: appendTyped<int64_t>(tp.int64_val(), count, t.data); break;
+    case DataType::kBool: appendTyped<uint8_t>(tp.bool_val(), count, t.data); break;
+    case DataType::kFp16:
+    case DataType::kBf16: appendTyped<uint16_t>(tp.half_val(), count, t.data); break;
+    case DataType::kUint32: appendTyped<uint32_t>(tp.uint32_val(), count, t.data); break;
+    case DataType::kUint64: appendTyped<uint64_t>(tp.uint64_val(), count, t.data); break;
+    case DataType::kBytes:
+      for (const std::string& s : tp.string_val()) {
+        const uint32_t len = static_cast<uint32_t>(s.size());
+        const size_t at = t.data.size();
+        t.data.resize(at + 4 + s.size());
+        std::memcpy(t.data.data() + at, &len, 4);
+        std::memcpy(t.data.data() + at + 4, s.data(), s.size());
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
+void tensorToTf(const backends::Tensor& t, tensorflow::TensorProto& tp) {
+  tp.set_dtype(toTf(t.dtype));
+  for (int64_t d : t.shape) tp.mutable_tensor_shape()->add_dim()->set_size(d);
+  if (t.dtype != DataType::kBytes) {
+    tp.set_tensor_content(std::string(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
+    return;
+  }
+  size_t off = 0;
+  while (off + 4 <= t.data.size()) {
+    uint32_t len;
+    std::memcpy(&len, t.data.data() + off, 4);
+    off += 4;
+    if (off + len > t.data.size()) break;
+    tp.add_string_val(reinterpret_cast<const char*>(t.data.data() + off), len);
+    off += len;
+  }
+}
+
+}  // namespace
+
+InferenceGrpcServices::InferenceGrpcServices(const backends::ModelRegistry& registry,
+                                             ServerInfo info, ServerMetrics* metrics)
+    : registry_(registry), info_(std::move(info)), metrics_(metrics) {}
+
+GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
+  GrpcMethod m;
+  if (path == kTfPredict) {
+    m.id = kPredict;
+    m.protocol = backends::Protocol::kGrpcTfServing;
+    return m;
+  }
+  if (path.substr(0, kKserve.size()) != kKserve) return m;
+  const std::string_view name = path.substr(kKserve.size());
+  static constexpr std::pair<std::string_view, Method> kMethods[] = {
+      {"ServerLive", kServerLive},         {"ServerReady", kServerReady},
+      {"ModelReady", kModelReady},         {"ServerMetadata", kServerMetadata},
+      {"ModelMetadata", kModelMetadata},   {"ModelInfer", kModelInfer},
+      {"ModelStreamInfer", kModelStreamInfer}};
+  for (const auto& [n, id] : kMethods) {
+    if (n == name) {
+      m.id = id;
+      m.client_streaming = id == kModelStreamInfer;
+    }
+  }
+  return m;
+}
+
+void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
+                                 std::string_view message, GrpcRespond respond) {
+  const auto invalid = [&](std::string_view what) {
+    respond(errorReply(absl::StatusCode::kInvalidArgument,
+                       "failed to parse " + std::string(what)));
+  };
+  switch (method.id) {
+    case kServerLive: {
+      inference::ServerLiveResponse r;
+      r.set_live(true);
+      return respond(framedReply(r));
+    }
+    case kServerReady: {
+      inference::ServerReadyResponse r;
+      r.set_ready(registry_.allReady());
+      return respond(framedReply(r));
+    }
+    case kModelReady: {
+      inference::ModelReadyRequest req;
+      if (!parse(message, req)) return invalid("ModelReadyRequest");
+      const backends::Model* m = registry_.find(req.name(), req.version());
+      if (metrics_ != nullptr && m != nullptr) call.model_index = metrics_->modelIndex(req.name());
+      inference::ModelReadyResponse r;
+      r.set_ready(m != nullptr && m->ready());
+      return respond(framedReply(r));
+    }
+    case kServerMetadata: {
+      inference::ServerMetadataResponse r;
+      r.set_name(info_.name);
+      r.set_version(info_.version);
+      r.add_extensions("parameters");
+      r.add_extensions("schedule_policy");
+      return respond(framedReply(r));
+    }
+    case kModelMetadata: {
+      inference::ModelMetadataRequest req;
+      if (!parse(message, req)) return invalid("ModelMetadataRequest");
+      const backends::Model* m = registry_.find(req.name(), req.version());
+      if (m == nullptr) {
+        return respond(
+            errorReply(absl::StatusCode::kNotFound, unknownModel(req.name(), req.version())));
+      }
+      if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(req.name());
+      const backends::ModelConfig& c = m->config();
+      inference::ModelMetadataResponse r;
+      r.set_name(c.name);
+      r.add_versions(c.version);
+      r.set_platform(c.platform);
+      auto fill = [&](const backends::TensorSpec& s,
+                      inference::ModelMetadataResponse::TensorMetadata* tm) {
+        tm->set_name(s.name);
+        tm->set_datatype(std::string(backends::dataTypeName(s.dtype)));
+        for (int64_t d : c.fullShape(s)) tm->add_shape(d);
+      };
+      for (const auto& s : c.inputs) fill(s, r.add_inputs());
+      for (const auto& s : c.outputs) fill(s, r.add_outputs());
+      return respond(framedReply(r));
+    }
+    case kModelInfer: return modelInfer(call, message, std::move(respond), false);
+    case kModelStreamInfer: return modelInfer(call, message, std::move(respond), true);
+    case kPredict: return predict(call, message, std::move(respond));
+    default:
+      return respond(errorReply(absl::StatusCode::kUnimplemented, "unknown method"));
+  }
+}
+
+void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
+                                       GrpcRespond respond, bool stream) {
+  // In a stream, errors of one request are reported in its response message and the stream
+  // goes on (Triton's ModelStreamInfer).
+  auto fail = [stream](const absl::Status& st) {
+    if (!stream) return errorReply(st);
+    GrpcReply r;
+    encodeModelStreamInferResponse(nullptr, std::string(st.message()), r.framed);
+    return r;
+  };
+  backends::InferRequest req;
+  if (absl::Status st = decodeModelInferRequest(message, req); !st.ok()) {
+    return respond(fail(st));
+  }
+  backends::Model* model = registry_.find(req.model_name, req.model_version);
+  if (model == nullptr) {
+    return respond(fail(absl::NotFoundError(unknownModel(req.model_name, req.model_version))));
+  }
+  if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(req.model_name);
+  if (!model->ready()) {
+    return respond(fail(absl::UnavailableError("model '" + req.model_name + "' is not ready")));
+  }
+  const backends::ModelConfig& cfg = model->config();
+  if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) return respond(fail(st));
+  if (call.timeout_ns != 0) {
+    const uint64_t us = (call.timeout_ns + 999) / 1000;
+    if (req.timeout_us == 0 || us < req.timeout_us) req.timeout_us = us;
+  }
+  model->infer(std::move(req), [respond = std::move(respond), stream, version = cfg.version](
+                                   absl::StatusOr<backends::InferResponse> result) mutable {
+    if (!result.ok()) {
+      if (!stream) return respond(errorReply(result.status()));
+      GrpcReply r;
+      encodeModelStreamInferResponse(nullptr, std::string(result.status().message()), r.framed);
+      return respond(std::move(r));
+    }
+    if (result->model_version.empty()) result->model_version = version;
+    GrpcReply r;
+    if (stream) {
+      encodeModelStreamInferResponse(&*result, {}, r.framed);
+    } else {
+      encodeModelInferResponse(*result, r.framed);
+    }
+    respond(std::move(r));
+  });
+}
+
+void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
+                                    GrpcRespond respond) {
+  tensorflow::serving::PredictRequest pr;
+  if (!parse(message, pr)) {
+    return respond(errorReply(absl::StatusCode::kInvalidArgument, "failed to parse PredictRequest"));
+  }
+  const std::string& name = pr.model_spec().name();
+  const std::string version =
+      pr.model_spec().has_version() ? std::to_string(pr.model_spec().version().value()) : "";
+  backends::Model* model = registry_.find(name, version);
+  if (model == nullptr) {
+    const std::string which =
+        version.empty() ? "Latest(" + name + ")" : "Specific(" + name + ", " + version + ")";
+    return respond(errorReply(absl::StatusCode::kNotFound,
+                              "Servable not found for request: " + which));
+  }
+  if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(name);
+  if (!model->ready()) {
+    return respond(errorReply(absl::StatusCode::kUnavailable, "model '" + name + "' is not ready"));
+  }
+  const backends::ModelConfig& cfg = model->config();
+  backends::InferRequest req;
+  req.protocol = backends::Protocol::kGrpcTfServing;
+  req.model_name = name;
+  req.model_version = version;
+  req.binary_data_output = true;
+  // Map order is unspecified on the wire; present inputs in the model's order.
+  for (const backends::TensorSpec& spec : cfg.inputs) {
+    auto it = pr.inputs().find(spec.name);
+    if (it == pr.inputs().end()) continue;
+    if (absl::Status st = tensorFromTf(it->first, it->second, req.inputs.emplace_back()); !st.ok()) {
+      return respond(errorReply(st));
+    }
+  }
+  for (const auto& [alias, tp] : pr.inputs()) {
+    bool known = false;
+    for (const backends::TensorSpec& spec : cfg.inputs) known = known || spec.name == alias;
+    if (!known) {
+      return respond(errorReply(absl::StatusCode::kInvalidArgument,
+                                "input '" + alias + "' is not an input of model '" + name + "'"));
+    }
+  }
+  for (const std::string& f : pr.output_filter()) req.outputs.push_back({f, true});
+  if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) {
+    return respond(errorReply(st));
+  }
+  if (call.timeout_ns != 0) req.timeout_us = (call.timeout_ns + 999) / 1000;
+  model->infer(std::move(req), [respond = std::move(respond), name, version = cfg.version](
+                                   absl::StatusOr<backends::InferResponse> result) {
+    if (!result.ok()) return respond(errorReply(result.status()));
+    tensorflow::serving::PredictResponse resp;
+    resp.mutable_model_spec()->set_name(name);
+    int64_t v = 0;
+    if (!version.empty() && std::all_of(version.begin(), version.end(), ::isdigit)) {
+      v = std::stoll(version);
+      resp.mutable_model_spec()->mutable_version()->set_value(v);
+    }
+    resp.mutable_model_spec()->set_signature_name("serving_default");
+    for (const backends::Tensor& t : result->outputs) {
+      bool want = result->requested.empty();
+      for (const auto& ro : result->requested) want = want || ro.name == t.name;
+      if (want) tensorToTf(t, (*resp.mutable_outputs())[t.name]);
+    }
+    respond(framedReply(resp));
+  });
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,48 @@
+#pragma once
+// The gRPC services infergate serves, behind GrpcServices:
+//   inference.GRPCInferenceService: ServerLive, ServerReady, ModelReady, ServerMetadata,
+//     ModelMetadata, ModelInfer, ModelStreamInfer (KServe v2 / Triton-compatible);
+//   tensorflow.serving.PredictionService: Predict.
+// Errors carry the gRPC codes Triton uses (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...).
+// Threading: resolve()/call() on a loop thread; models may answer from any thread.
+
+#include <string_view>
+
+#include "backends/model.h"
+#include "frontend/grpc_services.h"
+#include "frontend/kserve_rest.h"
+#include "frontend/server_metrics.h"
+
+namespace infergate::frontend {
+
+class InferenceGrpcServices : public GrpcServices {
+ public:
+  enum Method : int {
+    kServerLive,
+    kServerReady,
+    kModelReady,
+    kServerMetadata,
+    kModelMetadata,
+    kModelInfer,
+    kModelStreamInfer,
+    kPredict,
+  };
+
+  // `metrics` may be null; it only resolves model indices here (the session records).
+  InferenceGrpcServices(const backends::ModelRegistry& registry, ServerInfo info,
+                        ServerMetrics* metrics);
+
+  GrpcMethod resolve(std::string_view path) const override;
+  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
+            GrpcRespond respond) override;
+
+ private:
+  void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream);
+  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond);
+
+  const backends::ModelRegistry& registry_;
+  ServerInfo info_;
+  ServerMetrics* metrics_;
+};
+
+}  // namespace infergate::frontend

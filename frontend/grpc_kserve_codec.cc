@@ -1,0 +1,493 @@
+#include "frontend/grpc_kserve_codec.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "frontend/grpc_framing.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::DataType;
+using google::protobuf::io::CodedInputStream;
+using WFL = google::protobuf::internal::WireFormatLite;
+
+constexpr int kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
+
+absl::Status bad(std::string_view what) {
+  return absl::InvalidArgumentError("malformed ModelInferRequest: " + std::string(what));
+}
+
+// CodedInputStream over a view of the message bytes (not copyable, hence a macro).
+#define IG_STREAM(name, view)                                               \
+  CodedInputStream name(reinterpret_cast<const uint8_t*>((view).data()), \
+                        static_cast<int>((view).size()))
+
+// Reads a length-delimited field's bytes as a view into the input (no copy).
+bool readView(CodedInputStream& in, std::string_view& out) {
+  uint32_t len = 0;
+  if (!in.ReadVarint32(&len)) return false;
+  const void* p = nullptr;
+  int avail = 0;
+  if (len == 0) {
+    out = {};
+    return true;
+  }
+  if (!in.GetDirectBufferPointer(&p, &avail) || static_cast<uint32_t>(avail) < len) return false;
+  out = std::string_view(static_cast<const char*>(p), len);
+  return in.Skip(static_cast<int>(len));
+}
+
+// Skips a field we do not read; false when its encoding is broken.
+bool skip(CodedInputStream& in, uint32_t tag) { return WFL::SkipField(&in, tag); }
+
+// InferParameter: the one value of its oneof, as int64/uint64/bool/string/double.
+struct Param {
+  int field = 0;
+  uint64_t u = 0;  // bool_param, int64_param, uint64_param (raw varint)
+};
+
+absl::Status parseParamEntry(std::string_view entry, std::string_view& key, Param& value) {
+  IG_STREAM(in, entry);
+  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+    if (f == 1 && wt == kLen) {
+      if (!readView(in, key)) return bad("truncated parameter name");
+    } else if (f == 2 && wt == kLen) {
+      std::string_view pv;
+      if (!readView(in, pv)) return bad("truncated parameter value");
+      IG_STREAM(pin, pv);
+      for (uint32_t ptag; (ptag = pin.ReadTag()) != 0;) {
+        const int pf = static_cast<int>(ptag >> 3);
+        if ((pf == 1 || pf == 2 || pf == 5) && (ptag & 7) == kVarint) {
+          value.field = pf;
+          if (!pin.ReadVarint64(&value.u)) return bad("truncated parameter varint");
+        } else {
+          if (pf >= 1 && pf <= 5) value.field = pf;
+          if (!skip(pin, ptag)) return bad("broken parameter value");
+        }
+      }
+      if (!pin.ConsumedEntireMessage()) return bad("broken parameter value");
+    } else if (!skip(in, tag)) {
+      return bad("broken parameter entry");
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct InputView {
+  std::string_view name, datatype, contents;
+  bool has_contents = false;
+  std::vector<int64_t> shape;
+};
+
+absl::Status parseInput(std::string_view v, InputView& out) {
+  IG_STREAM(in, v);
+  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+    switch (f) {
+      case 1:
+      case 2:
+        if (wt != kLen) return bad("inputs.name/datatype must be length-delimited");
+        if (!readView(in, f == 1 ? out.name : out.datatype)) return bad("truncated input field");
+        break;
+      case 3:
+        if (wt == kVarint) {
+          uint64_t d = 0;
+          if (!in.ReadVarint64(&d)) return bad("truncated inputs.shape varint");
+          out.shape.push_back(static_cast<int64_t>(d));
+        } else if (wt == kLen) {
+          std::string_view packed;
+          if (!readView(in, packed)) return bad("truncated inputs.shape");
+          IG_STREAM(pin, packed);
+          while (!pin.ExpectAtEnd()) {
+            uint64_t d = 0;
+            if (!pin.ReadVarint64(&d)) return bad("truncated inputs.shape varint");
+            out.shape.push_back(static_cast<int64_t>(d));
+          }
+        } else {
+          return bad("inputs.shape has the wrong wire type");
+        }
+        break;
+      case 5:
+        if (wt != kLen) return bad("inputs.contents must be length-delimited");
+        if (!readView(in, out.contents)) return bad("truncated inputs.contents");
+        out.has_contents = true;
+        break;
+      default:
+        if (!skip(in, tag)) return bad("broken field in inputs");
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return bad("broken inputs entry");
+  return absl::OkStatus();
+}
+
+// The InferTensorContents field that carries `t`; 0 when none may (FP16/BF16: raw only).
+int contentsFieldFor(DataType t) {
+  switch (t) {
+    case DataType::kBool: return 1;
+    case DataType::kInt8:
+    case DataType::kInt16:
+    case DataType::kInt32: return 2;
+    case DataType::kInt64: return 3;
+    case DataType::kUint8:
+    case DataType::kUint16:
+    case DataType::kUint32: return 4;
+    case DataType::kUint64: return 5;
+    case DataType::kFp32: return 6;
+    case DataType::kFp64: return 7;
+    case DataType::kBytes: return 8;
+    default: return 0;
+  }
+}
+
+constexpr const char* kContentsNames[] = {"",           "bool_contents",   "int_contents",
+                                          "int64_contents", "uint_contents", "uint64_contents",
+                                          "fp32_contents",  "fp64_contents", "bytes_contents"};
+
+template <typename T>
+void appendLe(std::vector<uint8_t>& data, T v) {
+  const size_t at = data.size();
+  data.resize(at + sizeof(T));
+  std::memcpy(data.data() + at, &v, sizeof(T));
+}
+
+// One scalar element (already read as raw varint/fixed bits) into `data`.
+absl::Status appendElement(DataType t, uint64_t bits, std::vector<uint8_t>& data,
+                           std::string_view input) {
+  auto range = [&](const char* type) {
+    return absl::InvalidArgumentError("input '" + std::string(input) + "': value out of range for " +
+                                      type);
+  };
+  switch (t) {
+    case DataType::kBool: appendLe<uint8_t>(data, bits != 0 ? 1 : 0); break;
+    case DataType::kInt8: {
+      const int32_t v = static_cast<int32_t>(bits);
+      if (v < -128 || v > 127) return range("INT8");
+      appendLe<int8_t>(data, static_cast<int8_t>(v));
+      break;
+    }
+    case DataType::kInt16: {
+      const int32_t v = static_cast<int32_t>(bits);
+      if (v < -32768 || v > 32767) return range("INT16");
+      appendLe<int16_t>(data, static_cast<int16_t>(v));
+      break;
+    }
+    case DataType::kInt32: appendLe<int32_t>(data, static_cast<int32_t>(bits)); break;
+    case DataType::kInt64: appendLe<int64_t>(data, static_cast<int64_t>(bits)); break;
+    case DataType::kUint8:
+      if (static_cast<uint32_t>(bits) > 255) return range("UINT8");
+      appendLe<uint8_t>(data, static_cast<uint8_t>(bits));
+      break;
+    case DataType::kUint16:
+      if (static_cast<uint32_t>(bits) > 65535) return range("UINT16");
+      appendLe<uint16_t>(data, static_cast<uint16_t>(bits));
+      break;
+    case DataType::kUint32: appendLe<uint32_t>(data, static_cast<uint32_t>(bits)); break;
+    case DataType::kUint64: appendLe<uint64_t>(data, bits); break;
+    case DataType::kFp32: appendLe<uint32_t>(data, static_cast<uint32_t>(bits)); break;
+    case DataType::kFp64: appendLe<uint64_t>(data, bits); break;
+    default: break;
+  }
+  return absl::OkStatus();
+}
+
+// The wire type of one unpacked element of contents field `f`.
+int elementWireType(int f) { return f == 6 ? kFixed32 : f == 7 ? kFixed64 : kVarint; }
+
+bool readElement(CodedInputStream& in, int wt, uint64_t& bits) {
+  if (wt == kVarint) return in.ReadVarint64(&bits);
+  if (wt == kFixed32) {
+    uint32_t v = 0;
+    if (!in.ReadLittleEndian32(&v)) return false;
+    bits = v;
+    return true;
+  }
+  return in.ReadLittleEndian64(&bits);
+}
+
+absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t>& data) {
+  const int want = contentsFieldFor(t);
+  const std::string input(iv.name);
+  if (want == 0) {
+    return absl::InvalidArgumentError("input '" + input + "': datatype " +
+                                      std::string(backends::dataTypeName(t)) +
+                                      " must be sent in raw_input_contents");
+  }
+  IG_STREAM(in, iv.contents);
+  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+    if (f < 1 || f > 8) {
+      if (!skip(in, tag)) return bad("broken field in contents");
+      continue;
+    }
+    if (f != want) {
+      return absl::InvalidArgumentError(
+          "input '" + input + "': contents." + kContentsNames[f] + " given for datatype " +
+          std::string(backends::dataTypeName(t)) + " (expected " + kContentsNames[want] + ")");
+    }
+    if (f == 8) {
+      std::string_view b;
+      if (wt != kLen || !readView(in, b)) return bad("broken bytes_contents");
+      appendLe<uint32_t>(data, static_cast<uint32_t>(b.size()));
+      data.insert(data.end(), b.begin(), b.end());
+      continue;
+    }
+    const int ewt = elementWireType(f);
+    if (wt == kLen) {  // packed
+      std::string_view packed;
+      if (!readView(in, packed)) return bad(std::string("truncated ") + kContentsNames[f]);
+      const size_t esize = backends::dataTypeSize(t);
+      if (ewt == kFixed32 || ewt == kFixed64) {
+        const size_t w = ewt == kFixed32 ? 4 : 8;
+        if (packed.size() % w != 0) return bad(std::string("truncated ") + kContentsNames[f]);
+        // Little-endian fixed-width elements are already our layout: one copy.
+        data.insert(data.end(), packed.begin(), packed.end());
+        continue;
+      }
+      data.reserve(data.size() + packed.size() * esize);  // >= one byte per varint
+      IG_STREAM(pin, packed);
+      while (!pin.ExpectAtEnd()) {
+        uint64_t bits = 0;
+        if (!pin.ReadVarint64(&bits)) return bad(std::string("truncated varint in ") + kContentsNames[f]);
+        if (absl::Status st = appendElement(t, bits, data, iv.name); !st.ok()) return st;
+      }
+    } else if (wt == ewt) {
+      uint64_t bits = 0;
+      if (!readElement(in, wt, bits)) return bad(std::string("truncated ") + kContentsNames[f]);
+      if (absl::Status st = appendElement(t, bits, data, iv.name); !st.ok()) return st;
+    } else {
+      return bad(std::string(kContentsNames[f]) + " has the wrong wire type");
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return bad("broken contents");
+  return absl::OkStatus();
+}
+
+// --- encoding -------------------------------------------------------------------------------
+
+size_t varintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+void putVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+size_t lenFieldSize(int field, size_t len) {
+  return varintSize(static_cast<uint64_t>(field) << 3) + varintSize(len) + len;
+}
+void putLenField(std::string& out, int field, std::string_view bytes) {
+  putVarint(out, (static_cast<uint64_t>(field) << 3) | kLen);
+  putVarint(out, bytes.size());
+  out.append(bytes);
+}
+void putLenHeader(std::string& out, int field, size_t len) {
+  putVarint(out, (static_cast<uint64_t>(field) << 3) | kLen);
+  putVarint(out, len);
+}
+
+bool selected(const backends::InferResponse& r, const backends::Tensor& t) {
+  if (r.requested.empty()) return true;
+  for (const backends::RequestedOutput& ro : r.requested) {
+    if (ro.name == t.name) return true;
+  }
+  return false;
+}
+
+size_t shapePackedSize(const std::vector<int64_t>& shape) {
+  size_t n = 0;
+  for (int64_t d : shape) n += varintSize(static_cast<uint64_t>(d));
+  return n;
+}
+
+size_t outputTensorSize(const backends::Tensor& t) {
+  size_t n = 0;
+  if (!t.name.empty()) n += lenFieldSize(1, t.name.size());
+  n += lenFieldSize(2, backends::dataTypeName(t.dtype).size());
+  if (!t.shape.empty()) n += lenFieldSize(3, shapePackedSize(t.shape));
+  return n;
+}
+
+size_t inferResponseSize(const backends::InferResponse& r) {
+  size_t n = 0;
+  if (!r.model_name.empty()) n += lenFieldSize(1, r.model_name.size());
+  if (!r.model_version.empty()) n += lenFieldSize(2, r.model_version.size());
+  if (!r.id.empty()) n += lenFieldSize(3, r.id.size());
+  for (const backends::Tensor& t : r.outputs) {
+    if (!selected(r, t)) continue;
+    n += lenFieldSize(5, outputTensorSize(t));
+    n += lenFieldSize(6, t.data.size());
+  }
+  return n;
+}
+
+void writeInferResponse(const backends::InferResponse& r, std::string& out) {
+  if (!r.model_name.empty()) putLenField(out, 1, r.model_name);
+  if (!r.model_version.empty()) putLenField(out, 2, r.model_version);
+  if (!r.id.empty()) putLenField(out, 3, r.id);
+  for (const backends::Tensor& t : r.outputs) {
+    if (!selected(r, t)) continue;
+    putLenHeader(out, 5, outputTensorSize(t));
+    if (!t.name.empty()) putLenField(out, 1, t.name);
+    putLenField(out, 2, backends::dataTypeName(t.dtype));
+    if (!t.shape.empty()) {
+      putLenHeader(out, 3, shapePackedSize(t.shape));
+      for (int64_t d : t.shape) putVarint(out, static_cast<uint64_t>(d));
+    }
+  }
+  for (const backends::Tensor& t : r.outputs) {
+    if (!selected(r, t)) continue;
+    putLenField(out, 6,
+                std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
+  }
+}
+
+}  // namespace
+
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes) {
+  out.protocol = backends::Protocol::kGrpcKserve;
+  out.binary_data_output = true;
+  std::vector<InputView> inputs;
+  std::vector<std::string_view> raws;
+  IG_STREAM(in, wire);
+  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
+    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+    if (f >= 1 && f <= 7 && wt != kLen) {
+      return bad("field " + std::to_string(f) + " has wire type " + std::to_string(wt) +
+                 ", expected length-delimited");
+    }
+    std::string_view v;
+    switch (f) {
+      case 1:
+      case 2:
+      case 3:
+        if (!readView(in, v)) return bad("truncated string field " + std::to_string(f));
+        (f == 1 ? out.model_name : f == 2 ? out.model_version : out.id).assign(v);
+        break;
+      case 4: {
+        if (!readView(in, v)) return bad("truncated parameters entry");
+        std::string_view key;
+        Param p;
+        if (absl::Status st = parseParamEntry(v, key, p); !st.ok()) return st;
+        if (key == "priority" && (p.field == 2 || p.field == 5)) {
+          out.priority = static_cast<int64_t>(p.u);
+          if (out.priority < 0) {
+            return absl::InvalidArgumentError("parameter 'priority' must be >= 0");
+          }
+        } else if (key == "timeout" && p.field == 2) {
+          out.timeout_us = static_cast<int64_t>(p.u) > 0 ? p.u : 0;
+        }
+        break;
+      }
+      case 5: {
+        if (!readView(in, v)) return bad("truncated inputs entry");
+        inputs.emplace_back();
+        if (absl::Status st = parseInput(v, inputs.back()); !st.ok()) return st;
+        break;
+      }
+      case 6: {
+        if (!readView(in, v)) return bad("truncated outputs entry");
+        IG_STREAM(oin, v);
+        backends::RequestedOutput ro;
+        ro.binary = true;
+        for (uint32_t otag; (otag = oin.ReadTag()) != 0;) {
+          if (otag == ((1u << 3) | kLen)) {
+            std::string_view name;
+            if (!readView(oin, name)) return bad("truncated outputs.name");
+            ro.name.assign(name);
+          } else if (!skip(oin, otag)) {
+            return bad("broken outputs entry");
+          }
+        }
+        if (!oin.ConsumedEntireMessage()) return bad("broken outputs entry");
+        out.outputs.push_back(std::move(ro));
+        break;
+      }
+      case 7:
+        if (!readView(in, v)) return bad("truncated raw_input_contents");
+        raws.push_back(v);
+        break;
+      default:
+        if (!skip(in, tag)) return bad("broken field " + std::to_string(f));
+    }
+  }
+  if (!in.ConsumedEntireMessage()) return bad("truncated or invalid tag");
+
+  if (!raws.empty() && raws.size() != inputs.size()) {
+    return absl::InvalidArgumentError("expected " + std::to_string(inputs.size()) +
+                                      " raw_input_contents (one per input), got " +
+                                      std::to_string(raws.size()));
+  }
+  uint64_t copied = 0;
+  out.inputs.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const InputView& iv = inputs[i];
+    std::optional<DataType> dt = backends::parseDataType(iv.datatype);
+    if (!dt) {
+      return absl::InvalidArgumentError("input '" + std::string(iv.name) + "': unknown datatype '" +
+                                        std::string(iv.datatype) + "'");
+    }
+    backends::Tensor& t = out.inputs.emplace_back();
+    t.name.assign(iv.name);
+    t.dtype = *dt;
+    t.shape = iv.shape;
+    if (!raws.empty()) {
+      if (iv.has_contents && !iv.contents.empty()) {
+        return absl::InvalidArgumentError(
+            "contents field must not be specified when using raw_input_contents for '" + t.name +
+            "'");
+      }
+      t.data.assign(raws[i].begin(), raws[i].end());  // the one copy
+      copied += raws[i].size();
+    } else if (iv.has_contents) {
+      if (absl::Status st = decodeContents(iv, *dt, t.data); !st.ok()) return st;
+      copied += t.data.size();
+    }
+  }
+  if (copied_bytes != nullptr) *copied_bytes = copied;
+  return absl::OkStatus();
+}
+
+void encodeModelInferResponse(const backends::InferResponse& response, std::string& framed) {
+  const size_t size = inferResponseSize(response);
+  const size_t at = framed.size();
+  framed.reserve(at + kGrpcPrefixBytes + size);
+  framed.resize(at + kGrpcPrefixBytes);
+  writeGrpcPrefix(framed.data() + at, static_cast<uint32_t>(size));
+  writeInferResponse(response, framed);
+}
+
+void encodeModelStreamInferResponse(const backends::InferResponse* response,
+                                    std::string_view error_message, std::string& framed) {
+  size_t size = 0;
+  size_t inner = 0;
+  if (!error_message.empty()) size += lenFieldSize(1, error_message.size());
+  if (response != nullptr) {
+    inner = inferResponseSize(*response);
+    size += lenFieldSize(2, inner);
+  }
+  const size_t at = framed.size();
+  framed.reserve(at + kGrpcPrefixBytes + size);
+  framed.resize(at + kGrpcPrefixBytes);
+  writeGrpcPrefix(framed.data() + at, static_cast<uint32_t>(size));
+  if (!error_message.empty()) putLenField(framed, 1, error_message);
+  if (response != nullptr) {
+    putLenHeader(framed, 2, inner);
+    writeInferResponse(*response, framed);
+  }
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,36 @@
+#pragma once
+// KServe v2 gRPC (inference.GRPCInferenceService) tensor codec without protobuf objects for the
+// tensor bytes:
+// - decodeModelInferRequest scans the ModelInferRequest wire format with protobuf's
+//   CodedInputStream, keeps views of the message bytes, and copies each raw_input_contents
+//   entry straight into its input Tensor's data (the one copy); typed `contents` are decoded
+//   element by element into the same representation (BYTES: 4-byte LE length + bytes).
+// - encodeModelInferResponse writes a ModelInferResponse with raw_output_contents directly into
+//   the framed (5-byte gRPC prefix) buffer the HTTP/2 session sends from.
+// Errors are INVALID_ARGUMENT naming the field and the reason (truncated varint, wrong wire
+// type, contents/raw mix, unknown datatype, value out of range...). Nothing throws.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "backends/tensor.h"
+
+namespace infergate::frontend {
+
+// Decodes `wire` (one ModelInferRequest) into `out` (protocol kGrpcKserve; every requested
+// output is binary). `copied_bytes`, when given, receives the tensor bytes copied.
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes = nullptr);
+
+// Appends one framed ModelInferResponse (gRPC prefix + message) to `framed`: model_name,
+// model_version, id, outputs (name, datatype, shape) and raw_output_contents, for the outputs
+// the request asked for (all when it named none).
+void encodeModelInferResponse(const backends::InferResponse& response, std::string& framed);
+
+// Appends one framed ModelStreamInferResponse: either error_message or infer_response.
+void encodeModelStreamInferResponse(const backends::InferResponse* response,
+                                    std::string_view error_message, std::string& framed);
+
+}  // namespace infergate::frontend

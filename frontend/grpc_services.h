@@ -1,0 +1,59 @@
+#pragma once
+// What the HTTP/2 session hands gRPC calls to: the service router (KServe v2
+// GRPCInferenceService, TF Serving PredictionService). The session owns HTTP/2, framing,
+// deadlines, cancellation, trailers and metrics; a GrpcServices implementation owns decoding,
+// dispatch and encoding of messages.
+//
+// Threading: resolve() and call() run on the connection's loop thread; a GrpcRespond may be
+// called from any thread (the session moves it to its loop).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "backends/tensor.h"
+
+namespace infergate::frontend {
+
+// One reply on a call. For a unary method exactly one reply ends the call with `code`. For a
+// streaming method every OK reply with a message is sent as one response message and the call
+// stays open; a non-OK reply ends the call with that status.
+struct GrpcReply {
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string message;  // grpc-message (error text), unencoded
+  // The response message(s) already framed with their 5-byte gRPC prefix (appendGrpcMessage /
+  // writeGrpcPrefix), so encoders write once into the buffer the session sends from.
+  std::string framed;
+};
+using GrpcRespond = std::function<void(GrpcReply)>;
+
+struct GrpcMethod {
+  int id = -1;              // -1: unknown method (UNIMPLEMENTED)
+  bool client_streaming = false;  // bidirectional stream: one call() per request message
+  backends::Protocol protocol = backends::Protocol::kGrpcKserve;  // metrics label
+};
+
+// The per-call context the session passes with each message.
+struct GrpcCall {
+  int32_t stream_id = 0;
+  uint64_t start_ns = 0;     // Loop::nowNs() when the call's headers arrived
+  uint64_t deadline_ns = 0;  // from grpc-timeout, on the Loop::nowNs() clock; 0 = none
+  uint64_t timeout_ns = 0;   // the grpc-timeout value itself; 0 = none
+  // Set by the service, read by the session when the call ends (metrics).
+  int model_index = -1;
+};
+
+class GrpcServices {
+ public:
+  virtual ~GrpcServices() = default;
+  // Maps a :path ("/inference.GRPCInferenceService/ModelInfer") to a method.
+  virtual GrpcMethod resolve(std::string_view path) const = 0;
+  // One request message of `method` (valid only during the call: decode it before returning).
+  // `respond` must be called exactly once per call() (for streaming methods: once per message).
+  virtual void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
+                    GrpcRespond respond) = 0;
+};
+
+}  // namespace infergate::frontend

@@ -1,0 +1,535 @@
+#include "frontend/http2_session.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "spdlog/spdlog.h"
+
+namespace infergate::frontend {
+
+struct Http2Session::Stream {
+  int32_t id = 0;
+  std::string method_name;  // :method
+  std::string path;
+  std::string content_type;
+  std::string grpc_timeout;
+  size_t header_bytes = 0;
+  bool header_too_large = false;
+  bool headers_done = false;
+  GrpcMethod method;
+  GrpcCall call;
+  GrpcMessageReader reader;
+  uint64_t messages = 0;
+  int outstanding = 0;      // call()s awaiting their reply
+  bool remote_closed = false;
+  bool ended = false;       // final status decided (trailers queued or sent)
+  bool headers_sent = false;
+  bool deferred = false;    // the data provider returned NGHTTP2_ERR_DEFERRED
+  bool trailers_ready = false;
+  absl::StatusCode status = absl::StatusCode::kOk;
+  std::string status_message;
+  int http_status = 200;
+  std::string out;          // framed response messages not yet handed to nghttp2
+  size_t out_off = 0;
+
+  explicit Stream(size_t max_message) : reader(max_message) {}
+};
+
+namespace {
+
+nghttp2_nv makeNv(std::string_view name, std::string_view value) {
+  nghttp2_nv nv;
+  nv.name = reinterpret_cast<uint8_t*>(const_cast<char*>(name.data()));
+  nv.namelen = name.size();
+  nv.value = reinterpret_cast<uint8_t*>(const_cast<char*>(value.data()));
+  nv.valuelen = value.size();
+  nv.flags = NGHTTP2_NV_FLAG_NONE;  // nghttp2 copies name and value
+  return nv;
+}
+
+}  // namespace
+
+// The nghttp2 C callbacks; user_data is the Http2Session.
+struct Http2Session::Callbacks {
+  static Http2Session& self(void* user_data) { return *static_cast<Http2Session*>(user_data); }
+
+  static Stream* find(Http2Session& h, int32_t id) {
+    auto it = h.streams_.find(id);
+    return it == h.streams_.end() ? nullptr : it->second.get();
+  }
+
+  static int onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+    Http2Session& h = self(user_data);
+    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    auto s = std::make_unique<Stream>(h.options_.max_message_bytes);
+    s->id = frame->hd.stream_id;
+    s->call.stream_id = s->id;
+    s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
+    ++h.stats_.streams;
+    h.streams_[s->id] = std::move(s);
+    return 0;
+  }
+
+  static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t,
+                      void* user_data) {
+    Http2Session& h = self(user_data);
+    Stream* s = find(h, frame->hd.stream_id);
+    if (s == nullptr || s->headers_done || s->header_too_large) return 0;  // trailers: ignored
+    s->header_bytes += namelen + valuelen + 32;  // RFC 9113 6.5.2 accounting
+    if (s->header_bytes > h.options_.max_header_list_bytes) {
+      s->header_too_large = true;
+      return 0;
+    }
+    const std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    const std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    if (n == ":path") {
+      s->path = v;
+    } else if (n == ":method") {
+      s->method_name = v;
+    } else if (n == "content-type") {
+      s->content_type = v;
+    } else if (n == "grpc-timeout") {
+      s->grpc_timeout = v;
+    }
+    return 0;
+  }
+
+  static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+    Http2Session& h = self(user_data);
+    Stream* s = find(h, frame->hd.stream_id);
+    if (s == nullptr) return 0;
+    if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      h.onHeadersDone(*s);
+    }
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+      h.onStreamEnd(*s);
+    }
+    return 0;
+  }
+
+  static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data,
+                         size_t len, void* user_data) {
+    Http2Session& h = self(user_data);
+    if (Stream* s = find(h, stream_id)) h.onStreamData(*s, data, len);
+    return 0;
+  }
+
+  static int onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    Http2Session& h = self(user_data);
+    if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+      ++h.stats_.protocol_errors;
+      if (h.metrics_ != nullptr) {
+        h.metrics_->recordParseError(
+            std::string("http2_") + nghttp2_http2_strerror(frame->goaway.error_code));
+      }
+    }
+    // We answered before the peer finished sending: ask it to stop (RFC 9113 8.1).
+    if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+        (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
+      Stream* s = find(h, frame->hd.stream_id);
+      if (s != nullptr && !s->remote_closed) {
+        nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+      }
+    }
+    return 0;
+  }
+
+  static int onStreamClose(nghttp2_session*, int32_t stream_id, uint32_t error_code,
+                           void* user_data) {
+    Http2Session& h = self(user_data);
+    auto it = h.streams_.find(stream_id);
+    if (it == h.streams_.end()) return 0;
+    Stream& s = *it->second;
+    if (!s.ended) {
+      // Reset by the peer (or the connection went away) before the call ended: cancelled.
+      s.ended = true;
+      ++h.stats_.cancelled;
+      h.record(s, absl::StatusCode::kCancelled);
+    }
+    h.streams_.erase(it);
+    return 0;
+  }
+
+  static ssize_t readData(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
+                          size_t length, uint32_t* data_flags, nghttp2_data_source* source,
+                          void* user_data) {
+    Stream& s = *static_cast<Stream*>(source->ptr);
+    const size_t avail = s.out.size() - s.out_off;
+    const size_t n = std::min(avail, length);
+    if (n > 0) {
+      std::memcpy(buf, s.out.data() + s.out_off, n);
+      s.out_off += n;
+      if (s.out_off == s.out.size()) {
+        s.out.clear();
+        s.out_off = 0;
+      }
+    }
+    if (s.out.empty()) {
+      if (s.trailers_ready) {
+        *data_flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        const std::string code = std::to_string(static_cast<int>(s.status));
+        std::vector<nghttp2_nv> nva;
+        nva.push_back(makeNv("grpc-status", code));
+        std::string msg;
+        if (!s.status_message.empty()) {
+          msg = percentEncodeGrpcMessage(s.status_message);
+          nva.push_back(makeNv("grpc-message", msg));
+        }
+        nghttp2_submit_trailer(session, stream_id, nva.data(), nva.size());
+      } else if (n == 0) {
+        s.deferred = true;
+        return NGHTTP2_ERR_DEFERRED;
+      }
+    }
+    return static_cast<ssize_t>(n);
+  }
+};
+
+Http2Session::Http2Session(Transport& transport, GrpcServices& services,
+                           const Http2SessionOptions& options, ServerMetrics* metrics)
+    : transport_(&transport),
+      services_(services),
+      options_(options),
+      metrics_(metrics),
+      last_activity_ns_(transport.loop().nowNs()) {
+  nghttp2_session_callbacks* cbs = nullptr;
+  nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &Callbacks::onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(cbs, &Callbacks::onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &Callbacks::onFrameRecv);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &Callbacks::onDataChunk);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &Callbacks::onFrameSend);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &Callbacks::onStreamClose);
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  // Header blocks larger than this are refused by HPACK already (we enforce the list size).
+  nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
+  nghttp2_session_server_new2(&session_, cbs, this, opt);
+  nghttp2_option_del(opt);
+  nghttp2_session_callbacks_del(cbs);
+
+  const nghttp2_settings_entry settings[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, options_.max_concurrent_streams},
+      {NGHTTP2_SETTINGS_MAX_FRAME_SIZE,
+       std::clamp<uint32_t>(options_.max_frame_size, 16384, 16777215)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, options_.max_header_list_bytes},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE,
+       std::min<uint32_t>(options_.initial_window_bytes, (1u << 31) - 1)},
+      {NGHTTP2_SETTINGS_ENABLE_PUSH, 0},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings,
+                          sizeof(settings) / sizeof(settings[0]));
+  if (options_.connection_window_bytes > 65535) {
+    nghttp2_session_set_local_window_size(
+        session_, NGHTTP2_FLAG_NONE, 0,
+        static_cast<int32_t>(std::min<uint32_t>(options_.connection_window_bytes, (1u << 31) - 1)));
+  }
+  flush();  // our SETTINGS go out first (the server connection preface)
+}
+
+Http2Session::~Http2Session() {
+  if (session_ != nullptr) nghttp2_session_del(session_);
+}
+
+void Http2Session::onData(const char* data, size_t len) {
+  if (transport_ == nullptr || closing_) return;
+  last_activity_ns_ = transport_->loop().nowNs();
+  ++in_nghttp2_;
+  const ssize_t rv =
+      nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(data), len);
+  --in_nghttp2_;
+  if (transport_ == nullptr) return;
+  if (rv < 0) fatal(static_cast<int>(rv));
+  flush();
+}
+
+void Http2Session::fatal(int err) {
+  // nghttp2 queues GOAWAY itself for the connection errors it detects; errors returned from
+  // mem_recv (bad client preface, flooding, callback failure) get one here.
+  spdlog::debug("http2: closing connection: {}", nghttp2_strerror(err));
+  const uint32_t code =
+      err == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+  // Counted when the GOAWAY goes out (onFrameSend).
+  nghttp2_session_terminate_session(session_, code);
+}
+
+void Http2Session::flush() {
+  if (transport_ == nullptr || in_nghttp2_ > 0 || closing_) return;
+  for (;;) {
+    const uint8_t* p = nullptr;
+    const ssize_t n = nghttp2_session_mem_send(session_, &p);
+    if (n < 0) {
+      spdlog::debug("http2: mem_send: {}", nghttp2_strerror(static_cast<int>(n)));
+      closing_ = true;
+      transport_->closeAfterFlush();
+      return;
+    }
+    if (n == 0) break;
+    transport_->send(std::string_view(reinterpret_cast<const char*>(p), static_cast<size_t>(n)));
+  }
+  if (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_)) {
+    closing_ = true;  // GOAWAY exchanged and nothing left in flight
+    transport_->closeAfterFlush();
+    return;
+  }
+  updateReading();
+}
+
+void Http2Session::updateReading() {
+  if (transport_ == nullptr || closing_) return;
+  const bool want_pause = transport_->pendingBytes() > options_.max_pending_bytes;
+  if (want_pause != paused_) {
+    paused_ = want_pause;
+    transport_->pauseReading(paused_);
+  }
+}
+
+void Http2Session::onHeadersDone(Stream& s) {
+  s.headers_done = true;
+  if (s.header_too_large) {
+    if (metrics_ != nullptr) metrics_->recordParseError("http2_header_list_too_large");
+    s.http_status = 431;
+    finishStream(s, absl::StatusCode::kResourceExhausted,
+                 "header list larger than " + std::to_string(options_.max_header_list_bytes) +
+                     " bytes");
+    return;
+  }
+  s.method = services_.resolve(s.path);
+  if (s.method_name != "POST") {
+    s.http_status = 405;
+    finishStream(s, absl::StatusCode::kUnimplemented, "gRPC requires POST, got " + s.method_name);
+    return;
+  }
+  const std::string_view ct = s.content_type;
+  if (ct.substr(0, 16) != "application/grpc" ||
+      (ct.size() > 16 && ct[16] != '+' && ct[16] != ';')) {
+    s.http_status = 415;
+    finishStream(s, absl::StatusCode::kUnknown,
+                 "content-type must be application/grpc, got '" + s.content_type + "'");
+    return;
+  }
+  if (s.method.id < 0) {
+    finishStream(s, absl::StatusCode::kUnimplemented,
+                 "Method not found: " + (s.path.empty() ? s.path : s.path.substr(1)));
+    return;
+  }
+  if (!s.grpc_timeout.empty()) {
+    const std::optional<uint64_t> t = parseGrpcTimeout(s.grpc_timeout);
+    if (!t) {
+      finishStream(s, absl::StatusCode::kInvalidArgument,
+                   "malformed grpc-timeout '" + s.grpc_timeout + "'");
+      return;
+    }
+    s.call.timeout_ns = *t == 0 ? 1 : *t;
+    s.call.deadline_ns = *t > UINT64_MAX - s.call.start_ns ? UINT64_MAX : s.call.start_ns + *t;
+    if (*t == 0) {
+      ++stats_.deadline_exceeded;
+      finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
+      return;
+    }
+  }
+}
+
+void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
+  if (s.ended || !s.headers_done) return;  // already answered: the rest is discarded
+  const uint64_t gathered = s.reader.gatheredBytes();
+  const absl::Status st =
+      s.reader.feed(reinterpret_cast<const char*>(data), len, [&](std::string_view message) {
+        if (!s.ended) dispatch(s, message);
+        return absl::OkStatus();
+      });
+  stats_.gathered_bytes += s.reader.gatheredBytes() - gathered;
+  if (!st.ok() && !s.ended) {
+    if (metrics_ != nullptr) {
+      metrics_->recordParseError(st.code() == absl::StatusCode::kResourceExhausted
+                                     ? "grpc_message_too_large"
+                                     : "grpc_bad_message");
+    }
+    finishStream(s, st.code(), std::string(st.message()));
+  }
+}
+
+void Http2Session::dispatch(Stream& s, std::string_view message) {
+  ++s.messages;
+  if (!s.method.client_streaming && s.messages > 1) {
+    finishStream(s, absl::StatusCode::kInternal, "unary call with more than one request message");
+    return;
+  }
+  ++s.outstanding;
+  std::weak_ptr<Http2Session> weak = weak_from_this();
+  Loop* loop = &transport_->loop();
+  const int32_t id = s.id;
+  services_.call(s.method, s.call, message, [weak, id, loop](GrpcReply reply) {
+    if (loop->inLoopThread()) {
+      if (auto self = weak.lock()) self->deliver(id, std::move(reply));
+      return;
+    }
+    loop->post([weak, id, reply = std::move(reply)]() mutable {
+      if (auto self = weak.lock()) self->deliver(id, std::move(reply));
+    });
+  });
+}
+
+void Http2Session::onStreamEnd(Stream& s) {
+  s.remote_closed = true;
+  if (s.ended || !s.headers_done) return;
+  if (!s.reader.atBoundary()) {
+    finishStream(s, absl::StatusCode::kInternal, "stream ended inside a gRPC message");
+    return;
+  }
+  if (!s.method.client_streaming) {
+    if (s.messages == 0) {
+      finishStream(s, absl::StatusCode::kInternal, "unary call without a request message");
+    }
+    return;
+  }
+  if (s.outstanding == 0) finishStream(s, absl::StatusCode::kOk, "");
+}
+
+void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
+  if (transport_ == nullptr) return;
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end()) return;  // cancelled: the reply is dropped
+  Stream& s = *it->second;
+  if (s.outstanding > 0) --s.outstanding;
+  if (s.ended) return;  // e.g. the deadline passed first
+  if (reply.code != absl::StatusCode::kOk) {
+    finishStream(s, reply.code, reply.message);
+  } else {
+    if (!reply.framed.empty()) {
+      if (s.out.empty()) {
+        s.out = std::move(reply.framed);
+        s.out_off = 0;
+      } else {
+        s.out.append(reply.framed);
+      }
+      submitHeadersIfNeeded(s);
+      if (s.deferred) {
+        s.deferred = false;
+        nghttp2_session_resume_data(session_, s.id);
+      }
+    }
+    if (!s.method.client_streaming || (s.remote_closed && s.outstanding == 0)) {
+      finishStream(s, absl::StatusCode::kOk, "");
+    }
+  }
+  flush();
+}
+
+void Http2Session::submitHeadersIfNeeded(Stream& s) {
+  if (s.headers_sent) return;
+  s.headers_sent = true;
+  const nghttp2_nv nva[] = {makeNv(":status", "200"), makeNv("content-type", "application/grpc"),
+                            makeNv("grpc-accept-encoding", "identity")};
+  nghttp2_data_provider prd;
+  prd.source.ptr = &s;
+  prd.read_callback = &Callbacks::readData;
+  nghttp2_submit_response(session_, s.id, nva, 3, &prd);
+}
+
+void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::string& message) {
+  if (s.ended) return;
+  s.ended = true;
+  s.status = code;
+  s.status_message = message;
+  record(s, code);
+  if (!s.headers_sent) {
+    // Trailers-Only: one HEADERS frame with END_STREAM.
+    s.headers_sent = true;
+    const std::string status = std::to_string(s.http_status);
+    const std::string grpc_status = std::to_string(static_cast<int>(code));
+    const std::string msg = percentEncodeGrpcMessage(message);
+    std::vector<nghttp2_nv> nva = {makeNv(":status", status),
+                                   makeNv("content-type", "application/grpc"),
+                                   makeNv("grpc-status", grpc_status)};
+    if (!msg.empty()) nva.push_back(makeNv("grpc-message", msg));
+    nghttp2_submit_response(session_, s.id, nva.data(), nva.size(), nullptr);
+    return;
+  }
+  s.trailers_ready = true;
+  if (s.deferred) {
+    s.deferred = false;
+    nghttp2_session_resume_data(session_, s.id);
+  }
+}
+
+void Http2Session::record(Stream& s, absl::StatusCode code) {
+  if (metrics_ == nullptr) return;
+  const uint64_t now = transport_ != nullptr ? transport_->loop().nowNs() : s.call.start_ns;
+  metrics_->recordRequest(s.call.model_index, s.method.protocol, httpStatusForGrpcCode(code),
+                          now > s.call.start_ns ? now - s.call.start_ns : 0);
+}
+
+void Http2Session::onPeerClosed() {
+  if (transport_ == nullptr || closing_) return;
+  // No more requests can come; in-flight calls still get their answers.
+  shutdown();
+  if (idle()) {
+    closing_ = true;
+    transport_->closeAfterFlush();
+  }
+}
+
+void Http2Session::onTick(uint64_t now_ns) {
+  if (transport_ == nullptr || closing_) return;
+  bool any_open = false;
+  for (auto& [id, sp] : streams_) {
+    Stream& s = *sp;
+    if (s.ended) continue;
+    any_open = true;
+    if (s.call.deadline_ns != 0 && now_ns >= s.call.deadline_ns) {
+      ++stats_.deadline_exceeded;
+      finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
+    }
+  }
+  if (!any_open && streams_.empty() && now_ns - last_activity_ns_ > options_.idle_timeout_ns &&
+      !shutting_down_) {
+    shutting_down_ = true;
+    nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+  }
+  flush();
+}
+
+void Http2Session::shutdown() {
+  if (shutting_down_ || transport_ == nullptr) return;
+  shutting_down_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  flush();
+}
+
+bool Http2Session::idle() const {
+  for (const auto& [id, s] : streams_) {
+    if (!s->ended) return false;
+  }
+  return !nghttp2_session_want_write(session_);
+}
+
+void Http2Session::onClosed() {
+  transport_ = nullptr;
+  // Calls still open are cancelled; their late replies find no stream.
+  for (auto& [id, s] : streams_) {
+    if (!s->ended) {
+      s->ended = true;
+      ++stats_.cancelled;
+      record(*s, absl::StatusCode::kCancelled);
+    }
+  }
+  streams_.clear();
+}
+
+SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
+                                       ServerMetrics* metrics) {
+  return [&services, &options, metrics](Transport& t) -> std::shared_ptr<Session> {
+    return std::make_shared<Http2Session>(t, services, options, metrics);
+  };
+}
+
+}  // namespace infergate::frontend

@@ -1,0 +1,109 @@
+#pragma once
+// HTTP/2 server session (h2c with prior knowledge) carrying gRPC, on nghttp2's server session
+// API driven over a frontend::Transport's byte stream (nghttp2_session_mem_recv / mem_send; no
+// sockets here, so the same session runs over kernel sockets and infergate's own TCP).
+//
+// - SETTINGS from Http2SessionOptions (max concurrent streams, max frame size, header list
+//   size, initial stream window; the connection window is opened to connection_window_bytes).
+//   Flow control is nghttp2's: WINDOW_UPDATEs go out as received DATA is consumed.
+// - gRPC: length-prefixed messages in any DATA split, grpc-timeout as the call deadline
+//   (DEADLINE_EXCEEDED when it passes), grpc-status/grpc-message trailers (Trailers-Only for
+//   errors before any message), identity encoding only (UNIMPLEMENTED otherwise), unknown
+//   paths UNIMPLEMENTED, content-type other than application/grpc[+proto]: HTTP 415.
+// - RST_STREAM from the peer cancels the call: its reply is dropped when it comes, and it is
+//   counted as CANCELLED. PING is answered by nghttp2. A protocol error (bad preface, bad
+//   frame size, flow-control violation, ...) sends GOAWAY with nghttp2's error code and closes
+//   after the flush; nothing throws.
+// - shutdown(): GOAWAY, in-flight streams complete, then the connection closes.
+//
+// Threading: everything on the transport's loop thread; respond callbacks may come from any
+// thread and are posted to the loop.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "frontend/grpc_framing.h"
+#include "frontend/grpc_services.h"
+#include "frontend/server_metrics.h"
+#include "frontend/session.h"
+
+struct nghttp2_session;
+
+namespace infergate::frontend {
+
+struct Http2SessionOptions {
+  uint32_t max_concurrent_streams = 128;
+  uint32_t max_frame_size = 16384;             // SETTINGS_MAX_FRAME_SIZE (16384..16777215)
+  uint32_t max_header_list_bytes = 16384;      // SETTINGS_MAX_HEADER_LIST_SIZE, enforced
+  uint32_t initial_window_bytes = 1 << 20;     // SETTINGS_INITIAL_WINDOW_SIZE (per stream)
+  uint32_t connection_window_bytes = 16 << 20; // connection-level receive window
+  size_t max_message_bytes = 64ull << 20;      // one gRPC message; larger: RESOURCE_EXHAUSTED
+  uint64_t idle_timeout_ns = 60'000'000'000ull;  // no stream open: GOAWAY and close
+  size_t max_pending_bytes = 8 << 20;          // unsent bytes before reading pauses
+};
+
+// Counters a session keeps (per connection; the reactor/lead may aggregate them).
+struct Http2SessionStats {
+  uint64_t streams = 0;
+  uint64_t cancelled = 0;         // RST_STREAM by the peer before the call ended
+  uint64_t deadline_exceeded = 0;
+  uint64_t protocol_errors = 0;   // connection-level errors (GOAWAY sent)
+  uint64_t gathered_bytes = 0;    // request bytes copied to reassemble split messages
+};
+
+class Http2Session : public Session, public std::enable_shared_from_this<Http2Session> {
+ public:
+  Http2Session(Transport& transport, GrpcServices& services, const Http2SessionOptions& options,
+               ServerMetrics* metrics);
+  ~Http2Session() override;
+
+  void onData(const char* data, size_t len) override;
+  void onPeerClosed() override;
+  void onTick(uint64_t now_ns) override;
+  void onClosed() override;
+  bool idle() const override;
+
+  // Graceful shutdown: GOAWAY (last stream id = the last one accepted), no new streams, in-flight
+  // streams finish, then the connection closes after the flush.
+  void shutdown();
+  void onDrain() override { shutdown(); }
+
+  const Http2SessionStats& stats() const { return stats_; }
+
+  struct Stream;  // implementation detail (public for the nghttp2 C callbacks)
+  struct Callbacks;
+
+ private:
+  void flush();
+  void deliver(int32_t stream_id, GrpcReply&& reply);
+  void finishStream(Stream& s, absl::StatusCode code, const std::string& message);
+  void submitHeadersIfNeeded(Stream& s);
+  void onHeadersDone(Stream& s);
+  void onStreamData(Stream& s, const uint8_t* data, size_t len);
+  void onStreamEnd(Stream& s);
+  void dispatch(Stream& s, std::string_view message);
+  void record(Stream& s, absl::StatusCode code);
+  void fatal(int nghttp2_error);
+  void updateReading();
+
+  Transport* transport_;
+  GrpcServices& services_;
+  const Http2SessionOptions& options_;
+  ServerMetrics* metrics_;
+  nghttp2_session* session_ = nullptr;
+  std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
+  Http2SessionStats stats_;
+  uint64_t last_activity_ns_ = 0;
+  int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
+  bool closing_ = false;
+  bool shutting_down_ = false;
+  bool paused_ = false;
+};
+
+// A SessionFactory for gRPC (h2c prior knowledge) listeners.
+SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
+                                       ServerMetrics* metrics);
+
+}  // namespace infergate::frontend

@@ -1,0 +1,675 @@
+#include "backends/batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/batched_model.h"
+#include "backends/identity_model.h"
+#include "common/metrics.h"
+
+namespace infergate::backends {
+namespace {
+
+// One request's outcome, recorded by its callback.
+struct Outcome {
+  int calls = 0;
+  std::optional<absl::StatusOr<InferResponse>> result;
+};
+
+class BatcherTest : public ::testing::Test {
+ protected:
+  ModelConfig model(int max_batch = 8, std::vector<int64_t> shape = {4},
+                    DataType dtype = DataType::kFp32) {
+    ModelConfig c;
+    c.name = "m";
+    c.version = "1";
+    c.max_batch_size = max_batch;
+    c.inputs = {{"IN", dtype, shape}};
+    c.outputs = {{"OUT", dtype, shape}};
+    return c;
+  }
+
+  void make(ModelConfig m, BatchingConfig cfg) {
+    absl::StatusOr<std::unique_ptr<Batcher>> b =
+        Batcher::create(std::move(m), std::move(cfg), &clock_, &metrics_, nullptr);
+    ASSERT_TRUE(b.ok()) << b.status();
+    batcher_ = std::move(*b);
+  }
+
+  // FP32 request "id" with `rows` rows of `cols` floats; element values start at `base`.
+  InferRequest fp32(const std::string& id, int64_t rows, int64_t cols, float base,
+                    int64_t priority = 0, uint64_t timeout_us = 0, bool batched = true) {
+    InferRequest r;
+    r.model_name = "m";
+    r.id = id;
+    r.priority = priority;
+    r.timeout_us = timeout_us;
+    Tensor t{"IN", DataType::kFp32, {}, {}};
+    if (batched) t.shape.push_back(rows);
+    t.shape.push_back(cols);
+    t.data.resize(static_cast<size_t>(rows * cols) * 4);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float f = base + static_cast<float>(i);
+      std::memcpy(t.data.data() + 4 * i, &f, 4);
+    }
+    r.inputs.push_back(std::move(t));
+    return r;
+  }
+
+  uint64_t enqueue(InferRequest r) {
+    const std::string id = r.id;
+    outcomes_[id];  // exists even if answered inline
+    return batcher_->enqueue(std::move(r), [this, id](absl::StatusOr<InferResponse> res) {
+      Outcome& o = outcomes_[id];
+      ++o.calls;
+      o.result = std::move(res);
+    });
+  }
+
+  // Completes `b` the way the identity backend would: outputs = inputs, renamed.
+  void completeEcho(std::unique_ptr<Batch> b) {
+    std::vector<BatchTensor> out = b->inputs;
+    for (BatchTensor& t : out) t.name = "OUT";
+    batcher_->complete(std::move(b), std::move(out));
+  }
+
+  static std::vector<std::string> ids(const Batch& b) {
+    std::vector<std::string> v;
+    for (const auto& r : b.requests) v.push_back(r->request.id);
+    return v;
+  }
+
+  bool answeredOk(const std::string& id) {
+    const Outcome& o = outcomes_[id];
+    return o.calls == 1 && o.result && o.result->ok();
+  }
+
+  absl::Status statusOf(const std::string& id) {
+    const Outcome& o = outcomes_[id];
+    EXPECT_EQ(o.calls, 1) << id;
+    if (!o.result) return absl::UnknownError("not answered");
+    return o.result->status();
+  }
+
+  // Value of the exposition line `series` ("name{labels}"), -1 when absent.
+  double sample(const std::string& series) {
+    const std::string text = "\n" + metrics_.renderPrometheus();
+    const std::string key = "\n" + series + " ";
+    const size_t p = text.find(key);
+    if (p == std::string::npos) return -1;
+    return std::stod(text.substr(p + key.size(), text.find('\n', p + 1) - p - key.size()));
+  }
+
+  ManualClock clock_;
+  common::MetricsRegistry metrics_;
+  std::map<std::string, Outcome> outcomes_;  // before batcher_: its destructor answers into it
+  std::unique_ptr<Batcher> batcher_;
+};
+
+TEST_F(BatcherTest, FormsBatchAtMaxSizeAndSlicesOutputsPerRequest) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(4), cfg);
+  for (int i = 0; i < 3; ++i) enqueue(fp32("r" + std::to_string(i), 1, 4, 10.0f * i));
+  uint64_t wake = 0;
+  EXPECT_EQ(batcher_->poll(&wake), nullptr);  // 3 < 4 and the delay has not run out
+  EXPECT_EQ(wake, clock_.nowNs() + 1'000'000);
+  enqueue(fp32("r3", 1, 4, 30.0f));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size, 4);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"r0", "r1", "r2", "r3"}));
+  ASSERT_EQ(b->inputs.size(), 1u);
+  EXPECT_EQ(b->inputs[0].shape, (std::vector<int64_t>{4, 4}));
+  EXPECT_EQ(b->inputs[0].bytes, 64u);
+  float f;
+  std::memcpy(&f, b->inputs[0].data + 2 * 16, 4);  // row 2, element 0
+  EXPECT_EQ(f, 20.0f);
+  completeEcho(std::move(b));
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    ASSERT_TRUE(answeredOk(id)) << id;
+    const InferResponse& resp = **outcomes_[id].result;
+    EXPECT_EQ(resp.id, id);
+    ASSERT_EQ(resp.outputs.size(), 1u);
+    EXPECT_EQ(resp.outputs[0].name, "OUT");
+    EXPECT_EQ(resp.outputs[0].shape, (std::vector<int64_t>{1, 4}));
+    ASSERT_EQ(resp.outputs[0].data.size(), 16u);
+    for (int e = 0; e < 4; ++e) {
+      std::memcpy(&f, resp.outputs[0].data.data() + 4 * e, 4);
+      EXPECT_EQ(f, 10.0f * i + e);
+    }
+  }
+  EXPECT_EQ(sample("infergate_batcher_batch_size_count{model=\"m\"}"), 1);
+  EXPECT_EQ(sample("infergate_batcher_batch_size_sum{model=\"m\"}"), 4);
+  EXPECT_EQ(sample("infergate_batcher_batch_fill_ratio_bucket{model=\"m\",le=\"0.75\"}"), 0);
+  EXPECT_EQ(sample("infergate_batcher_batch_fill_ratio_bucket{model=\"m\",le=\"1\"}"), 1);
+  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 64);
+  EXPECT_EQ(sample("infergate_batcher_request_bytes_total{model=\"m\"}"), 64);
+  EXPECT_EQ(sample("infergate_batcher_queue_depth{level=\"1\",model=\"m\"}"), 0);
+  EXPECT_EQ(batcher_->inflight(), 0u);
+}
+
+TEST_F(BatcherTest, FormsBatchWhenQueueDelayRunsOut) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 500;
+  make(model(8), cfg);
+  enqueue(fp32("a", 1, 4, 0));
+  clock_.advanceUs(200);
+  enqueue(fp32("b", 2, 4, 0));
+  EXPECT_EQ(sample("infergate_batcher_queue_depth{level=\"1\",model=\"m\"}"), 2);
+  clock_.advanceUs(299);
+  EXPECT_EQ(batcher_->poll(), nullptr);  // oldest waited 499 us
+  clock_.advanceUs(1);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(b->size, 3);  // rows, not requests
+  completeEcho(std::move(b));
+  EXPECT_TRUE(answeredOk("a"));
+  ASSERT_TRUE(answeredOk("b"));
+  EXPECT_EQ(outcomes_["b"].result->value().outputs[0].shape, (std::vector<int64_t>{2, 4}));
+  // Queue time of "a": 500 us, of "b": 300 us. (500 lands in the log-linear bucket
+  // [480, 511], which the exposition counts under the next bound, 0.001.)
+  EXPECT_EQ(sample("infergate_batcher_queue_time_seconds_bucket{level=\"1\",model=\"m\",le=\"0.0005\"}"),
+            1);
+  EXPECT_EQ(sample("infergate_batcher_queue_time_seconds_bucket{level=\"1\",model=\"m\",le=\"0.001\"}"),
+            2);
+  EXPECT_EQ(sample("infergate_batcher_queue_time_seconds_bucket{level=\"1\",model=\"m\",le=\"0.0002\"}"),
+            0);
+}
+
+TEST_F(BatcherTest, WithoutDelayDispatchesAtOnceAndGrowsBatchesWhileBackendIsBusy) {
+  make(model(8), BatchingConfig{});
+  enqueue(fp32("a", 1, 4, 0));
+  std::unique_ptr<Batch> first = batcher_->poll();
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->size, 1);
+  for (const char* id : {"b", "c", "d"}) enqueue(fp32(id, 1, 4, 0));
+  EXPECT_EQ(batcher_->poll(), nullptr);  // the one in-flight slot (and its buffer) is taken
+  EXPECT_EQ(batcher_->pool(0)->available(), 0u);
+  completeEcho(std::move(first));
+  EXPECT_EQ(batcher_->pool(0)->available(), 1u);
+  std::unique_ptr<Batch> second = batcher_->poll();
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(ids(*second), (std::vector<std::string>{"b", "c", "d"}));
+  completeEcho(std::move(second));
+  for (const char* id : {"a", "b", "c", "d"}) EXPECT_TRUE(answeredOk(id)) << id;
+}
+
+TEST_F(BatcherTest, PreferredBatchSizes) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 10000;
+  cfg.preferred_batch_sizes = {4, 2};
+  make(model(8), cfg);
+  enqueue(fp32("a", 1, 4, 0));
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  enqueue(fp32("b", 1, 4, 0));
+  std::unique_ptr<Batch> b = batcher_->poll();  // 2 is preferred: no waiting for the delay
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size, 2);
+  for (const char* id : {"c", "d", "e", "f", "g"}) enqueue(fp32(id, 1, 4, 0));
+  completeEcho(std::move(b));
+  b = batcher_->poll();  // 5 queued: the largest preferred size that fits is 4
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"c", "d", "e", "f"}));
+  completeEcho(std::move(b));
+  EXPECT_EQ(batcher_->poll(), nullptr);  // "g" alone waits for the delay
+  clock_.advanceUs(10000);
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"g"}));
+  completeEcho(std::move(b));
+}
+
+TEST_F(BatcherTest, RequestThatWouldOverflowMaxBatchClosesTheBatch) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 10000;
+  make(model(4), cfg);
+  enqueue(fp32("a", 3, 4, 0));
+  enqueue(fp32("b", 2, 4, 0));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);  // 3 + 2 > 4: "a" goes now, without waiting
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(b->size, 3);
+  completeEcho(std::move(b));
+  EXPECT_EQ(batcher_->poll(), nullptr);
+}
+
+TEST_F(BatcherTest, StrictPriorityFifoWithinALevel) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 3;  // default level 0 -> 3 (the lowest)
+  make(model(2), cfg);
+  EXPECT_EQ(batcher_->levelOf(0), 3u);
+  EXPECT_EQ(batcher_->levelOf(-1), 3u);
+  EXPECT_EQ(batcher_->levelOf(4), 3u);
+  EXPECT_EQ(batcher_->levelOf(1), 1u);
+  EXPECT_EQ(batcher_->levelOf(2), 2u);
+  // Hold the in-flight slot so everything queues first.
+  enqueue(fp32("blocker", 1, 4, 0, 1));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  enqueue(fp32("a", 1, 4, 0, 0));
+  enqueue(fp32("b", 1, 4, 0, 3));
+  enqueue(fp32("c", 1, 4, 0, 1));
+  enqueue(fp32("d", 1, 4, 0, 2));
+  enqueue(fp32("e", 1, 4, 0, 1));
+  EXPECT_EQ(batcher_->queued(1), 2u);
+  EXPECT_EQ(batcher_->queued(2), 1u);
+  EXPECT_EQ(batcher_->queued(3), 2u);
+  std::vector<std::vector<std::string>> order;
+  completeEcho(std::move(b));
+  while ((b = batcher_->poll()) != nullptr) {
+    order.push_back(ids(*b));
+    completeEcho(std::move(b));
+  }
+  EXPECT_EQ(order, (std::vector<std::vector<std::string>>{{"c", "e"}, {"d", "a"}, {"b"}}));
+  for (const char* id : {"a", "b", "c", "d", "e"}) EXPECT_TRUE(answeredOk(id)) << id;
+}
+
+TEST_F(BatcherTest, FullQueueRejectsWithUnavailableOr429) {
+  for (int status : {503, 429}) {
+    batcher_.reset();
+    outcomes_.clear();
+    BatchingConfig cfg;
+    cfg.max_queue_delay_us = 1000;
+    cfg.default_queue_policy.max_queue_size = 2;
+    cfg.overload_status = status;
+    make(model(8), cfg);
+    EXPECT_NE(enqueue(fp32("a", 1, 4, 0)), 0u);
+    EXPECT_NE(enqueue(fp32("b", 1, 4, 0)), 0u);
+    EXPECT_EQ(enqueue(fp32("c", 1, 4, 0)), 0u);
+    const absl::Status st = statusOf("c");
+    EXPECT_EQ(st.code(), status == 503 ? absl::StatusCode::kUnavailable
+                                       : absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(st.message(), "Exceeds maximum queue size");
+    EXPECT_EQ(outcomes_["a"].calls, 0);
+  }
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"1\",model=\"m\",reason=\"queue_full\"}"),
+            2);
+}
+
+TEST_F(BatcherTest, ExpiredRequestsAreAnsweredAndNeverDispatched) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 5000;
+  cfg.default_queue_policy.default_timeout_us = 1000;
+  make(model(8), cfg);
+  enqueue(fp32("default", 1, 4, 0));              // deadline 1000 us
+  enqueue(fp32("shorter", 1, 4, 0, 0, 200));      // override shortens to 200 us
+  enqueue(fp32("longer", 1, 4, 0, 0, 100000));    // may not lengthen: 1000 us
+  uint64_t wake = 0;
+  EXPECT_EQ(batcher_->poll(&wake), nullptr);
+  EXPECT_EQ(wake, clock_.nowNs() + 200'000);
+  clock_.advanceUs(200);
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  EXPECT_EQ(statusOf("shorter").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(statusOf("shorter").message(), "Request timeout expired");
+  EXPECT_EQ(outcomes_["default"].calls, 0);
+  clock_.advanceUs(800);
+  EXPECT_EQ(batcher_->poll(), nullptr);  // both expired before the 5 ms delay: nothing to send
+  EXPECT_EQ(statusOf("default").message(), "Request timeout expired");
+  EXPECT_EQ(statusOf("longer").message(), "Request timeout expired");
+  EXPECT_EQ(batcher_->queued(), 0u);
+  EXPECT_EQ(sample("infergate_batcher_timeouts_total{level=\"1\",model=\"m\"}"), 3);
+  EXPECT_EQ(sample("infergate_batcher_batches_total{model=\"m\"}"), 0);
+}
+
+TEST_F(BatcherTest, TimeoutOverrideCanBeRefused) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 5000;
+  cfg.default_queue_policy.allow_timeout_override = false;
+  make(model(8), cfg);
+  enqueue(fp32("a", 1, 4, 0, 0, 100));
+  clock_.advanceUs(1000);
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  EXPECT_EQ(outcomes_["a"].calls, 0);  // its 100 us timeout was ignored
+  clock_.advanceUs(4000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  completeEcho(std::move(b));
+  EXPECT_TRUE(answeredOk("a"));
+}
+
+TEST_F(BatcherTest, DelayActionRunsExpiredAfterUnexpiredOfSameOrHigherLevel) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 3;
+  cfg.priority_queue_policy[2].default_timeout_us = 100;
+  cfg.priority_queue_policy[2].timeout_action = TimeoutAction::kDelay;
+  make(model(1), cfg);
+  enqueue(fp32("blocker", 1, 4, 0, 1));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  enqueue(fp32("x", 1, 4, 0, 2));
+  clock_.advanceUs(100);
+  EXPECT_EQ(batcher_->poll(), nullptr);  // x expired: delayed, not answered
+  EXPECT_EQ(outcomes_["x"].calls, 0);
+  EXPECT_EQ(sample("infergate_batcher_delayed_total{level=\"2\",model=\"m\"}"), 1);
+  enqueue(fp32("w", 1, 4, 0, 3));
+  enqueue(fp32("y", 1, 4, 0, 2));
+  enqueue(fp32("z", 1, 4, 0, 1));
+  completeEcho(std::move(b));
+  std::vector<std::string> order;
+  while ((b = batcher_->poll()) != nullptr) {
+    order.push_back(ids(*b)[0]);
+    completeEcho(std::move(b));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"z", "y", "x", "w"}));
+  for (const char* id : {"w", "x", "y", "z"}) EXPECT_TRUE(answeredOk(id)) << id;
+}
+
+TEST_F(BatcherTest, CancellingAQueuedRequest) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8), cfg);
+  enqueue(fp32("a", 1, 4, 0));
+  const uint64_t t = enqueue(fp32("b", 1, 4, 0));
+  enqueue(fp32("c", 1, 4, 0));
+  EXPECT_TRUE(batcher_->cancel(t));
+  EXPECT_FALSE(batcher_->cancel(t));
+  EXPECT_EQ(statusOf("b").code(), absl::StatusCode::kCancelled);
+  clock_.advanceUs(1000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"a", "c"}));
+  completeEcho(std::move(b));
+  EXPECT_TRUE(answeredOk("a"));
+  EXPECT_TRUE(answeredOk("c"));
+  EXPECT_EQ(outcomes_["b"].calls, 1);
+}
+
+TEST_F(BatcherTest, CancellingAnInFlightRequestDropsOnlyItsSlice) {
+  BatchingConfig cfg;
+  make(model(8), cfg);
+  std::unique_ptr<Batch> blocker;
+  enqueue(fp32("first", 1, 4, 0));
+  blocker = batcher_->poll();
+  enqueue(fp32("a", 1, 4, 1.0f));
+  const uint64_t t = enqueue(fp32("b", 2, 4, 2.0f));
+  enqueue(fp32("c", 1, 4, 3.0f));
+  completeEcho(std::move(blocker));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size, 4);
+  EXPECT_TRUE(batcher_->cancel(t));
+  EXPECT_FALSE(batcher_->cancel(t));
+  EXPECT_EQ(outcomes_["b"].calls, 0);  // answered when the batch completes
+  completeEcho(std::move(b));
+  EXPECT_EQ(statusOf("b").code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(answeredOk("c"));
+  float f;
+  std::memcpy(&f, outcomes_["c"].result->value().outputs[0].data.data(), 4);
+  EXPECT_EQ(f, 3.0f);  // the slice after the cancelled one is still c's
+  ASSERT_TRUE(answeredOk("a"));
+  EXPECT_FALSE(batcher_->cancel(t));
+  EXPECT_EQ(sample("infergate_batcher_cancellations_total{level=\"1\",model=\"m\"}"), 1);
+}
+
+TEST_F(BatcherTest, BatchesOnlyShapeCompatibleRequests) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8, {-1}), cfg);
+  enqueue(fp32("a4", 1, 4, 0));
+  enqueue(fp32("b4", 1, 4, 0));
+  enqueue(fp32("c3", 1, 3, 0));
+  enqueue(fp32("d4", 1, 4, 0));
+  std::unique_ptr<Batch> b = batcher_->poll();  // closed by c3: sent without waiting
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"a4", "b4"}));
+  EXPECT_EQ(b->inputs[0].shape, (std::vector<int64_t>{2, 4}));
+  completeEcho(std::move(b));
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"c3"}));  // d4 may not overtake... nor join
+  EXPECT_EQ(b->inputs[0].shape, (std::vector<int64_t>{1, 3}));
+  completeEcho(std::move(b));
+  EXPECT_EQ(batcher_->poll(), nullptr);  // d4 alone waits for the delay
+  clock_.advanceUs(1000);
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"d4"}));
+  completeEcho(std::move(b));
+  ASSERT_TRUE(answeredOk("c3"));
+  EXPECT_EQ(outcomes_["c3"].result->value().outputs[0].shape, (std::vector<int64_t>{1, 3}));
+}
+
+TEST_F(BatcherTest, OverloadShedsTheLowestLevelFirst) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 2;
+  cfg.max_total_queue_size = 2;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8), cfg);
+  enqueue(fp32("low1", 1, 4, 0, 2));
+  enqueue(fp32("low2", 1, 4, 0, 2));
+  EXPECT_EQ(sample("infergate_batcher_overloaded{model=\"m\"}"), 1);
+  EXPECT_NE(enqueue(fp32("high1", 1, 4, 0, 1)), 0u);
+  EXPECT_EQ(statusOf("low2").code(), absl::StatusCode::kUnavailable);  // newest low goes first
+  EXPECT_NE(statusOf("low2").message().find("shed"), absl::string_view::npos);
+  EXPECT_EQ(outcomes_["low1"].calls, 0);
+  EXPECT_NE(enqueue(fp32("high2", 1, 4, 0, 1)), 0u);
+  EXPECT_EQ(statusOf("low1").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(enqueue(fp32("high3", 1, 4, 0, 1)), 0u);  // nothing lower left to shed
+  EXPECT_EQ(statusOf("high3").message(), "Exceeds maximum queue size");
+  EXPECT_EQ(enqueue(fp32("low3", 1, 4, 0, 2)), 0u);
+  EXPECT_EQ(statusOf("low3").message(), "Exceeds maximum queue size");
+  EXPECT_EQ(sample("infergate_batcher_shed_total{level=\"2\",model=\"m\"}"), 2);
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"1\",model=\"m\",reason=\"overload\"}"),
+            1);
+  clock_.advanceUs(1000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"high1", "high2"}));
+  completeEcho(std::move(b));
+  EXPECT_EQ(sample("infergate_batcher_overloaded{model=\"m\"}"), 0);
+}
+
+TEST_F(BatcherTest, PoolExhaustionIsBackPressureUnderTheQueuePolicy) {
+  BatchingConfig cfg;
+  cfg.default_queue_policy.max_queue_size = 1;
+  cfg.default_queue_policy.default_timeout_us = 500;
+  make(model(8), cfg);
+  enqueue(fp32("a", 1, 4, 0));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(batcher_->pool(0)->available(), 0u);
+  enqueue(fp32("b", 1, 4, 0));                 // waits: no buffer
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  EXPECT_EQ(enqueue(fp32("c", 1, 4, 0)), 0u);  // queue full while waiting
+  EXPECT_EQ(statusOf("c").message(), "Exceeds maximum queue size");
+  clock_.advanceUs(500);
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  EXPECT_EQ(statusOf("b").message(), "Request timeout expired");  // expired while waiting
+  enqueue(fp32("d", 1, 4, 0));
+  completeEcho(std::move(b));
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"d"}));
+  completeEcho(std::move(b));
+  EXPECT_TRUE(answeredOk("a"));
+  EXPECT_TRUE(answeredOk("d"));
+}
+
+TEST_F(BatcherTest, BytesTensorsAreSlicedByElementLengths) {
+  ModelConfig m = model(4, {2}, DataType::kBytes);
+  make(m, BatchingConfig{});
+  std::unique_ptr<Batch> blocker;
+  auto bytesReq = [](const std::string& id, std::vector<std::string> items) {
+    InferRequest r;
+    r.id = id;
+    Tensor t{"IN", DataType::kBytes, {static_cast<int64_t>(items.size() / 2), 2}, {}};
+    for (const std::string& s : items) {
+      const uint32_t len = s.size();
+      t.data.insert(t.data.end(), reinterpret_cast<const uint8_t*>(&len),
+                    reinterpret_cast<const uint8_t*>(&len) + 4);
+      t.data.insert(t.data.end(), s.begin(), s.end());
+    }
+    r.inputs.push_back(std::move(t));
+    return r;
+  };
+  enqueue(bytesReq("x", {"a", "bc"}));
+  blocker = batcher_->poll();
+  enqueue(bytesReq("y", {"hello", "", "w", "xyz"}));
+  enqueue(bytesReq("z", {"12", "3"}));
+  completeEcho(std::move(blocker));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size, 3);
+  completeEcho(std::move(b));
+  ASSERT_TRUE(answeredOk("y"));
+  ASSERT_TRUE(answeredOk("z"));
+  const Tensor& y = outcomes_["y"].result->value().outputs[0];
+  EXPECT_EQ(y.shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(y.data.size(), 4u * 4 + 9);
+  const Tensor& z = outcomes_["z"].result->value().outputs[0];
+  EXPECT_EQ(std::string(z.data.begin(), z.data.end()), std::string("\x02\0\0\0" "12" "\x01\0\0\0" "3", 11));
+}
+
+TEST_F(BatcherTest, ModelWithoutBatchDimensionRunsRequestsOneByOne) {
+  make(model(0, {-1}), BatchingConfig{});
+  enqueue(fp32("a", 1, 4, 0, 0, 0, false));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  enqueue(fp32("b", 1, 4, 0, 0, 0, false));
+  enqueue(fp32("c", 1, 4, 0, 0, 0, false));
+  EXPECT_EQ(b->inputs[0].shape, (std::vector<int64_t>{4}));
+  completeEcho(std::move(b));
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"b"}));
+  completeEcho(std::move(b));
+  ASSERT_TRUE(answeredOk("b"));
+  EXPECT_EQ(outcomes_["b"].result->value().outputs[0].shape, (std::vector<int64_t>{4}));
+}
+
+TEST_F(BatcherTest, RequestLargerThanABufferIsServedFromTheHeap) {
+  BatchingConfig cfg;
+  cfg.variable_input_buffer_bytes = 64;
+  make(model(8, {-1}), cfg);
+  enqueue(fp32("big", 1, 32, 0));  // 128 bytes > 64-byte slab
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->slabs[0], nullptr);
+  completeEcho(std::move(b));
+  ASSERT_TRUE(answeredOk("big"));
+  EXPECT_EQ(outcomes_["big"].result->value().outputs[0].data.size(), 128u);
+  EXPECT_EQ(sample("infergate_batcher_unpinned_batches_total{model=\"m\"}"), 1);
+  EXPECT_EQ(batcher_->pool(0)->available(), 1u);
+}
+
+TEST_F(BatcherTest, BackendErrorReachesEveryRequestOfTheBatch) {
+  make(model(8), BatchingConfig{});
+  enqueue(fp32("a", 1, 4, 0));
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  batcher_->complete(std::move(b), absl::InternalError("device lost"));
+  EXPECT_EQ(statusOf("a").message(), "device lost");
+  // A backend output with the wrong batch dimension is an INTERNAL error, not a crash.
+  enqueue(fp32("b", 1, 4, 0));
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  std::vector<BatchTensor> out = b->inputs;
+  out[0].shape[0] = 7;
+  batcher_->complete(std::move(b), std::move(out));
+  EXPECT_EQ(statusOf("b").code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(sample("infergate_batcher_backend_errors_total{model=\"m\"}"), 2);
+}
+
+TEST_F(BatcherTest, RejectsInconsistentConfigs) {
+  BatchingConfig cfg;
+  cfg.preferred_batch_sizes = {16};
+  EXPECT_FALSE(Batcher::create(model(8), cfg, &clock_, nullptr, nullptr).ok());
+  cfg = {};
+  cfg.priority_levels = 2;
+  cfg.default_priority_level = 3;
+  EXPECT_FALSE(Batcher::create(model(8), cfg, &clock_, nullptr, nullptr).ok());
+  cfg = {};
+  cfg.overload_status = 500;
+  EXPECT_FALSE(Batcher::create(model(8), cfg, &clock_, nullptr, nullptr).ok());
+  cfg = {};
+  cfg.priority_queue_policy[4] = {};
+  EXPECT_FALSE(Batcher::create(model(8), cfg, &clock_, nullptr, nullptr).ok());
+}
+
+// The real thing: dispatcher thread, identity backend with a cost, many producer threads.
+TEST(BatchedModelTest, ConcurrentClientsAreBatchedAndEachAnsweredOnce) {
+  ModelConfig m;
+  m.name = "id";
+  m.max_batch_size = 8;
+  m.inputs = {{"IN", DataType::kFp32, {4}}};
+  m.outputs = {{"OUT", DataType::kFp32, {4}}};
+  m.cost_fixed_us = 2000;
+  m.cost_per_item_us = 100;
+  BatchingConfig cfg;
+  common::MetricsRegistry registry;
+  absl::StatusOr<std::unique_ptr<Model>> model = createModel(m, &cfg, &registry, nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  constexpr int kThreads = 8, kPerThread = 10;
+  std::atomic<int> ok{0}, calls{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::atomic<bool> done{false};
+        InferRequest r;
+        r.id = std::to_string(t * 100 + i);
+        Tensor in{"IN", DataType::kFp32, {1, 4}, std::vector<uint8_t>(16, static_cast<uint8_t>(t))};
+        r.inputs.push_back(in);
+        (*model)->infer(std::move(r), [&, t](absl::StatusOr<InferResponse> res) {
+          calls.fetch_add(1);
+          if (res.ok() && res->outputs.size() == 1 &&
+              res->outputs[0].data == std::vector<uint8_t>(16, static_cast<uint8_t>(t))) {
+            ok.fetch_add(1);
+          }
+          done.store(true);
+        });
+        while (!done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(calls.load(), kThreads * kPerThread);
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+  const std::string text = registry.renderPrometheus();
+  const std::string key = "infergate_batcher_batches_total{model=\"id\"} ";
+  const size_t p = text.find(key);
+  ASSERT_NE(p, std::string::npos);
+  const int batches = std::stoi(text.substr(p + key.size()));
+  EXPECT_LT(batches, kThreads * kPerThread / 2) << "8 closed-loop clients should share batches";
+}
+
+TEST(BatchedModelTest, ShutdownAnswersQueuedRequests) {
+  ModelConfig m;
+  m.name = "id";
+  m.max_batch_size = 1;
+  m.inputs = {{"IN", DataType::kFp32, {1}}};
+  m.outputs = {{"OUT", DataType::kFp32, {1}}};
+  m.cost_fixed_us = 20000;
+  BatchingConfig cfg;
+  std::atomic<int> ok{0}, unavailable{0};
+  {
+    absl::StatusOr<std::unique_ptr<Model>> model = createModel(m, &cfg, nullptr, nullptr);
+    ASSERT_TRUE(model.ok());
+    for (int i = 0; i < 5; ++i) {
+      InferRequest r;
+      r.inputs.push_back(Tensor{"IN", DataType::kFp32, {1, 1}, std::vector<uint8_t>(4, 0)});
+      (*model)->infer(std::move(r), [&](absl::StatusOr<InferResponse> res) {
+        if (res.ok()) ok.fetch_add(1);
+        else if (res.status().code() == absl::StatusCode::kUnavailable) unavailable.fetch_add(1);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(ok.load() + unavailable.load(), 5);
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(unavailable.load(), 1);
+}
+
+}  // namespace
+}  // namespace infergate::backends

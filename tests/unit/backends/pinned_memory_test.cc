@@ -1,0 +1,89 @@
+#include "backends/pinned_memory.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+namespace infergate::backends {
+namespace {
+
+TEST(PinnedRegionTest, AllocatesZeroedWritableMemoryOfSomeKind) {
+  absl::StatusOr<PinnedRegion> r = PinnedRegion::allocate(100000, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(r->data(), nullptr);
+  EXPECT_GE(r->size(), 100000u);
+  for (size_t i = 0; i < r->size(); i += 4096) EXPECT_EQ(r->data()[i], 0);
+  std::memset(r->data(), 0xab, r->size());
+  EXPECT_EQ(r->data()[r->size() - 1], 0xab);
+  // Without CUDA in this build the kind is one of the mmap ones.
+  const std::set<std::string_view> kinds = {"cuda_host", "huge_pages", "mlock", "pageable"};
+  EXPECT_TRUE(kinds.count(pinnedKindName(r->kind())));
+}
+
+TEST(PinnedRegionTest, FallsBackToPageableWhenPinningIsNotAllowed) {
+  PinnedOptions o;
+  o.try_cuda = o.try_huge_pages = o.try_mlock = false;
+  absl::StatusOr<PinnedRegion> r = PinnedRegion::allocate(5000, o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kind(), PinnedKind::kPageable);
+  EXPECT_EQ(r->size() % 4096, 0u);
+}
+
+TEST(PinnedRegionTest, MlockWhenHugePagesAreNotTried) {
+  PinnedOptions o;
+  o.try_cuda = o.try_huge_pages = false;
+  absl::StatusOr<PinnedRegion> r = PinnedRegion::allocate(64 * 1024, o);
+  ASSERT_TRUE(r.ok());
+  // mlock of 64 KiB fits the default RLIMIT_MEMLOCK (or the process has CAP_IPC_LOCK); where it
+  // does not, the region is pageable and a warning was logged.
+  EXPECT_TRUE(r->kind() == PinnedKind::kMlocked || r->kind() == PinnedKind::kPageable);
+}
+
+TEST(PinnedRegionTest, MoveTransfersOwnership) {
+  absl::StatusOr<PinnedRegion> r = PinnedRegion::allocate(4096, {});
+  ASSERT_TRUE(r.ok());
+  uint8_t* p = r->data();
+  PinnedRegion moved = std::move(*r);
+  EXPECT_EQ(moved.data(), p);
+  EXPECT_EQ(r->data(), nullptr);
+}
+
+TEST(SlabPoolTest, AcquireUntilExhaustedThenReuse) {
+  absl::StatusOr<std::unique_ptr<SlabPool>> pool = SlabPool::create(100, 3, {});
+  ASSERT_TRUE(pool.ok());
+  SlabPool& p = **pool;
+  EXPECT_EQ(p.slabBytes(), 128u);  // rounded up to 64
+  EXPECT_EQ(p.slabCount(), 3u);
+  std::set<uint8_t*> got;
+  for (int i = 0; i < 3; ++i) {
+    uint8_t* s = p.acquire();
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(s) % 64, 0u);
+    std::memset(s, i, p.slabBytes());  // slabs do not overlap (checked below)
+    got.insert(s);
+  }
+  EXPECT_EQ(got.size(), 3u);
+  EXPECT_EQ(p.acquire(), nullptr);  // exhausted: back-pressure, not a crash
+  EXPECT_EQ(p.available(), 0u);
+  int i = 0;
+  for (uint8_t* s : got) EXPECT_EQ(s[p.slabBytes() - 1], s[0]) << i++;
+  uint8_t* first = *got.begin();
+  p.release(first);
+  EXPECT_EQ(p.available(), 1u);
+  EXPECT_EQ(p.acquire(), first);
+}
+
+TEST(SlabPoolTest, ZeroSlabsIsAnError) {
+  EXPECT_FALSE(SlabPool::create(64, 0, {}).ok());
+}
+
+TEST(SlabPoolDeathTest, ReleasingAForeignPointerAborts) {
+  absl::StatusOr<std::unique_ptr<SlabPool>> pool = SlabPool::create(64, 2, {});
+  ASSERT_TRUE(pool.ok());
+  uint8_t x = 0;
+  EXPECT_DEATH((*pool)->release(&x), "not from this pool");
+}
+
+}  // namespace
+}  // namespace infergate::backends

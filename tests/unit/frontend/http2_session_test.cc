@@ -1,0 +1,401 @@
+// Http2Session over a fake transport and loop, with hand-built client frames: unary calls,
+// messages split over DATA frames, Trailers-Only errors, deadlines, RST_STREAM cancellation,
+// replies from other threads, protocol errors, graceful shutdown.
+#include <gtest/gtest.h>
+#include <nghttp2/nghttp2.h>
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <thread>
+
+#include "frontend/http2_session.h"
+
+namespace infergate::frontend {
+namespace {
+
+class FakeLoop : public Loop {
+ public:
+  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
+  bool inLoopThread() const override { return std::this_thread::get_id() == owner; }
+  uint64_t nowNs() const override { return now; }
+  int index() const override { return 0; }
+  void runPosted() {
+    while (!posted.empty()) {
+      auto fn = std::move(posted.front());
+      posted.pop_front();
+      fn();
+    }
+  }
+  std::deque<std::function<void()>> posted;
+  uint64_t now = 1'000'000'000;
+  std::thread::id owner = std::this_thread::get_id();
+};
+
+class FakeTransport : public Transport {
+ public:
+  void send(std::string_view bytes) override { out.append(bytes); }
+  void closeAfterFlush() override { closed = true; }
+  void pauseReading(bool p) override { paused = p; }
+  Loop& loop() override { return loop_; }
+  size_t pendingBytes() const override { return 0; }
+  FakeLoop loop_;
+  std::string out;
+  bool closed = false;
+  bool paused = false;
+};
+
+// "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
+// "/t.S/Stream" is client-streaming and echoes each message.
+class FakeServices : public GrpcServices {
+ public:
+  GrpcMethod resolve(std::string_view path) const override {
+    GrpcMethod m;
+    if (path == "/t.S/Echo") m.id = 0;
+    if (path == "/t.S/Later") m.id = 1;
+    if (path == "/t.S/Stream") {
+      m.id = 2;
+      m.client_streaming = true;
+    }
+    return m;
+  }
+  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
+            GrpcRespond respond) override {
+    received.emplace_back(message);
+    last_call = call;
+    GrpcReply r;
+    appendGrpcMessage(r.framed, message);
+    if (method.id == 1) {
+      later.emplace_back(std::move(respond), std::move(r));
+      return;
+    }
+    respond(std::move(r));
+  }
+  std::vector<std::string> received;
+  GrpcCall last_call;
+  std::vector<std::pair<GrpcRespond, GrpcReply>> later;
+};
+
+std::string frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+  std::string f;
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  f += static_cast<char>(n >> 16);
+  f += static_cast<char>(n >> 8);
+  f += static_cast<char>(n);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  f += static_cast<char>(stream >> 24);
+  f += static_cast<char>(stream >> 16);
+  f += static_cast<char>(stream >> 8);
+  f += static_cast<char>(stream);
+  f.append(payload);
+  return f;
+}
+
+// HPACK literal without indexing, new name, lengths < 127.
+std::string literal(std::string_view n, std::string_view v) {
+  std::string s = "\0";
+  s.resize(1);
+  s += static_cast<char>(n.size());
+  s.append(n);
+  s += static_cast<char>(v.size());
+  s.append(v);
+  return s;
+}
+
+std::string requestHeaders(std::string_view path, std::string_view extra = {}) {
+  return literal(":method", "POST") + literal(":scheme", "http") + literal(":path", path) +
+         literal(":authority", "x") + literal("content-type", "application/grpc") +
+         literal("te", "trailers") + std::string(extra);
+}
+
+constexpr std::string_view kPreface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr uint8_t kData = 0, kHeaders = 1, kRst = 3, kSettings = 4, kPing = 6, kGoaway = 7;
+
+struct Frame {
+  uint8_t type, flags;
+  uint32_t stream;
+  std::string payload;
+  std::map<std::string, std::string> headers;  // decoded HEADERS
+};
+
+struct Fixture : ::testing::Test {
+  Fixture() {
+    options.idle_timeout_ns = 5'000'000'000;
+    session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+    nghttp2_hd_inflate_new(&inflater);
+  }
+  ~Fixture() override { nghttp2_hd_inflate_del(inflater); }
+  void feed(std::string_view s) { session->onData(s.data(), s.size()); }
+  void start() { feed(std::string(kPreface) + frame(kSettings, 0, 0, "")); }
+  // Parses everything sent so far (and consumes it).
+  std::vector<Frame> frames() {
+    std::vector<Frame> fs;
+    std::string& o = transport.out;
+    size_t pos = 0;
+    while (o.size() - pos >= 9) {
+      const uint32_t n = (uint8_t(o[pos]) << 16) | (uint8_t(o[pos + 1]) << 8) | uint8_t(o[pos + 2]);
+      if (o.size() - pos < 9 + n) break;
+      Frame f{uint8_t(o[pos + 3]), uint8_t(o[pos + 4]),
+              ((uint8_t(o[pos + 5]) & 0x7f) << 24) | (uint8_t(o[pos + 6]) << 16) |
+                  (uint8_t(o[pos + 7]) << 8) | uint8_t(o[pos + 8]),
+              o.substr(pos + 9, n), {}};
+      if (f.type == kHeaders) {
+        const uint8_t* in = reinterpret_cast<const uint8_t*>(f.payload.data());
+        size_t left = f.payload.size();
+        for (;;) {
+          nghttp2_nv nv;
+          int fl = 0;
+          const ssize_t r = nghttp2_hd_inflate_hd2(inflater, &nv, &fl, in, left, 1);
+          if (r < 0) break;
+          in += r;
+          left -= static_cast<size_t>(r);
+          if (fl & NGHTTP2_HD_INFLATE_EMIT) {
+            f.headers[std::string(reinterpret_cast<char*>(nv.name), nv.namelen)] =
+                std::string(reinterpret_cast<char*>(nv.value), nv.valuelen);
+          }
+          if (fl & NGHTTP2_HD_INFLATE_FINAL) {
+            nghttp2_hd_inflate_end_headers(inflater);
+            break;
+          }
+          if (r == 0 && left == 0) break;
+        }
+      }
+      fs.push_back(std::move(f));
+      pos += 9 + n;
+    }
+    o.erase(0, pos);
+    return fs;
+  }
+  static const Frame* find(const std::vector<Frame>& fs, uint8_t type, uint32_t stream,
+                           int nth = 0) {
+    for (const Frame& f : fs) {
+      if (f.type == type && f.stream == stream && nth-- == 0) return &f;
+    }
+    return nullptr;
+  }
+  static std::string grpc(std::string_view m) {
+    std::string s;
+    appendGrpcMessage(s, m);
+    return s;
+  }
+
+  Http2SessionOptions options;
+  FakeTransport transport;
+  FakeServices services;
+  std::shared_ptr<Http2Session> session;
+  nghttp2_hd_inflater* inflater = nullptr;
+};
+
+TEST_F(Fixture, ServerPrefaceIsSettingsFromOptions) {
+  auto fs = frames();
+  ASSERT_FALSE(fs.empty());
+  EXPECT_EQ(fs[0].type, kSettings);
+  // MAX_CONCURRENT_STREAMS (3) = 128 appears in the payload.
+  EXPECT_NE(fs[0].payload.find(std::string("\x00\x03\x00\x00\x00\x80", 6)), std::string::npos);
+}
+
+TEST_F(Fixture, UnaryCallGetsHeadersDataAndTrailers) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")) + frame(kData, 1, 1, grpc("ping")));
+  ASSERT_EQ(services.received, std::vector<std::string>{"ping"});
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1, 0);
+  const Frame* d = find(fs, kData, 1);
+  const Frame* t = find(fs, kHeaders, 1, 1);
+  ASSERT_TRUE(h && d && t);
+  EXPECT_EQ(h->headers.at(":status"), "200");
+  EXPECT_EQ(h->headers.at("content-type"), "application/grpc");
+  EXPECT_EQ(d->payload, grpc("ping"));
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  EXPECT_TRUE(t->flags & 1);  // END_STREAM on the trailers
+  EXPECT_TRUE(session->idle());
+}
+
+TEST_F(Fixture, MessageSplitAtEveryByteAcrossDataFrames) {
+  start();
+  const std::string body = grpc("abcdefghij");
+  for (size_t split = 0; split <= body.size(); ++split) {
+    const uint32_t id = 1 + 2 * static_cast<uint32_t>(split);
+    feed(frame(kHeaders, 4, id, requestHeaders("/t.S/Echo")) +
+         frame(kData, 0, id, body.substr(0, split)) + frame(kData, 1, id, body.substr(split)));
+  }
+  EXPECT_EQ(services.received.size(), body.size() + 1);
+  for (const auto& r : services.received) EXPECT_EQ(r, "abcdefghij");
+  EXPECT_GT(session->stats().gathered_bytes, 0u);
+}
+
+TEST_F(Fixture, UnknownMethodIsTrailersOnlyUnimplemented) {
+  start();
+  frames();
+  feed(frame(kHeaders, 5, 1, requestHeaders("/t.S/Nope")));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_TRUE(h->flags & 1);
+  EXPECT_EQ(h->headers.at("grpc-status"), "12");
+  EXPECT_EQ(h->headers.at("grpc-message"), "Method not found: t.S/Nope");
+  EXPECT_TRUE(services.received.empty());
+}
+
+TEST_F(Fixture, WrongContentTypeIs415) {
+  start();
+  frames();
+  std::string hdrs = literal(":method", "POST") + literal(":scheme", "http") +
+                     literal(":path", "/t.S/Echo") + literal(":authority", "x") +
+                     literal("content-type", "application/json");
+  feed(frame(kHeaders, 5, 1, hdrs));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at(":status"), "415");
+}
+
+TEST_F(Fixture, TwoMessagesOnAUnaryCallIsInternal) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) +
+       frame(kData, 1, 1, grpc("a") + grpc("b")));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "13");
+  services.later[0].first(std::move(services.later[0].second));  // late reply: dropped
+  EXPECT_TRUE(frames().empty());
+}
+
+TEST_F(Fixture, CompressedMessageIsUnimplemented) {
+  start();
+  frames();
+  std::string body = grpc("zz");
+  body[0] = 1;
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo", literal("grpc-encoding", "gzip"))) +
+       frame(kData, 1, 1, body));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "12");
+}
+
+TEST_F(Fixture, DeadlineExceededThenLateReplyDropped) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later", literal("grpc-timeout", "100m"))) +
+       frame(kData, 1, 1, grpc("x")));
+  EXPECT_EQ(services.last_call.timeout_ns, 100'000'000u);
+  EXPECT_EQ(services.last_call.deadline_ns, transport.loop_.now + 100'000'000u);
+  transport.loop_.now += 50'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);
+  transport.loop_.now += 60'000'000;
+  session->onTick(transport.loop_.now);
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "4");
+  EXPECT_EQ(session->stats().deadline_exceeded, 1u);
+  services.later[0].first(std::move(services.later[0].second));
+  EXPECT_TRUE(frames().empty());
+}
+
+TEST_F(Fixture, RstStreamCancelsAndReplyIsDropped) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 1, 1, grpc("x")));
+  EXPECT_FALSE(session->idle());
+  feed(frame(kRst, 0, 1, std::string("\0\0\0\x08", 4)));  // CANCEL
+  EXPECT_EQ(session->stats().cancelled, 1u);
+  EXPECT_TRUE(session->idle());
+  services.later[0].first(std::move(services.later[0].second));
+  for (const Frame& f : frames()) EXPECT_NE(f.stream, 1u);
+}
+
+TEST_F(Fixture, ReplyFromAnotherThreadIsPosted) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 1, 1, grpc("t")));
+  std::thread th([&] { services.later[0].first(std::move(services.later[0].second)); });
+  th.join();
+  EXPECT_TRUE(frames().empty());
+  ASSERT_EQ(transport.loop_.posted.size(), 1u);
+  transport.loop_.runPosted();
+  auto fs = frames();
+  const Frame* d = find(fs, kData, 1);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->payload, grpc("t"));
+}
+
+TEST_F(Fixture, StreamingCallEchoesEachMessageThenOk) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Stream")) +
+       frame(kData, 0, 1, grpc("a") + grpc("b").substr(0, 3)));
+  feed(frame(kData, 1, 1, grpc("b").substr(3) + grpc("c")));
+  EXPECT_EQ(services.received, (std::vector<std::string>{"a", "b", "c"}));
+  auto fs = frames();
+  std::string data;
+  for (const Frame& f : fs) {
+    if (f.type == kData && f.stream == 1) data += f.payload;
+  }
+  EXPECT_EQ(data, grpc("a") + grpc("b") + grpc("c"));
+  const Frame* t = find(fs, kHeaders, 1, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+}
+
+TEST_F(Fixture, BadPrefaceSendsGoawayAndCloses) {
+  feed("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  auto fs = frames();
+  const Frame* g = find(fs, kGoaway, 0);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(uint8_t(g->payload[7]), NGHTTP2_PROTOCOL_ERROR);
+  EXPECT_TRUE(transport.closed);
+  EXPECT_EQ(session->stats().protocol_errors, 1u);
+}
+
+TEST_F(Fixture, PingIsAnswered) {
+  start();
+  frames();
+  feed(frame(kPing, 0, 0, "12345678"));
+  auto fs = frames();
+  const Frame* p = find(fs, kPing, 0);
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->flags & 1);
+  EXPECT_EQ(p->payload, "12345678");
+}
+
+TEST_F(Fixture, ShutdownSendsGoawayAndFinishesInFlight) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 1, 1, grpc("x")));
+  session->shutdown();
+  auto fs = frames();
+  const Frame* g = find(fs, kGoaway, 0);
+  ASSERT_TRUE(g);
+  EXPECT_EQ(uint8_t(g->payload[3]), 1);  // last stream id 1
+  EXPECT_EQ(uint8_t(g->payload[7]), NGHTTP2_NO_ERROR);
+  EXPECT_FALSE(transport.closed);
+  // A new stream after GOAWAY is refused; the in-flight one completes.
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("y")));
+  EXPECT_EQ(services.received.size(), 1u);
+  services.later[0].first(std::move(services.later[0].second));
+  fs = frames();
+  const Frame* t = find(fs, kHeaders, 1, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  EXPECT_TRUE(transport.closed);
+}
+
+TEST_F(Fixture, IdleTimeoutSendsGoawayAndCloses) {
+  start();
+  frames();
+  transport.loop_.now += 6'000'000'000;
+  session->onTick(transport.loop_.now);
+  auto fs = frames();
+  ASSERT_TRUE(find(fs, kGoaway, 0));
+  EXPECT_TRUE(transport.closed);
+}
+
+}  // namespace
+}  // namespace infergate::frontend
