@@ -13,15 +13,18 @@ find_program(BPF_CLANG NAMES clang clang-16 clang-15 clang-14)
 find_program(BPFTOOL NAMES bpftool PATHS /usr/sbin /sbin /usr/local/sbin)
 
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  set(_bpf_arch x86)
+  set(_bpf_arch x86 CACHE INTERNAL "")
 elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
-  set(_bpf_arch arm64)
+  set(_bpf_arch arm64 CACHE INTERNAL "")
 else()
-  set(_bpf_arch ${CMAKE_SYSTEM_PROCESSOR})
+  set(_bpf_arch ${CMAKE_SYSTEM_PROCESSOR} CACHE INTERNAL "")
 endif()
 # Debian keeps <asm/types.h> under the multiarch directory; clang -target bpf does not look there.
+# Both are cached so every directory that calls bpf_skeleton() sees them (include_guard(GLOBAL)
+# runs this block only once).
 execute_process(COMMAND ${CMAKE_C_COMPILER} -print-multiarch
-                OUTPUT_VARIABLE _bpf_multiarch OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+                OUTPUT_VARIABLE _bpf_multiarch_out OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+set(_bpf_multiarch "${_bpf_multiarch_out}" CACHE INTERNAL "")
 
 function(bpf_skeleton name src)
   cmake_parse_arguments(ARG "" "" "INCLUDES;DEPENDS" ${ARGN})
