@@ -42,11 +42,19 @@ BatchedModel::~BatchedModel() {
 }
 
 void BatchedModel::infer(InferRequest request, InferCallback done) {
-  batcher_->enqueue(std::move(request), std::move(done));
+  submit(std::move(request), std::move(done));
 }
 
 uint64_t BatchedModel::submit(InferRequest request, InferCallback done) {
-  return batcher_->enqueue(std::move(request), std::move(done));
+  std::shared_ptr<CancelToken> token = request.cancel;
+  const uint64_t ticket = batcher_->enqueue(std::move(request), std::move(done));
+  // Registered after enqueue: a cancel in between finds the token cancelled and runs the
+  // canceller now; one after the answer finds the ticket gone (a no-op).
+  if (ticket != 0 && token) {
+    Batcher* b = batcher_.get();
+    token->onCancel([b, ticket] { b->cancel(ticket); });
+  }
+  return ticket;
 }
 
 bool BatchedModel::cancel(uint64_t ticket) { return batcher_->cancel(ticket); }

@@ -44,7 +44,10 @@ class BatchedModel : public Model {
 
   const ModelConfig& config() const override { return batcher_->model(); }
   bool ready() const override { return true; }
+  // Registers request.cancel (when set) to cancel the request's ticket (Batcher::cancel).
   void infer(InferRequest request, InferCallback done) override;
+  // Slots in the batch buffers (Batcher::placeInputs).
+  bool placeInputs(InferRequest& request) override { return batcher_->placeInputs(request); }
 
   // As infer(), returning the ticket cancel() takes (0: already answered).
   uint64_t submit(InferRequest request, InferCallback done);

@@ -36,6 +36,76 @@ size_t fixedRowBytes(const TensorSpec& spec) {
 
 }  // namespace
 
+// Batch buffers of every input and their state. Guarded by `mu` (taken per placement, per
+// dispatch and per release; never while calling out). Lock order: Batcher::mu_ -> Arena::mu
+// (reservations may be dropped under the batcher's lock); the arena never takes mu_.
+struct Batcher::Arena {
+  struct Buffer {
+    uint8_t* base = nullptr;
+    size_t fill = 0;      // bytes handed out (slots are carved in order)
+    uint32_t refs = 0;    // live slots + batches reading it
+    bool filling = false; // the buffer new slots go to
+  };
+  struct Input {
+    std::unique_ptr<SlabPool> pool;
+    size_t slab_bytes = 0;
+    std::vector<Buffer> buffers;  // acquired from the pool (a handful: linear search)
+    uint8_t* filling = nullptr;
+  };
+  std::mutex mu;
+  std::vector<Input> inputs;
+  size_t live = 0;
+
+  Buffer* find(Input& in, uint8_t* base) {
+    for (Buffer& b : in.buffers) {
+      if (b.base == base) return &b;
+    }
+    return nullptr;
+  }
+  // Drops a reference; the buffer goes back to its pool when unreferenced and not filling.
+  void unrefLocked(size_t i, uint8_t* base) {
+    Input& in = inputs[i];
+    for (size_t k = 0; k < in.buffers.size(); ++k) {
+      Buffer& b = in.buffers[k];
+      if (b.base != base) continue;
+      if (b.refs > 0) --b.refs;
+      if (b.refs == 0 && b.filling) b.fill = 0;  // nothing lives in it: refill from the start
+      if (b.refs == 0 && !b.filling) {
+        in.pool->release(b.base);
+        in.buffers[k] = in.buffers.back();
+        in.buffers.pop_back();
+      }
+      return;
+    }
+  }
+  // A fresh buffer held by one reference (a batch gathered into it); nullptr when none is free.
+  uint8_t* acquireLocked(size_t i) {
+    Input& in = inputs[i];
+    uint8_t* p = in.pool->acquire();
+    if (p != nullptr) in.buffers.push_back({p, 0, 1, false});
+    return p;
+  }
+};
+
+class Batcher::Slots : public InputSlots {
+ public:
+  explicit Slots(std::shared_ptr<Arena> arena, size_t n) : arena_(std::move(arena)), bases_(n) {}
+  ~Slots() override {
+    std::lock_guard<std::mutex> lock(arena_->mu);
+    for (size_t i = 0; i < bases_.size(); ++i) {
+      if (bases_[i] != nullptr) arena_->unrefLocked(i, bases_[i]);
+    }
+    --arena_->live;
+  }
+  const Arena* arena() const { return arena_.get(); }
+  uint8_t* base(size_t i) const { return bases_[i]; }
+
+ private:
+  friend class Batcher;
+  std::shared_ptr<Arena> arena_;
+  std::vector<uint8_t*> bases_;  // per configured input: the buffer holding the slot
+};
+
 Batcher::Batcher(ModelConfig model, BatchingConfig config, BatcherClock* clock)
     : model_(std::move(model)),
       config_(std::move(config)),
@@ -138,10 +208,24 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
                                       "Dispatched batch size / max_batch_size", labels,
                                       fill_bounds, static_cast<double>(max_batch));
     batches_ = &metrics->counter("infergate_batcher_batches_total", "Batches dispatched", labels);
-    bytes_copied_ = &metrics->counter("infergate_batcher_bytes_copied_total",
-                                      "Tensor bytes copied into batch buffers", labels);
-    bytes_received_ = &metrics->counter("infergate_batcher_request_bytes_total",
-                                        "Tensor bytes of requests accepted by the batcher", labels);
+    bytes_copied_ = &metrics->counter(
+        "infergate_batcher_bytes_copied_total",
+        "Tensor bytes written by infergate after receipt, per accepted request: the decoder's "
+        "write (into a slot or a heap tensor) plus staged and compacted copies at dispatch; "
+        "equal to request_bytes when every byte was copied once",
+        labels);
+    bytes_received_ = &metrics->counter(
+        "infergate_batcher_request_bytes_total",
+        "Tensor bytes of requests accepted by the batcher (as received)", labels);
+    slot_bytes_ = &metrics->counter(
+        "infergate_batcher_slot_bytes_total",
+        "Tensor bytes decoded straight into batch buffer slots (the one copy)", labels);
+    staged_bytes_ = &metrics->counter(
+        "infergate_batcher_staged_bytes_total",
+        "Tensor bytes copied at dispatch from a heap tensor (request without a slot)", labels);
+    compacted_bytes_ = &metrics->counter(
+        "infergate_batcher_compacted_bytes_total",
+        "Tensor bytes moved at dispatch inside batch buffers to make a batch contiguous", labels);
     unpinned_batches_ = &metrics->counter(
         "infergate_batcher_unpinned_batches_total",
         "Batches whose input did not fit a pinned batch buffer (heap buffer used)", labels);
@@ -157,14 +241,15 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
   PinnedOptions unpinned;
   unpinned.try_cuda = unpinned.try_huge_pages = unpinned.try_mlock = false;
   const int rows = std::max(1, model_.max_batch_size);
+  const size_t buffers = 2 * static_cast<size_t>(config_.max_inflight_batches) + kSpareBuffers;
+  arena_ = std::make_shared<Arena>();
   for (const TensorSpec& spec : model_.inputs) {
     const size_t row = fixedRowBytes(spec);
     const size_t slab = row > 0 ? row * rows : config_.variable_input_buffer_bytes;
     PinnedOptions opts = pinned != nullptr ? *pinned : unpinned;
-    opts.label = fmt::format("model '{}' input '{}' ({} x {} bytes)", name, spec.name,
-                             config_.max_inflight_batches, slab);
-    absl::StatusOr<std::unique_ptr<SlabPool>> pool =
-        SlabPool::create(slab, config_.max_inflight_batches, opts);
+    opts.label = fmt::format("model '{}' input '{}' ({} x {} bytes)", name, spec.name, buffers,
+                             slab);
+    absl::StatusOr<std::unique_ptr<SlabPool>> pool = SlabPool::create(slab, buffers, opts);
     if (!pool.ok()) return pool.status();
     if (metrics != nullptr) {
       metrics
@@ -175,13 +260,89 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
           .set(static_cast<int64_t>((*pool)->regionBytes()));
     }
     slab_bytes_.push_back((*pool)->slabBytes());
-    pools_.push_back(std::move(*pool));
+    Arena::Input in;
+    in.slab_bytes = (*pool)->slabBytes();
+    in.pool = std::move(*pool);
+    arena_->inputs.push_back(std::move(in));
   }
   return absl::OkStatus();
 }
 
 const SlabPool* Batcher::pool(size_t input) const {
-  return input < pools_.size() ? pools_[input].get() : nullptr;
+  return input < arena_->inputs.size() ? arena_->inputs[input].pool.get() : nullptr;
+}
+
+size_t Batcher::liveSlots() const {
+  std::lock_guard<std::mutex> lock(arena_->mu);
+  return arena_->live;
+}
+
+bool Batcher::placeInputs(InferRequest& request) {
+  const size_t n = model_.inputs.size();
+  if (request.slots || request.inputs.size() != n) return false;
+  // Configured input i -> request input order[i].
+  std::vector<size_t> order(n, SIZE_MAX);
+  for (size_t k = 0; k < n; ++k) {
+    const Tensor& t = request.inputs[k];
+    if (t.slot != nullptr) return false;
+    size_t i = 0;
+    while (i < n && model_.inputs[i].name != t.name) ++i;
+    if (i == n || order[i] != SIZE_MAX) return false;
+    order[i] = k;
+  }
+  auto slots = std::make_shared<Slots>(arena_, n);
+  std::vector<size_t> offsets(n, 0);
+  {
+    std::lock_guard<std::mutex> lock(arena_->mu);
+    size_t done = 0;
+    bool ok = true;
+    for (; done < n; ++done) {
+      Arena::Input& in = arena_->inputs[done];
+      const size_t bytes = request.inputs[order[done]].slot_bytes;
+      if (bytes > in.slab_bytes) {
+        ok = false;
+        break;
+      }
+      Arena::Buffer* b = in.filling != nullptr ? arena_->find(in, in.filling) : nullptr;
+      if (b == nullptr || b->fill + bytes > in.slab_bytes) {
+        uint8_t* fresh = in.pool->acquire();
+        if (fresh == nullptr) {
+          ok = false;
+          break;
+        }
+        if (b != nullptr) {  // seal the full one; it goes back when its last slot does
+          b->filling = false;
+          if (b->refs == 0) arena_->unrefLocked(done, b->base);
+        }
+        in.buffers.push_back({fresh, 0, 0, true});
+        in.filling = fresh;
+        b = &in.buffers.back();
+      }
+      offsets[done] = b->fill;
+      b->fill += bytes;
+      ++b->refs;
+      slots->bases_[done] = b->base;
+    }
+    if (!ok) {
+      // Undo this request's slots (they are the last ones carved from their buffers).
+      for (size_t i = 0; i < done; ++i) {
+        Arena::Buffer* b = arena_->find(arena_->inputs[i], slots->bases_[i]);
+        b->fill -= request.inputs[order[i]].slot_bytes;
+        --b->refs;
+        slots->bases_[i] = nullptr;
+      }
+      ++arena_->live;  // the destructor of `slots` (nothing to release) decrements it
+      return false;
+    }
+    ++arena_->live;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Tensor& t = request.inputs[order[i]];
+    t.slot = slots->bases_[i] + offsets[i];
+    t.data.clear();
+  }
+  request.slots = std::move(slots);
+  return true;
 }
 
 void Batcher::setNotify(std::function<void()> notify) {
@@ -239,7 +400,7 @@ bool Batcher::compatible(const QueuedRequest& a, const QueuedRequest& b) const {
 }
 
 size_t Batcher::inputBytes(const QueuedRequest& r, size_t input) const {
-  return r.request.inputs[input].data.size();
+  return r.request.inputs[input].byteSize();
 }
 
 void Batcher::flush(std::vector<Answer>& answers) {
@@ -328,14 +489,20 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
       rows = r;
     }
   }
-  size_t bytes = 0;
-  for (const Tensor& t : request.inputs) bytes += t.data.size();
+  size_t bytes = 0, slot_bytes = 0;
+  for (const Tensor& t : request.inputs) {
+    bytes += t.byteSize();
+    if (t.slot != nullptr) slot_bytes += t.slot_bytes;
+  }
+  const auto* own = dynamic_cast<const Slots*>(request.slots.get());
+  const bool placed = own != nullptr && own->arena() == arena_.get() && slot_bytes == bytes;
 
   const uint32_t level_no = levelOf(request.priority);
   auto r = std::make_unique<QueuedRequest>();
   r->level = level_no;
   r->rows = rows;
   r->enqueue_ns = now;
+  r->placed = placed;
   {
     const QueuePolicy& policy = levels_[level_no - 1].policy;
     uint64_t timeout_us = policy.default_timeout_us;
@@ -392,7 +559,11 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
         tickets_.emplace(ticket, raw);
         ++queued_;
         if (level.depth != nullptr) level.depth->add(1);
+        // The decoder wrote every received byte once (into a slot or a heap tensor); copies
+        // at dispatch are added there.
         if (bytes_received_ != nullptr) bytes_received_->inc(bytes);
+        if (bytes_copied_ != nullptr) bytes_copied_->inc(bytes);
+        if (slot_bytes_ != nullptr && placed) slot_bytes_->inc(bytes);
       }
     }
     if (overloaded_ != nullptr && config_.max_total_queue_size > 0) {
@@ -536,27 +707,61 @@ std::unique_ptr<Batch> Batcher::poll(uint64_t* next_wake_ns) {
   batch->slabs.assign(n_inputs, nullptr);
   batch->heap.resize(n_inputs);
   batch->inputs.resize(n_inputs);
-  uint64_t copied = 0;
+  uint64_t staged = 0, compacted = 0;
   bool unpinned = false;
   for (size_t i = 0; i < n_inputs; ++i) {
     size_t total = 0;
-    for (const auto& r : batch->requests) total += r->request.inputs[i].data.size();
+    // One contiguous run of this batcher's slots in one buffer, in batch order: dispatched in
+    // place (the common case: requests placed one after another and batched in that order).
+    bool in_place = true;
+    uint8_t* base = nullptr;
+    const uint8_t* next = nullptr;
+    for (const auto& r : batch->requests) {
+      const Tensor& t = r->request.inputs[i];
+      total += t.byteSize();
+      if (!in_place) continue;
+      if (!r->placed) {
+        in_place = false;
+        continue;
+      }
+      uint8_t* b = static_cast<const Slots*>(r->request.slots.get())->base(i);
+      if (base == nullptr) {
+        base = b;
+      } else if (b != base || t.slot != next) {
+        in_place = false;
+        continue;
+      }
+      next = t.slot + t.slot_bytes;
+    }
     uint8_t* dst = nullptr;
-    if (total <= slab_bytes_[i]) dst = batch->slabs[i] = pools_[i]->acquire();
+    {
+      std::lock_guard<std::mutex> lock(arena_->mu);
+      if (in_place) {
+        Arena::Buffer* b = arena_->find(arena_->inputs[i], base);
+        ++b->refs;  // the batch's reference, dropped in complete()
+        batch->slabs[i] = base;
+        dst = batch->requests.front()->request.inputs[i].slot;
+      } else if (total <= slab_bytes_[i]) {
+        dst = batch->slabs[i] = arena_->acquireLocked(i);
+      }
+    }
     if (dst == nullptr) {
-      // A single request larger than a slab (or, should never happen, no slab left while an
-      // in-flight slot was free): a heap buffer keeps the request served.
+      // Larger than a buffer (or, should never happen, no buffer left): a heap buffer keeps
+      // the request served.
       batch->heap[i].resize(total);
       dst = batch->heap[i].data();
       unpinned = true;
     }
-    size_t off = 0;
-    for (const auto& r : batch->requests) {
-      const std::vector<uint8_t>& src = r->request.inputs[i].data;
-      if (!src.empty()) std::memcpy(dst + off, src.data(), src.size());
-      off += src.size();
+    if (!in_place) {
+      size_t off = 0;
+      for (const auto& r : batch->requests) {
+        const Tensor& t = r->request.inputs[i];
+        const size_t len = t.byteSize();
+        if (len != 0) std::memmove(dst + off, t.bytes(), len);
+        (r->placed ? compacted : staged) += len;
+        off += len;
+      }
     }
-    copied += total;
     const Tensor& first = batch->requests.front()->request.inputs[i];
     BatchTensor& bt = batch->inputs[i];
     bt.name = model_.inputs[i].name;
@@ -573,7 +778,9 @@ std::unique_ptr<Batch> Batcher::poll(uint64_t* next_wake_ns) {
   if (batches_ != nullptr) batches_->inc();
   if (batch_size_ != nullptr) batch_size_->record(static_cast<uint64_t>(batch->size));
   if (fill_ratio_ != nullptr) fill_ratio_->record(static_cast<uint64_t>(batch->size));
-  if (bytes_copied_ != nullptr) bytes_copied_->inc(copied);
+  if (bytes_copied_ != nullptr) bytes_copied_->inc(staged + compacted);
+  if (staged_bytes_ != nullptr) staged_bytes_->inc(staged);
+  if (compacted_bytes_ != nullptr) compacted_bytes_->inc(compacted);
   if (unpinned && unpinned_batches_ != nullptr) unpinned_batches_->inc();
   return batch;
 }
@@ -633,8 +840,11 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs) {
     }
   }
   // Outputs are copied out (they may be views into the batch buffers): free the buffers.
-  for (size_t i = 0; i < batch->slabs.size(); ++i) {
-    if (batch->slabs[i] != nullptr) pools_[i]->release(batch->slabs[i]);
+  {
+    std::lock_guard<std::mutex> lock(arena_->mu);
+    for (size_t i = 0; i < batch->slabs.size(); ++i) {
+      if (batch->slabs[i] != nullptr) arena_->unrefLocked(i, batch->slabs[i]);
+    }
   }
   batch->slabs.clear();
   batch->heap.clear();

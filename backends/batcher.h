@@ -90,6 +90,7 @@ struct QueuedRequest {
   int64_t rows = 1;          // leading (batch) dimension; 1 when max_batch_size == 0
   State state = State::kQueued;
   bool cancelled = false;    // guarded by the batcher's mutex
+  bool placed = false;       // request.slots is this batcher's reservation (one-copy path)
   std::list<std::unique_ptr<QueuedRequest>>::iterator pos;
 };
 
@@ -100,8 +101,10 @@ struct Batch {
   int64_t size = 0;                // rows: sum of the requests' leading dimensions
   std::vector<BatchTensor> inputs; // in the model's configured input order, contiguous
   std::vector<std::unique_ptr<QueuedRequest>> requests;  // batch order
-  // Buffers: one pinned slab per input, or a heap buffer when a single request is larger than
-  // a slab (counted as unpinned).
+  // Buffers: per input, the pinned slab the batch holds a reference on (inputs[i].data points
+  // into it: the requests' own slots when they are one contiguous run, else a slab the batch
+  // was gathered into), or nullptr with a heap buffer when the batch is larger than a slab
+  // (counted as unpinned).
   std::vector<uint8_t*> slabs;
   std::vector<std::vector<uint8_t>> heap;
   uint64_t dispatch_ns = 0;
@@ -127,6 +130,16 @@ class Batcher {
   // INVALID_ARGUMENT for a request the batcher cannot place) and returns 0. May also answer a
   // lower-priority queued request that it sheds to make room.
   uint64_t enqueue(InferRequest request, InferCallback done);
+
+  // One-copy placement (Model::placeInputs): reserves, for every input of `request` (a decoded
+  // header: name, dtype, shape and Tensor::slot_bytes set, no data), a slot in the batch buffer
+  // that is filling for that input, sets Tensor::slot and request.slots, and returns true.
+  // Slots are handed out in order, so requests placed one after another are contiguous and a
+  // batch of them is dispatched from where they were decoded, with no further copy. False
+  // (nothing placed) when the inputs do not match the model's, a slot would not fit a buffer,
+  // or no buffer is free; the decoder then fills Tensor::data and the batcher copies it at
+  // dispatch (counted as staged). Dropping the request releases its slots. Any thread.
+  bool placeInputs(InferRequest& request);
 
   // Client gone: a queued request is removed and answered CANCELLED "Request cancelled" now;
   // one already in a batch is answered CANCELLED when the batch completes (its result slice is
@@ -159,8 +172,13 @@ class Batcher {
   uint32_t inflight() const;
   const ModelConfig& model() const { return model_; }
   const BatchingConfig& config() const { return config_; }
-  // Pinned pool of input i (nullptr when not pinned).
+  // Batch buffer pool of input i (pinned unless created with `pinned` nullptr).
   const SlabPool* pool(size_t input) const;
+  // One-copy reservations alive (placed requests not yet answered or dropped).
+  size_t liveSlots() const;
+  // Batch buffers per input: 2 x max_inflight_batches + kSpareBuffers (slots of queued
+  // requests fill buffers while earlier batches run).
+  static constexpr size_t kSpareBuffers = 6;
 
  private:
   struct Level {
@@ -177,6 +195,8 @@ class Batcher {
     common::Counter* cancelled = nullptr;
     size_t size() const { return queue.size() + delayed.size(); }
   };
+  struct Arena;
+  class Slots;
   struct Answer {
     InferCallback done;
     absl::StatusOr<InferResponse> result;
@@ -208,9 +228,10 @@ class Batcher {
   uint64_t next_deadline_ns_ = UINT64_MAX;
   bool shutdown_ = false;
 
-  // Per input: the slab size, whether rows have a fixed byte size, and the pool.
+  // Per input: the slab size; the buffers (pools, filling state, reference counts) live in the
+  // arena, shared with the reservations so a reservation never outlives its memory.
   std::vector<size_t> slab_bytes_;
-  std::vector<std::unique_ptr<SlabPool>> pools_;
+  std::shared_ptr<Arena> arena_;
 
   // Model-wide metrics (nullptr when none).
   common::Histogram* batch_size_ = nullptr;
@@ -218,6 +239,9 @@ class Batcher {
   common::Counter* batches_ = nullptr;
   common::Counter* bytes_copied_ = nullptr;
   common::Counter* bytes_received_ = nullptr;
+  common::Counter* slot_bytes_ = nullptr;
+  common::Counter* staged_bytes_ = nullptr;
+  common::Counter* compacted_bytes_ = nullptr;
   common::Counter* unpinned_batches_ = nullptr;
   common::Counter* backend_errors_ = nullptr;
   common::Gauge* inflight_gauge_ = nullptr;

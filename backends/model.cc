@@ -33,17 +33,17 @@ bool ModelRegistry::allReady() const {
 
 namespace {
 // Checks that BYTES data is a well-formed sequence of exactly `n` length-prefixed elements.
-bool bytesElementsOk(const std::vector<uint8_t>& data, uint64_t n) {
+bool bytesElementsOk(const uint8_t* data, size_t size, uint64_t n) {
   size_t off = 0;
   for (uint64_t i = 0; i < n; ++i) {
-    if (data.size() - off < 4) return false;
+    if (size - off < 4) return false;
     uint32_t len;
-    std::memcpy(&len, data.data() + off, 4);
+    std::memcpy(&len, data + off, 4);
     off += 4;
-    if (data.size() - off < len) return false;
+    if (size - off < len) return false;
     off += len;
   }
-  return off == data.size();
+  return off == size;
 }
 }  // namespace
 
@@ -100,14 +100,14 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
           fmt::format("{}{}{}{}","input '", spec.name, "' has an invalid shape ", shapeToString(t->shape)));
     }
     if (spec.dtype == DataType::kBytes) {
-      if (!bytesElementsOk(t->data, *n)) {
+      if (!bytesElementsOk(t->bytes(), t->byteSize(), *n)) {
         return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}",
             "input '", spec.name, "' BYTES data does not hold exactly ", *n,
             " length-prefixed elements"));
       }
-    } else if (t->data.size() != *n * dataTypeSize(spec.dtype)) {
+    } else if (t->byteSize() != *n * dataTypeSize(spec.dtype)) {
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}{}{}",
-          "input '", spec.name, "' has ", t->data.size(), " bytes of data, shape ",
+          "input '", spec.name, "' has ", t->byteSize(), " bytes of data, shape ",
           shapeToString(t->shape), " of ", dataTypeName(spec.dtype), " needs ",
           *n * dataTypeSize(spec.dtype)));
     }

@@ -46,8 +46,21 @@ class Model {
   virtual const ModelConfig& config() const = 0;
   virtual bool ready() const = 0;
   // Runs `request` (already validated against config()) and calls `done` exactly once.
+  // If request.cancel is set and the client goes away before the answer, the token's
+  // cancel() asks the model to drop the request (see CancelToken); a model that cannot cancel
+  // ignores it and answers normally.
   virtual void infer(InferRequest request, InferCallback done) = 0;
+
+  // One-copy placement (optional). `request` is a decoded header: every input has name, dtype,
+  // shape and `slot_bytes` (the bytes the decoder will write), no data yet. A model with batch
+  // buffers reserves a slot per input, sets each Tensor::slot and request.slots, and returns
+  // true; the decoder then writes the elements straight into the slots. False (the default, or
+  // no room): nothing is placed and the decoder fills Tensor::data. Any thread.
+  virtual bool placeInputs(InferRequest& /*request*/) { return false; }
 };
+
+// What decoders call to place a request's inputs (usually [&](r){ return model.placeInputs(r); }).
+using InputPlacer = std::function<bool(InferRequest&)>;
 
 // Read-mostly after start-up: models are added before serving starts, then only looked up
 // (from any thread, without locks).

@@ -4,6 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,11 +53,51 @@ struct TensorSpec {
 // A tensor with data. `data` holds the elements little-endian, row-major, unpadded; for BYTES
 // each element is a 4-byte little-endian length followed by its bytes (the binary tensor
 // extension's layout), so every codec and backend shares one representation.
+//
+// One-copy placement (docs/BATCHING.md, "One copy"): when `slot` is set, the elements live in a
+// slot of a batch buffer (pinned memory) that the request's InferRequest::slots reservation owns,
+// `slot_bytes` long, and `data` is empty. Decoders set `slot_bytes` to the size they need before
+// asking the model to place the inputs (Model::placeInputs), then write the elements into `slot`.
+// Read the bytes through bytes()/byteSize(), which work for both storages.
 struct Tensor {
   std::string name;
   DataType dtype = DataType::kFp32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;
+  uint8_t* slot = nullptr;
+  size_t slot_bytes = 0;
+
+  const uint8_t* bytes() const { return slot != nullptr ? slot : data.data(); }
+  uint8_t* mutableBytes() { return slot != nullptr ? slot : data.data(); }
+  size_t byteSize() const { return slot != nullptr ? slot_bytes : data.size(); }
+};
+
+// The reservation behind Tensor::slot of a request's inputs: destroying it releases the slots.
+// Implemented by the batcher; opaque to codecs.
+class InputSlots {
+ public:
+  virtual ~InputSlots() = default;
+};
+
+// Client-gone signal shared by a connection and the model that runs its request. The
+// connection calls cancel() when its client disconnects (HTTP/1.1 connection reset/closed,
+// HTTP/2 RST_STREAM); the model registers with onCancel() what cancelling means for it (the
+// batcher: Batcher::cancel(ticket)). Cancellers run once, outside the token's lock, on the
+// thread that calls cancel() (or onCancel() when the token is already cancelled). A canceller
+// may run after its request was answered: it must then be a no-op (Batcher tickets are never
+// reused). Threading: every method is safe from any thread.
+class CancelToken {
+ public:
+  void cancel();
+  bool cancelled() const;
+  void onCancel(std::function<void()> canceller);
+  // Drops registered cancellers (the request was answered).
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  bool cancelled_ = false;
+  std::vector<std::function<void()>> cancellers_;
 };
 
 struct RequestedOutput {
@@ -76,6 +119,10 @@ struct InferRequest {
   int64_t priority = 0;    // KServe "priority": 0 = default level, 1 = highest
   uint64_t timeout_us = 0; // KServe "timeout": 0 = none
   Protocol protocol = Protocol::kHttpKserve;
+  // One-copy reservation owning the inputs' slots (null when no input has a slot).
+  std::shared_ptr<InputSlots> slots;
+  // Set by connections that can tell when their client goes away (null: never cancelled).
+  std::shared_ptr<CancelToken> cancel;
 };
 
 struct InferResponse {

@@ -196,6 +196,12 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
 
 void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
                                  std::string_view message, GrpcRespond respond) {
+  this->call(method, call, message, std::move(respond), nullptr);
+}
+
+void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
+                                 std::string_view message, GrpcRespond respond,
+                                 std::shared_ptr<backends::CancelToken> cancel) {
   const auto invalid = [&](std::string_view what) {
     respond(errorReply(absl::StatusCode::kInvalidArgument,
                        "failed to parse " + std::string(what)));
@@ -252,16 +258,18 @@ void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
       for (const auto& s : c.outputs) fill(s, r.add_outputs());
       return respond(framedReply(r));
     }
-    case kModelInfer: return modelInfer(call, message, std::move(respond), false);
-    case kModelStreamInfer: return modelInfer(call, message, std::move(respond), true);
-    case kPredict: return predict(call, message, std::move(respond));
+    case kModelInfer: return modelInfer(call, message, std::move(respond), false, std::move(cancel));
+    case kModelStreamInfer:
+      return modelInfer(call, message, std::move(respond), true, std::move(cancel));
+    case kPredict: return predict(call, message, std::move(respond), std::move(cancel));
     default:
       return respond(errorReply(absl::StatusCode::kUnimplemented, "unknown method"));
   }
 }
 
 void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
-                                       GrpcRespond respond, bool stream) {
+                                       GrpcRespond respond, bool stream,
+                                       std::shared_ptr<backends::CancelToken> cancel) {
   // In a stream, errors of one request are reported in its response message and the stream
   // goes on (Triton's ModelStreamInfer).
   auto fail = [stream](const absl::Status& st) {
@@ -270,11 +278,19 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     encodeModelStreamInferResponse(nullptr, std::string(st.message()), r.framed);
     return r;
   };
+  // One copy: raw_input_contents go from the message bytes (a view of the DATA payload, or the
+  // reader's gather buffer when the message spanned DATA frames) straight into the model's
+  // batch slots, once the header names the model.
+  backends::Model* model = nullptr;
+  const backends::InputPlacer place = [&](backends::InferRequest& r) {
+    model = registry_.find(r.model_name, r.model_version);
+    return model != nullptr && model->placeInputs(r);
+  };
   backends::InferRequest req;
-  if (absl::Status st = decodeModelInferRequest(message, req); !st.ok()) {
+  if (absl::Status st = decodeModelInferRequest(message, req, nullptr, &place); !st.ok()) {
     return respond(fail(st));
   }
-  backends::Model* model = registry_.find(req.model_name, req.model_version);
+  if (model == nullptr) model = registry_.find(req.model_name, req.model_version);
   if (model == nullptr) {
     return respond(fail(absl::NotFoundError(unknownModel(req.model_name, req.model_version))));
   }
@@ -288,6 +304,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     const uint64_t us = (call.timeout_ns + 999) / 1000;
     if (req.timeout_us == 0 || us < req.timeout_us) req.timeout_us = us;
   }
+  req.cancel = std::move(cancel);
   model->infer(std::move(req), [respond = std::move(respond), stream, version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) mutable {
     if (!result.ok()) {
@@ -308,7 +325,8 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
 }
 
 void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
-                                    GrpcRespond respond) {
+                                    GrpcRespond respond,
+                                    std::shared_ptr<backends::CancelToken> cancel) {
   tensorflow::serving::PredictRequest pr;
   if (!parse(message, pr)) {
     return respond(errorReply(absl::StatusCode::kInvalidArgument, "failed to parse PredictRequest"));
@@ -354,6 +372,7 @@ void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
     return respond(errorReply(st));
   }
   if (call.timeout_ns != 0) req.timeout_us = (call.timeout_ns + 999) / 1000;
+  req.cancel = std::move(cancel);
   model->infer(std::move(req), [respond = std::move(respond), name, version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) return respond(errorReply(result.status()));

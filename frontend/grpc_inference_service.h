@@ -10,12 +10,15 @@
 
 #include "backends/model.h"
 #include "frontend/grpc_services.h"
+#include "frontend/http2_session.h"
 #include "frontend/kserve_rest.h"
 #include "frontend/server_metrics.h"
 
 namespace infergate::frontend {
 
-class InferenceGrpcServices : public GrpcServices {
+// ModelInfer/ModelStreamInfer decode raw_input_contents one copy into the model's batch slots
+// (Model::placeInputs) and carry the call's cancel token (CancellableGrpcServices) to the model.
+class InferenceGrpcServices : public CancellableGrpcServices {
  public:
   enum Method : int {
     kServerLive,
@@ -35,10 +38,14 @@ class InferenceGrpcServices : public GrpcServices {
   GrpcMethod resolve(std::string_view path) const override;
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override;
+  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
+            GrpcRespond respond, std::shared_ptr<backends::CancelToken> cancel) override;
 
  private:
-  void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream);
-  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond);
+  void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream,
+                  std::shared_ptr<backends::CancelToken> cancel);
+  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond,
+               std::shared_ptr<backends::CancelToken> cancel);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

@@ -358,6 +358,11 @@ void writeInferResponse(const backends::InferResponse& r, std::string& out) {
 
 absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
                                      uint64_t* copied_bytes) {
+  return decodeModelInferRequest(wire, out, copied_bytes, nullptr);
+}
+
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes, const backends::InputPlacer* place) {
   out.protocol = backends::Protocol::kGrpcKserve;
   out.binary_data_output = true;
   std::vector<InputView> inputs;
@@ -450,11 +455,24 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
             "contents field must not be specified when using raw_input_contents for '" + t.name +
             "'");
       }
-      t.data.assign(raws[i].begin(), raws[i].end());  // the one copy
+      t.slot_bytes = raws[i].size();  // written after placement, below
       copied += raws[i].size();
     } else if (iv.has_contents) {
       if (absl::Status st = decodeContents(iv, *dt, t.data); !st.ok()) return st;
       copied += t.data.size();
+    }
+  }
+  if (!raws.empty()) {
+    // raw_input_contents: one memcpy each from the message bytes into the input's slot when
+    // the model places the inputs, else into Tensor::data.
+    const bool placed = place != nullptr && *place && (*place)(out);
+    for (size_t i = 0; i < out.inputs.size(); ++i) {
+      backends::Tensor& t = out.inputs[i];
+      if (!placed) {
+        t.data.resize(t.slot_bytes);
+        t.slot_bytes = 0;
+      }
+      if (!raws[i].empty()) std::memcpy(t.mutableBytes(), raws[i].data(), raws[i].size());
     }
   }
   if (copied_bytes != nullptr) *copied_bytes = copied;

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "backends/model.h"
 #include "backends/tensor.h"
 
 namespace infergate::frontend {
@@ -23,6 +24,14 @@ namespace infergate::frontend {
 // output is binary). `copied_bytes`, when given, receives the tensor bytes copied.
 absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
                                      uint64_t* copied_bytes = nullptr);
+
+// As above, one copy for raw_input_contents: once the header fields and inputs are scanned
+// (model_name/version set, each input's size in Tensor::slot_bytes), `place` (when non-null
+// and non-empty) is asked to place the inputs (Model::placeInputs); each raw_input_contents
+// entry is then one memcpy from `wire` into its slot (else into Tensor::data). Typed
+// `contents` are never placed (decoded element by element into Tensor::data).
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes, const backends::InputPlacer* place);
 
 // Appends one framed ModelInferResponse (gRPC prefix + message) to `framed`: model_name,
 // model_version, id, outputs (name, datatype, shape) and raw_output_contents, for the outputs

@@ -1,6 +1,7 @@
 #include "frontend/http1_session.h"
 
 #include <utility>
+#include <vector>
 
 #include "spdlog/spdlog.h"
 
@@ -10,6 +11,7 @@ Http1Session::Http1Session(Transport& transport, HttpHandler& handler,
                            const Http1SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       handler_(handler),
+      cancellable_(dynamic_cast<CancellableHttpHandler*>(&handler)),
       options_(options),
       metrics_(metrics),
       parser_(options.limits),
@@ -60,7 +62,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
   const uint64_t seq = slots_.back().seq;
   std::weak_ptr<Http1Session> weak = weak_from_this();
   Loop* loop = &transport_->loop();
-  handler_.handle(std::move(request), [weak, seq, loop](HttpResponse response) {
+  HttpRespond respond = [weak, seq, loop](HttpResponse response) {
     if (loop->inLoopThread()) {
       if (auto self = weak.lock()) self->deliver(seq, std::move(response));
       return;
@@ -68,7 +70,23 @@ void Http1Session::dispatch(HttpRequest&& request) {
     loop->post([weak, seq, response = std::move(response)]() mutable {
       if (auto self = weak.lock()) self->deliver(seq, std::move(response));
     });
-  });
+  };
+  if (cancellable_ == nullptr) {
+    handler_.handle(std::move(request), std::move(respond));
+    return;
+  }
+  auto token = std::make_shared<backends::CancelToken>();
+  slots_.back().cancel = token;
+  cancellable_->handle(std::move(request), std::move(respond), std::move(token));
+}
+
+void Http1Session::cancelUnanswered() {
+  // Collected first: a canceller may answer inline, and deliver() may touch slots_.
+  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  for (Slot& s : slots_) {
+    if (!s.ready && s.cancel) tokens.push_back(std::move(s.cancel));
+  }
+  for (auto& t : tokens) t->cancel();
 }
 
 void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
@@ -78,6 +96,7 @@ void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
   Slot& slot = slots_[seq - first];
   if (slot.ready) return;
   slot.ready = true;
+  slot.cancel.reset();
   slot.status = response.status;
   if (response.close) slot.keep_alive = false;
   serializeResponse(response, slot.keep_alive, slot.bytes);
@@ -145,6 +164,7 @@ void Http1Session::updateReading() {
 void Http1Session::onPeerClosed() {
   peer_closed_ = true;
   stop_parsing_ = true;
+  if (options_.cancel_on_peer_close) cancelUnanswered();
   if (transport_ != nullptr && slots_.empty() && !closing_) {
     closing_ = true;
     transport_->closeAfterFlush();
@@ -172,7 +192,8 @@ void Http1Session::onTick(uint64_t now_ns) {
 }
 
 void Http1Session::onClosed() {
-  transport_ = nullptr;
+  transport_ = nullptr;  // before cancelling: late answers find no transport and are dropped
+  cancelUnanswered();
   slots_.clear();
 }
 

@@ -5,6 +5,10 @@
 // read timeouts (408), idle timeouts, and error responses that close the connection when the
 // stream can no longer be trusted.
 //
+// Cancellation: with a CancellableHttpHandler, every request gets a backends::CancelToken that
+// the session cancels when the connection is gone (reset, or closed by either side) before the
+// request was answered, and, with `cancel_on_peer_close`, when the client half-closes (FIN).
+//
 // Threading: everything on the transport's loop thread; respond callbacks may be called from
 // any thread and are moved to the loop with Loop::post.
 
@@ -13,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/tensor.h"
 #include "frontend/http1_parser.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
@@ -28,6 +33,21 @@ struct Http1SessionOptions {
   size_t max_in_flight = 64;                 // pipelined requests awaiting responses
   size_t max_pending_bytes = 8 << 20;        // unsent response bytes before reading pauses
   bool access_log = false;
+  // A FIN from the client while requests are unanswered cancels them (NGINX's default for
+  // proxied requests, 499). Off by default: a client may half-close after its last request
+  // and still read the answers (HTTP/1.1 allows it; tests/integration/test_http1_raw.py).
+  bool cancel_on_peer_close = false;
+};
+
+// Optional extension of HttpHandler for handlers that can drop a request whose client went
+// away. Http1Session detects it once per session (dynamic_cast) and passes each request a token
+// it cancels as described above; the handler hands it to the model (InferRequest::cancel).
+// The two-argument handle() must keep working (no token).
+class CancellableHttpHandler : public HttpHandler {
+ public:
+  using HttpHandler::handle;
+  virtual void handle(HttpRequest&& request, HttpRespond respond,
+                      std::shared_ptr<backends::CancelToken> cancel) = 0;
 };
 
 class Http1Session : public Session, public std::enable_shared_from_this<Http1Session> {
@@ -51,15 +71,18 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
     std::string method, target;
     uint64_t start_ns = 0;
     int status = 0;
+    std::shared_ptr<backends::CancelToken> cancel;  // until answered
   };
   void dispatch(HttpRequest&& request);
   void deliver(uint64_t seq, HttpResponse&& response);
   void failStream(int status, const std::string& reason, const std::string& message);
   void flush();
   void updateReading();
+  void cancelUnanswered();
 
   Transport* transport_;
   HttpHandler& handler_;
+  CancellableHttpHandler* cancellable_;  // handler_ when it supports cancellation
   const Http1SessionOptions& options_;
   ServerMetrics* metrics_;
   Http1Parser parser_;

@@ -35,6 +35,7 @@ struct Http2Session::Stream {
   int http_status = 200;
   std::string out;          // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
+  std::shared_ptr<backends::CancelToken> cancel;  // for the outstanding call()s
 
   explicit Stream(size_t max_message) : reader(max_message) {}
 };
@@ -146,6 +147,9 @@ struct Http2Session::Callbacks {
     auto it = h.streams_.find(stream_id);
     if (it == h.streams_.end()) return 0;
     Stream& s = *it->second;
+    // Work still outstanding (e.g. queued in a batcher) is cancelled.
+    std::shared_ptr<backends::CancelToken> cancel;
+    if (s.outstanding > 0) cancel = std::move(s.cancel);
     if (!s.ended) {
       // Reset by the peer (or the connection went away) before the call ended: cancelled.
       s.ended = true;
@@ -153,6 +157,8 @@ struct Http2Session::Callbacks {
       h.record(s, absl::StatusCode::kCancelled);
     }
     h.streams_.erase(it);
+    // After the erase: an answer given inline by the canceller finds no stream.
+    if (cancel) cancel->cancel();
     return 0;
   }
 
@@ -195,6 +201,7 @@ Http2Session::Http2Session(Transport& transport, GrpcServices& services,
                            const Http2SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       services_(services),
+      cancellable_(dynamic_cast<CancellableGrpcServices*>(&services)),
       options_(options),
       metrics_(metrics),
       last_activity_ns_(transport.loop().nowNs()) {
@@ -365,7 +372,7 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
   std::weak_ptr<Http2Session> weak = weak_from_this();
   Loop* loop = &transport_->loop();
   const int32_t id = s.id;
-  services_.call(s.method, s.call, message, [weak, id, loop](GrpcReply reply) {
+  GrpcRespond respond = [weak, id, loop](GrpcReply reply) {
     if (loop->inLoopThread()) {
       if (auto self = weak.lock()) self->deliver(id, std::move(reply));
       return;
@@ -373,7 +380,13 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
     loop->post([weak, id, reply = std::move(reply)]() mutable {
       if (auto self = weak.lock()) self->deliver(id, std::move(reply));
     });
-  });
+  };
+  if (cancellable_ == nullptr) {
+    services_.call(s.method, s.call, message, std::move(respond));
+    return;
+  }
+  if (!s.cancel) s.cancel = std::make_shared<backends::CancelToken>();
+  cancellable_->call(s.method, s.call, message, std::move(respond), s.cancel);
 }
 
 void Http2Session::onStreamEnd(Stream& s) {
@@ -398,6 +411,7 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
   if (it == streams_.end()) return;  // cancelled: the reply is dropped
   Stream& s = *it->second;
   if (s.outstanding > 0) --s.outstanding;
+  if (s.outstanding == 0) s.cancel.reset();  // nothing left to cancel
   if (s.ended) return;  // e.g. the deadline passed first
   if (reply.code != absl::StatusCode::kOk) {
     finishStream(s, reply.code, reply.message);
@@ -515,7 +529,9 @@ bool Http2Session::idle() const {
 void Http2Session::onClosed() {
   transport_ = nullptr;
   // Calls still open are cancelled; their late replies find no stream.
+  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
   for (auto& [id, s] : streams_) {
+    if (s->cancel && s->outstanding > 0) tokens.push_back(std::move(s->cancel));
     if (!s->ended) {
       s->ended = true;
       ++stats_.cancelled;
@@ -523,6 +539,7 @@ void Http2Session::onClosed() {
     }
   }
   streams_.clear();
+  for (auto& t : tokens) t->cancel();
 }
 
 SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,

@@ -33,6 +33,9 @@ static_assert(std::endian::native == std::endian::little,
 // (about 15 bytes of memory per input byte) between requests. Larger ones get a parser of their
 // own, freed on return, so one huge request does not pin memory in every worker thread.
 constexpr size_t kRetainedParserCapacity = size_t{1} << 20;
+// Sanity bound on a JSON tensor's decoded size (the element count is already bounded by the
+// JSON's own size: precheckCount).
+constexpr uint64_t kMaxJsonTensorBytes = uint64_t{1} << 40;
 
 absl::Status invalid(std::string msg) { return absl::InvalidArgumentError(std::move(msg)); }
 
@@ -291,13 +294,11 @@ absl::Status walkData(const InputCtx& c, array data, Leaf& leaf) {
   return absl::OkStatus();
 }
 
+// Parses `data` (already prechecked: precheckCount) into `dst`, c.count elements of kSize bytes:
+// typed elements written straight where they will be read (a batch slot or Tensor::data).
 template <LeafError (*Store)(element, uint8_t*), size_t kSize>
-absl::Status decodeFixed(const InputCtx& c, array data, Tensor& t) {
-  absl::Status pre = precheckCount(c, data);
-  if (!pre.ok()) return pre;
-  t.data.resize(c.count * kSize);
-  uint8_t* dst = t.data.data();
-  uint8_t* const end = dst + t.data.size();
+absl::Status decodeFixedInto(const InputCtx& c, array data, uint8_t* dst) {
+  uint8_t* const end = dst + c.count * kSize;
   auto leaf = [&](element e) -> LeafError {
     if (dst == end) [[unlikely]] return LeafError::kNesting;  // unreachable: walk checks counts
     LeafError r = Store(e, dst);
@@ -313,11 +314,12 @@ absl::Status decodeFixed(const InputCtx& c, array data, Tensor& t) {
   return absl::OkStatus();
 }
 
-absl::Status decodeBytesJson(const InputCtx& c, array data, Tensor& t) {
+// Pass 1 of a JSON BYTES input: checks element types and measures the layout (4-byte length +
+// bytes per element).
+absl::Status measureBytesJson(const InputCtx& c, array data, size_t& total) {
   absl::Status pre = precheckCount(c, data);
   if (!pre.ok()) return pre;
-  // Pass 1: check types and size the buffer once.
-  size_t total = 0;
+  total = 0;
   auto measure = [&](element e) -> LeafError {
     std::string_view s;
     if (e.type() == element_type::ARRAY) return LeafError::kNesting;
@@ -325,10 +327,11 @@ absl::Status decodeBytesJson(const InputCtx& c, array data, Tensor& t) {
     total += 4 + s.size();
     return LeafError::kOk;
   };
-  absl::Status st = walkData(c, data, measure);
-  if (!st.ok()) return st;
-  t.data.resize(total);
-  uint8_t* dst = t.data.data();
+  return walkData(c, data, measure);
+}
+
+// Pass 2: writes the layout measured by measureBytesJson into `dst`.
+absl::Status writeBytesJson(const InputCtx& c, array data, uint8_t* dst) {
   auto write = [&](element e) -> LeafError {
     std::string_view s;
     if (e.get_string().get(s)) return LeafError::kWrongType;  // checked in pass 1
@@ -341,22 +344,23 @@ absl::Status decodeBytesJson(const InputCtx& c, array data, Tensor& t) {
   return walkData(c, data, write);
 }
 
-absl::Status decodeJsonData(const InputCtx& c, array data, Tensor& t) {
+// Writes the elements of JSON `data` into `dst` (sized by the header pass).
+absl::Status writeJsonData(const InputCtx& c, array data, uint8_t* dst) {
   switch (c.dtype) {
-    case DataType::kBool: return decodeFixed<storeBool, 1>(c, data, t);
-    case DataType::kUint8: return decodeFixed<storeInteger<uint8_t>, 1>(c, data, t);
-    case DataType::kUint16: return decodeFixed<storeInteger<uint16_t>, 2>(c, data, t);
-    case DataType::kUint32: return decodeFixed<storeInteger<uint32_t>, 4>(c, data, t);
-    case DataType::kUint64: return decodeFixed<storeInteger<uint64_t>, 8>(c, data, t);
-    case DataType::kInt8: return decodeFixed<storeInteger<int8_t>, 1>(c, data, t);
-    case DataType::kInt16: return decodeFixed<storeInteger<int16_t>, 2>(c, data, t);
-    case DataType::kInt32: return decodeFixed<storeInteger<int32_t>, 4>(c, data, t);
-    case DataType::kInt64: return decodeFixed<storeInteger<int64_t>, 8>(c, data, t);
-    case DataType::kFp16: return decodeFixed<storeFp16, 2>(c, data, t);
-    case DataType::kBf16: return decodeFixed<storeBf16, 2>(c, data, t);
-    case DataType::kFp32: return decodeFixed<storeFp32, 4>(c, data, t);
-    case DataType::kFp64: return decodeFixed<storeFp64, 8>(c, data, t);
-    case DataType::kBytes: return decodeBytesJson(c, data, t);
+    case DataType::kBool: return decodeFixedInto<storeBool, 1>(c, data, dst);
+    case DataType::kUint8: return decodeFixedInto<storeInteger<uint8_t>, 1>(c, data, dst);
+    case DataType::kUint16: return decodeFixedInto<storeInteger<uint16_t>, 2>(c, data, dst);
+    case DataType::kUint32: return decodeFixedInto<storeInteger<uint32_t>, 4>(c, data, dst);
+    case DataType::kUint64: return decodeFixedInto<storeInteger<uint64_t>, 8>(c, data, dst);
+    case DataType::kInt8: return decodeFixedInto<storeInteger<int8_t>, 1>(c, data, dst);
+    case DataType::kInt16: return decodeFixedInto<storeInteger<int16_t>, 2>(c, data, dst);
+    case DataType::kInt32: return decodeFixedInto<storeInteger<int32_t>, 4>(c, data, dst);
+    case DataType::kInt64: return decodeFixedInto<storeInteger<int64_t>, 8>(c, data, dst);
+    case DataType::kFp16: return decodeFixedInto<storeFp16, 2>(c, data, dst);
+    case DataType::kBf16: return decodeFixedInto<storeBf16, 2>(c, data, dst);
+    case DataType::kFp32: return decodeFixedInto<storeFp32, 4>(c, data, dst);
+    case DataType::kFp64: return decodeFixedInto<storeFp64, 8>(c, data, dst);
+    case DataType::kBytes: return writeBytesJson(c, data, dst);
   }
   return invalid(fmt::format("input '{}': unsupported datatype", c.name));
 }
@@ -394,7 +398,18 @@ struct BinaryCursor {
   std::string_view rest;
 };
 
-absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t) {
+// Where an input's elements come from, found by the header pass; written after placement.
+struct PendingInput {
+  bool binary = false;    // `part` holds the bytes as they are laid out (binary extension, raw)
+  std::string_view part;
+  array data;             // JSON "data"
+  uint64_t count = 0;
+};
+
+// Header pass of one input: name, datatype, shape, the source of its elements and their size
+// (Tensor::slot_bytes). Nothing is written yet.
+absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t,
+                         PendingInput& pending) {
   object obj;
   if (el.get_object().get(obj)) {
     return invalid(fmt::format("input #{}: expected an object, got {}", index, describe(el)));
@@ -520,8 +535,9 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t)
                                    fits ? fmt::format("{}", want) : std::string("too many")));
       }
     }
-    t.data.assign(reinterpret_cast<const uint8_t*>(part.data()),
-                  reinterpret_cast<const uint8_t*>(part.data()) + part.size());
+    pending.binary = true;
+    pending.part = part;
+    t.slot_bytes = part.size();
     bin.rest.remove_prefix(n);
     return absl::OkStatus();
   }
@@ -533,7 +549,42 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t)
                                describe(data_el)));
   }
   InputCtx ctx{name, t.dtype, t.shape, *count};
-  return decodeJsonData(ctx, data, t);
+  pending.data = data;
+  pending.count = *count;
+  if (t.dtype == DataType::kBytes) return measureBytesJson(ctx, data, t.slot_bytes);
+  absl::Status pre = precheckCount(ctx, data);
+  if (!pre.ok()) return pre;
+  uint64_t bytes = 0;
+  if (!checkedMul(*count, elem_size, bytes) || bytes > kMaxJsonTensorBytes) {
+    return invalid(fmt::format("input '{}': shape {} is too large for JSON data", name,
+                               backends::shapeToString(t.shape)));
+  }
+  t.slot_bytes = static_cast<size_t>(bytes);
+  return absl::OkStatus();
+}
+
+// Placement and write pass: asks `place` (when given) for slots, else sizes Tensor::data, then
+// writes every input's elements once, into wherever they now live.
+absl::Status placeAndWrite(InferRequest& req, std::vector<PendingInput>& pending,
+                           const backends::InputPlacer* place) {
+  const bool placed = place != nullptr && *place && (*place)(req);
+  for (size_t k = 0; k < req.inputs.size(); ++k) {
+    Tensor& t = req.inputs[k];
+    if (!placed) {
+      t.data.resize(t.slot_bytes);
+      t.slot_bytes = 0;
+    }
+    uint8_t* dst = t.mutableBytes();
+    const PendingInput& p = pending[k];
+    if (p.binary) {
+      if (!p.part.empty()) std::memcpy(dst, p.part.data(), p.part.size());  // the one copy
+      continue;
+    }
+    InputCtx ctx{t.name, t.dtype, t.shape, p.count};
+    absl::Status s = writeJsonData(ctx, p.data, dst);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status decodeParameters(element el, InferRequest& req) {
@@ -608,7 +659,8 @@ absl::Status decodeOutputs(element el, InferRequest& req) {
   return absl::OkStatus();
 }
 
-absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& req) {
+absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& req,
+                               const backends::InputPlacer* place) {
   object obj;
   if (root.get_object().get(obj)) return invalid("request body must be a JSON object");
   element inputs_el, outputs_el, params_el;
@@ -639,9 +691,10 @@ absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& re
   array inputs;
   if (inputs_el.get_array().get(inputs)) return invalid("request 'inputs' must be an array");
   req.inputs.resize(arraySize(inputs));
+  std::vector<PendingInput> pending(req.inputs.size());
   size_t i = 0;
   for (element in : inputs) {
-    absl::Status s = decodeInput(in, i, bin, req.inputs[i]);
+    absl::Status s = decodeInput(in, i, bin, req.inputs[i], pending[i]);
     if (!s.ok()) return s;
     ++i;
   }
@@ -650,13 +703,16 @@ absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& re
                                "binary_data_size",
                                bin.rest.size()));
   }
-  if (has_outputs) return decodeOutputs(outputs_el, req);
-  return absl::OkStatus();
+  if (has_outputs) {
+    absl::Status s = decodeOutputs(outputs_el, req);
+    if (!s.ok()) return s;
+  }
+  return placeAndWrite(req, pending, place);
 }
 
 // Inference-Header-Content-Length: 0 -- the body is the model's single input, batch 1.
 absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig& model,
-                             InferRequest& req) {
+                             InferRequest& req, const backends::InputPlacer* place) {
   if (model.inputs.size() != 1) {
     return invalid(fmt::format("a raw binary request (Inference-Header-Content-Length: 0) needs a "
                                "model with exactly one input; model '{}' has {}",
@@ -710,11 +766,13 @@ absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig&
                                "body holds {}",
                                spec.name, backends::shapeToString(t.shape), fixed, elements));
   }
-  t.data.assign(reinterpret_cast<const uint8_t*>(body.data()),
-                reinterpret_cast<const uint8_t*>(body.data()) + body.size());
+  t.slot_bytes = body.size();
   req.inputs.push_back(std::move(t));
   req.binary_data_output = true;
-  return absl::OkStatus();
+  std::vector<PendingInput> pending(1);
+  pending[0].binary = true;
+  pending[0].part = body;
+  return placeAndWrite(req, pending, place);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -866,6 +924,14 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
     std::string_view body, std::optional<size_t> inference_header_length,
     const backends::ModelConfig& model, std::string_view model_name,
     std::string_view model_version) {
+  return decodeInferRequest(body, inference_header_length, model, model_name, model_version,
+                            nullptr);
+}
+
+absl::StatusOr<backends::InferRequest> decodeInferRequest(
+    std::string_view body, std::optional<size_t> inference_header_length,
+    const backends::ModelConfig& model, std::string_view model_name,
+    std::string_view model_version, const backends::InputPlacer* place) {
   InferRequest req;
   req.model_name.assign(model_name);
   req.model_version.assign(model_version);
@@ -880,7 +946,7 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
                                  len, body.size()));
     }
     if (len == 0) {
-      absl::Status s = decodeRawBinary(body, model, req);
+      absl::Status s = decodeRawBinary(body, model, req, place);
       if (!s.ok()) return s;
       return req;
     }
@@ -899,7 +965,7 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
   if (auto err = parser->parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root)) {
     return invalid(fmt::format("malformed JSON request body: {}", simdjson::error_message(err)));
   }
-  absl::Status s = decodeJsonRequest(root, bin, req);
+  absl::Status s = decodeJsonRequest(root, bin, req, place);
   if (!s.ok()) return s;
   return req;
 }

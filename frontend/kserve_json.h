@@ -35,6 +35,18 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
     const backends::ModelConfig& model, std::string_view model_name,
     std::string_view model_version);
 
+// As above, one copy: after the header pass (names, datatypes, shapes, and each input's size in
+// Tensor::slot_bytes), `place` (when non-null and non-empty) is asked to place the inputs
+// (Model::placeInputs). When it does, every element is written once, straight into its slot:
+// binary-extension and raw parts with one memcpy from `body`, JSON "data" parsed into the
+// slot's typed elements; Tensor::data stays empty. Otherwise the same writes go to
+// Tensor::data. On an error after placement the returned status drops the request and with it
+// the reservation.
+absl::StatusOr<backends::InferRequest> decodeInferRequest(
+    std::string_view body, std::optional<size_t> inference_header_length,
+    const backends::ModelConfig& model, std::string_view model_name,
+    std::string_view model_version, const backends::InputPlacer* place);
+
 struct EncodedInferResponse {
   std::string body;
   // Set when some output is binary: the JSON header's length, to be sent as

@@ -77,6 +77,11 @@ KServeRestHandler::KServeRestHandler(const backends::ModelRegistry& registry, Se
     : registry_(registry), info_(std::move(info)), metrics_(metrics) {}
 
 void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
+  handle(std::move(request), std::move(respond), nullptr);
+}
+
+void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
+                               std::shared_ptr<backends::CancelToken> cancel) {
   const std::string_view path = request.path();
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
@@ -127,13 +132,13 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
   }
   if (mp.suffix == "infer") {
     if (!post) return methodNotAllowed("POST");
-    return infer(std::move(request), *model, model_index, std::move(respond));
+    return infer(std::move(request), *model, model_index, std::move(respond), std::move(cancel));
   }
   return finish(-1, errorResponse(404, "not found: " + std::string(path)));
 }
 
 void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int model_index,
-                              HttpRespond respond) {
+                              HttpRespond respond, std::shared_ptr<backends::CancelToken> cancel) {
   const uint64_t start = request.received_ns;
   ServerMetrics* metrics = metrics_;
   auto finish = [metrics, model_index, start, respond = std::move(respond)](HttpResponse resp) {
@@ -165,14 +170,20 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     }
   }
   const backends::ModelConfig& cfg = model.config();
+  // One copy: the decoder writes the tensors from the request body (the bytes the HTTP/1.1
+  // parser assembled) straight into the model's batch slots.
+  const backends::InputPlacer place = [&model](backends::InferRequest& r) {
+    return model.placeInputs(r);
+  };
   absl::StatusOr<backends::InferRequest> req =
-      decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version);
+      decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version, &place);
   if (!req.ok()) {
     return finish(errorResponse(httpStatusFor(req.status()), std::string(req.status().message())));
   }
   if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
     return finish(errorResponse(httpStatusFor(st), std::string(st.message())));
   }
+  req->cancel = std::move(cancel);
   model.infer(std::move(*req), [finish = std::move(finish)](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) {

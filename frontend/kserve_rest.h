@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backends/model.h"
+#include "frontend/http1_session.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
 
@@ -24,14 +25,20 @@ struct ServerInfo {
 // INTERNAL and others 500).
 int httpStatusFor(const absl::Status& status);
 
-class KServeRestHandler : public HttpHandler {
+// Infer requests are decoded one copy into the model's batch slots when it has them
+// (Model::placeInputs, docs/BATCHING.md "One copy") and carry the session's cancel token
+// (CancellableHttpHandler) to the model.
+class KServeRestHandler : public CancellableHttpHandler {
  public:
   KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
                     ServerMetrics* metrics);
   void handle(HttpRequest&& request, HttpRespond respond) override;
+  void handle(HttpRequest&& request, HttpRespond respond,
+              std::shared_ptr<backends::CancelToken> cancel) override;
 
  private:
-  void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond);
+  void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond,
+             std::shared_ptr<backends::CancelToken> cancel);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

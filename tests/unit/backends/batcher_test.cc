@@ -4,8 +4,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -152,7 +154,10 @@ TEST_F(BatcherTest, FormsBatchAtMaxSizeAndSlicesOutputsPerRequest) {
   EXPECT_EQ(sample("infergate_batcher_batch_size_sum{model=\"m\"}"), 4);
   EXPECT_EQ(sample("infergate_batcher_batch_fill_ratio_bucket{model=\"m\",le=\"0.75\"}"), 0);
   EXPECT_EQ(sample("infergate_batcher_batch_fill_ratio_bucket{model=\"m\",le=\"1\"}"), 1);
-  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 64);
+  // Heap tensors (no slots placed): the decoder's write plus the staged copy at dispatch.
+  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 128);
+  EXPECT_EQ(sample("infergate_batcher_staged_bytes_total{model=\"m\"}"), 64);
+  EXPECT_EQ(sample("infergate_batcher_slot_bytes_total{model=\"m\"}"), 0);
   EXPECT_EQ(sample("infergate_batcher_request_bytes_total{model=\"m\"}"), 64);
   EXPECT_EQ(sample("infergate_batcher_queue_depth{level=\"1\",model=\"m\"}"), 0);
   EXPECT_EQ(batcher_->inflight(), 0u);
@@ -194,10 +199,12 @@ TEST_F(BatcherTest, WithoutDelayDispatchesAtOnceAndGrowsBatchesWhileBackendIsBus
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->size, 1);
   for (const char* id : {"b", "c", "d"}) enqueue(fp32(id, 1, 4, 0));
-  EXPECT_EQ(batcher_->poll(), nullptr);  // the one in-flight slot (and its buffer) is taken
-  EXPECT_EQ(batcher_->pool(0)->available(), 0u);
+  EXPECT_EQ(batcher_->poll(), nullptr);  // the one in-flight slot is taken
+  const size_t buffers = batcher_->pool(0)->slabCount();
+  EXPECT_EQ(buffers, 2 + Batcher::kSpareBuffers);
+  EXPECT_EQ(batcher_->pool(0)->available(), buffers - 1);  // the batch's
   completeEcho(std::move(first));
-  EXPECT_EQ(batcher_->pool(0)->available(), 1u);
+  EXPECT_EQ(batcher_->pool(0)->available(), buffers);
   std::unique_ptr<Batch> second = batcher_->poll();
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(ids(*second), (std::vector<std::string>{"b", "c", "d"}));
@@ -478,8 +485,8 @@ TEST_F(BatcherTest, PoolExhaustionIsBackPressureUnderTheQueuePolicy) {
   enqueue(fp32("a", 1, 4, 0));
   std::unique_ptr<Batch> b = batcher_->poll();
   ASSERT_NE(b, nullptr);
-  EXPECT_EQ(batcher_->pool(0)->available(), 0u);
-  enqueue(fp32("b", 1, 4, 0));                 // waits: no buffer
+  EXPECT_EQ(batcher_->inflight(), 1u);
+  enqueue(fp32("b", 1, 4, 0));                 // waits: no in-flight slot
   EXPECT_EQ(batcher_->poll(), nullptr);
   EXPECT_EQ(enqueue(fp32("c", 1, 4, 0)), 0u);  // queue full while waiting
   EXPECT_EQ(statusOf("c").message(), "Exceeds maximum queue size");
@@ -560,7 +567,7 @@ TEST_F(BatcherTest, RequestLargerThanABufferIsServedFromTheHeap) {
   ASSERT_TRUE(answeredOk("big"));
   EXPECT_EQ(outcomes_["big"].result->value().outputs[0].data.size(), 128u);
   EXPECT_EQ(sample("infergate_batcher_unpinned_batches_total{model=\"m\"}"), 1);
-  EXPECT_EQ(batcher_->pool(0)->available(), 1u);
+  EXPECT_EQ(batcher_->pool(0)->available(), batcher_->pool(0)->slabCount());
 }
 
 TEST_F(BatcherTest, BackendErrorReachesEveryRequestOfTheBatch) {
@@ -595,6 +602,184 @@ TEST_F(BatcherTest, RejectsInconsistentConfigs) {
   cfg = {};
   cfg.priority_queue_policy[4] = {};
   EXPECT_FALSE(Batcher::create(model(8), cfg, &clock_, nullptr, nullptr).ok());
+}
+
+// --- one copy: decoders write into slots (Batcher::placeInputs) ------------------------------
+
+// Places `r` (FP32, data in Tensor::data as a decoder's source) and writes its bytes into the
+// slot the way a decoder does: one memcpy. False when the batcher placed nothing.
+static bool placeAndWrite(Batcher& b, InferRequest& r) {
+  std::vector<uint8_t> src = std::move(r.inputs[0].data);
+  r.inputs[0].data.clear();
+  r.inputs[0].slot_bytes = src.size();
+  if (!b.placeInputs(r)) {
+    r.inputs[0].data = std::move(src);
+    r.inputs[0].slot_bytes = 0;
+    return false;
+  }
+  std::memcpy(r.inputs[0].slot, src.data(), src.size());
+  return true;
+}
+
+TEST_F(BatcherTest, PlacedRequestsAreDispatchedInPlaceWithExactlyOneCopy) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8), cfg);
+  std::vector<const uint8_t*> slots;
+  for (int k = 0; k < 3; ++k) {
+    InferRequest r = fp32(std::string(1, static_cast<char>('a' + k)), k == 1 ? 2 : 1, 4,
+                          10.0f * static_cast<float>(k));
+    ASSERT_TRUE(placeAndWrite(*batcher_, r));
+    EXPECT_TRUE(r.inputs[0].data.empty());
+    slots.push_back(r.inputs[0].slot);
+    enqueue(std::move(r));
+  }
+  EXPECT_EQ(slots[1], slots[0] + 16);  // consecutive placements are contiguous
+  EXPECT_EQ(slots[2], slots[1] + 32);
+  EXPECT_EQ(batcher_->liveSlots(), 3u);
+  clock_.advanceUs(1000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->size, 4);
+  EXPECT_EQ(b->inputs[0].data, slots[0]);  // the batch is read where the decoder wrote it
+  EXPECT_EQ(b->inputs[0].bytes, 64u);
+  completeEcho(std::move(b));
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(answeredOk(id)) << id;
+  float f;
+  std::memcpy(&f, outcomes_["c"].result->value().outputs[0].data.data(), 4);
+  EXPECT_EQ(f, 20.0f);
+  EXPECT_EQ(sample("infergate_batcher_request_bytes_total{model=\"m\"}"), 64);
+  EXPECT_EQ(sample("infergate_batcher_slot_bytes_total{model=\"m\"}"), 64);
+  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 64);  // ratio 1
+  EXPECT_EQ(sample("infergate_batcher_staged_bytes_total{model=\"m\"}"), 0);
+  EXPECT_EQ(sample("infergate_batcher_compacted_bytes_total{model=\"m\"}"), 0);
+  EXPECT_EQ(batcher_->liveSlots(), 0u);
+  EXPECT_EQ(batcher_->pool(0)->available(), batcher_->pool(0)->slabCount() - 1);  // filling
+}
+
+TEST_F(BatcherTest, CancellingAPlacedRequestFreesItsSlotAndNeighboursAreCompacted) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8), cfg);
+  uint64_t ticket_b = 0;
+  for (int k = 0; k < 3; ++k) {
+    InferRequest r = fp32(std::string(1, static_cast<char>('a' + k)), 1, 4,
+                          10.0f * static_cast<float>(k));
+    ASSERT_TRUE(placeAndWrite(*batcher_, r));
+    const uint64_t t = enqueue(std::move(r));
+    if (k == 1) ticket_b = t;
+  }
+  EXPECT_EQ(batcher_->liveSlots(), 3u);
+  EXPECT_TRUE(batcher_->cancel(ticket_b));
+  EXPECT_EQ(statusOf("b").code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(batcher_->liveSlots(), 2u);  // b's slot is released at once
+  clock_.advanceUs(1000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(ids(*b), (std::vector<std::string>{"a", "c"}));
+  completeEcho(std::move(b));
+  ASSERT_TRUE(answeredOk("a"));
+  ASSERT_TRUE(answeredOk("c"));
+  float f;
+  std::memcpy(&f, outcomes_["c"].result->value().outputs[0].data.data(), 4);
+  EXPECT_EQ(f, 20.0f);  // c's own values, moved next to a's
+  std::memcpy(&f, outcomes_["a"].result->value().outputs[0].data.data() + 12, 4);
+  EXPECT_EQ(f, 3.0f);
+  EXPECT_EQ(sample("infergate_batcher_compacted_bytes_total{model=\"m\"}"), 32);
+  EXPECT_EQ(sample("infergate_batcher_cancellations_total{level=\"1\",model=\"m\"}"), 1);
+  EXPECT_EQ(batcher_->liveSlots(), 0u);
+}
+
+TEST_F(BatcherTest, PlacementFallsBackWhenNoBufferIsFreeAndIsRefusedForForeignInputs) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(1), cfg);
+  const size_t buffers = batcher_->pool(0)->slabCount();
+  const size_t per_buffer = batcher_->pool(0)->slabBytes() / 16;  // slabs are 64-byte rounded
+  std::vector<InferRequest> held;
+  for (size_t k = 0; k < buffers * per_buffer; ++k) {
+    InferRequest r = fp32("p" + std::to_string(k), 1, 4, 0);
+    ASSERT_TRUE(placeAndWrite(*batcher_, r)) << k;
+    held.push_back(std::move(r));
+  }
+  InferRequest extra = fp32("x", 1, 4, 5.0f);
+  EXPECT_FALSE(placeAndWrite(*batcher_, extra));  // no buffer: the decoder fills Tensor::data
+  EXPECT_EQ(extra.slots, nullptr);
+  EXPECT_EQ(extra.inputs[0].data.size(), 16u);
+  held.clear();  // dropped (e.g. invalid after decoding): the slots go back
+  EXPECT_EQ(batcher_->liveSlots(), 0u);
+  EXPECT_GE(batcher_->pool(0)->available(), buffers - 1);
+  InferRequest wrong = fp32("w", 1, 4, 0);
+  wrong.inputs[0].name = "NOPE";
+  wrong.inputs[0].slot_bytes = 16;
+  EXPECT_FALSE(batcher_->placeInputs(wrong));
+  enqueue(std::move(extra));  // a heap request is still served (staged at dispatch)
+  clock_.advanceUs(1000);
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  completeEcho(std::move(b));
+  EXPECT_TRUE(answeredOk("x"));
+  EXPECT_EQ(sample("infergate_batcher_staged_bytes_total{model=\"m\"}"), 16);
+  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 32);
+}
+
+TEST(BatchedModelTest, CancelTokenCancelsAQueuedRequest) {
+  ModelConfig m;
+  m.name = "slow";
+  m.max_batch_size = 4;
+  m.inputs = {{"IN", DataType::kFp32, {2}}};
+  m.outputs = {{"OUT", DataType::kFp32, {2}}};
+  m.cost_fixed_us = 100000;
+  BatchingConfig cfg;
+  common::MetricsRegistry registry;
+  auto model = BatchedModel::create(m, cfg, std::make_unique<IdentityBatchBackend>(m), &registry,
+                                    nullptr);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto request = [&](const std::string& id) {
+    InferRequest r;
+    r.model_name = "slow";
+    r.id = id;
+    r.inputs.push_back({"IN", DataType::kFp32, {1, 2}, {}});
+    r.inputs[0].slot_bytes = 8;
+    EXPECT_TRUE((*model)->placeInputs(r));
+    std::memset(r.inputs[0].slot, 0, 8);
+    return r;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, absl::StatusCode> codes;
+  auto done = [&](const std::string& id) {
+    return [&, id](absl::StatusOr<InferResponse> res) {
+      std::lock_guard<std::mutex> lock(mu);
+      codes[id] = res.status().code();
+      cv.notify_all();
+    };
+  };
+  (*model)->infer(request("running"), done("running"));  // occupies the backend for 100 ms
+  for (int i = 0; i < 200 && (*model)->batcher().inflight() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ((*model)->batcher().inflight(), 1u);
+  InferRequest gone = request("gone");
+  gone.cancel = std::make_shared<CancelToken>();
+  auto token = gone.cancel;
+  (*model)->infer(std::move(gone), done("gone"));
+  (*model)->infer(request("stays"), done("stays"));
+  EXPECT_EQ((*model)->batcher().liveSlots(), 3u);
+  token->cancel();  // the client went away before its batch was dispatched
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return codes.count("gone"); }));
+    EXPECT_EQ(codes["gone"], absl::StatusCode::kCancelled);
+    EXPECT_EQ(codes.count("stays"), 0u);  // still queued behind "running"
+  }
+  EXPECT_EQ((*model)->batcher().liveSlots(), 2u);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return codes.size() == 3; }));
+  }
+  EXPECT_EQ(codes["running"], absl::StatusCode::kOk);
+  EXPECT_EQ(codes["stays"], absl::StatusCode::kOk);
 }
 
 // The real thing: dispatcher thread, identity backend with a cost, many producer threads.

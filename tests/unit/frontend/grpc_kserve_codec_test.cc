@@ -56,6 +56,40 @@ TEST(KServeGrpcDecode, RawContentsCopiedOnce) {
   EXPECT_EQ(r.protocol, backends::Protocol::kGrpcKserve);
 }
 
+TEST(KServeGrpcDecode, RawContentsArePlacedIntoSlots) {
+  inference::ModelInferRequest m;
+  m.set_model_name("identity");
+  for (const char* name : {"A", "B"}) {
+    auto* in = m.add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    in->add_shape(2);
+  }
+  const auto a = le<float>({1.f, 2.f});
+  const auto b = le<float>({3.f, 4.f});
+  m.add_raw_input_contents(std::string(a.begin(), a.end()));
+  m.add_raw_input_contents(std::string(b.begin(), b.end()));
+  std::vector<uint8_t> arena(32, 0);
+  std::string seen_model;
+  backends::InputPlacer place = [&](backends::InferRequest& r) {
+    seen_model = r.model_name;  // the header is decoded before placement
+    EXPECT_EQ(r.inputs[0].slot_bytes, 8u);
+    EXPECT_EQ(r.inputs[1].slot_bytes, 8u);
+    r.inputs[0].slot = arena.data();
+    r.inputs[1].slot = arena.data() + 8;
+    return true;
+  };
+  backends::InferRequest r;
+  uint64_t copied = 0;
+  ASSERT_TRUE(decodeModelInferRequest(m.SerializeAsString(), r, &copied, &place).ok());
+  EXPECT_EQ(seen_model, "identity");
+  EXPECT_EQ(copied, 16u);
+  EXPECT_TRUE(r.inputs[0].data.empty());
+  EXPECT_EQ(std::memcmp(arena.data(), a.data(), 8), 0);
+  EXPECT_EQ(std::memcmp(arena.data() + 8, b.data(), 8), 0);
+  EXPECT_EQ(r.inputs[1].byteSize(), 8u);
+}
+
 struct TypedCase {
   const char* datatype;
   std::function<void(inference::InferTensorContents&)> fill;

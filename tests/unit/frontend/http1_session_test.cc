@@ -201,5 +201,66 @@ TEST_F(Fixture, ConnectionCloseStopsParsing) {
   EXPECT_TRUE(transport.closed);
 }
 
+// A handler that keeps each request's cancel token (CancellableHttpHandler) and answers later.
+class TokenHandler : public CancellableHttpHandler {
+ public:
+  void handle(HttpRequest&& req, HttpRespond respond) override {
+    handle(std::move(req), std::move(respond), nullptr);
+  }
+  void handle(HttpRequest&& req, HttpRespond respond,
+              std::shared_ptr<backends::CancelToken> cancel) override {
+    HttpResponse r;
+    r.body = std::string(req.path());
+    if (cancel) cancel->onCancel([this, n = tokens.size()] { cancelled.push_back(n); });
+    tokens.push_back(std::move(cancel));
+    later.emplace_back(std::move(respond), std::move(r));
+  }
+  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  std::vector<std::pair<HttpRespond, HttpResponse>> later;
+  std::vector<size_t> cancelled;
+};
+
+struct CancelFixture : ::testing::Test {
+  void start() { session = std::make_shared<Http1Session>(transport, handler, options, nullptr); }
+  void feed(std::string_view s) { session->onData(s.data(), s.size()); }
+  Http1SessionOptions options;
+  FakeTransport transport;
+  TokenHandler handler;
+  std::shared_ptr<Http1Session> session;
+};
+
+TEST_F(CancelFixture, ConnectionLostCancelsOnlyUnansweredRequests) {
+  start();
+  feed("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_EQ(handler.tokens.size(), 2u);
+  ASSERT_NE(handler.tokens[0], nullptr);
+  auto& [respond, r] = handler.later[0];
+  respond(std::move(r));  // /a answered (waiting to be sent? no: first in line, sent)
+  session->onClosed();    // reset / closed before /b was answered
+  EXPECT_EQ(handler.cancelled, (std::vector<size_t>{1}));
+  EXPECT_FALSE(handler.tokens[0]->cancelled());
+  EXPECT_TRUE(handler.tokens[1]->cancelled());
+  auto& [respond_b, rb] = handler.later[1];
+  respond_b(std::move(rb));  // a late (CANCELLED) answer is dropped
+}
+
+TEST_F(CancelFixture, HalfCloseKeepsRequestsUnlessConfigured) {
+  start();
+  feed("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  session->onPeerClosed();
+  EXPECT_TRUE(handler.cancelled.empty());  // the client may still read the answer
+  auto& [respond, r] = handler.later[0];
+  respond(std::move(r));
+  EXPECT_NE(transport.out.find("200 OK"), std::string::npos);
+}
+
+TEST_F(CancelFixture, HalfCloseCancelsWhenConfigured) {
+  options.cancel_on_peer_close = true;
+  start();
+  feed("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+  session->onPeerClosed();
+  EXPECT_EQ(handler.cancelled, (std::vector<size_t>{0}));
+}
+
 }  // namespace
 }  // namespace infergate::frontend

@@ -47,8 +47,16 @@ class FakeTransport : public Transport {
 
 // "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
 // "/t.S/Stream" is client-streaming and echoes each message.
-class FakeServices : public GrpcServices {
+class FakeServices : public CancellableGrpcServices {
  public:
+  using CancellableGrpcServices::call;
+  // With cancellation (what the session uses): keeps the token, then as below.
+  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
+            GrpcRespond respond, std::shared_ptr<backends::CancelToken> cancel) override {
+    tokens.push_back(cancel);
+    this->call(method, call, message, std::move(respond));
+  }
+  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
   GrpcMethod resolve(std::string_view path) const override {
     GrpcMethod m;
     if (path == "/t.S/Echo") m.id = 0;
@@ -304,8 +312,12 @@ TEST_F(Fixture, RstStreamCancelsAndReplyIsDropped) {
   frames();
   feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 1, 1, grpc("x")));
   EXPECT_FALSE(session->idle());
+  ASSERT_EQ(services.tokens.size(), 1u);
+  ASSERT_NE(services.tokens[0], nullptr);
+  EXPECT_FALSE(services.tokens[0]->cancelled());
   feed(frame(kRst, 0, 1, std::string("\0\0\0\x08", 4)));  // CANCEL
   EXPECT_EQ(session->stats().cancelled, 1u);
+  EXPECT_TRUE(services.tokens[0]->cancelled());  // the model drops the queued request
   EXPECT_TRUE(session->idle());
   services.later[0].first(std::move(services.later[0].second));
   for (const Frame& f : frames()) EXPECT_NE(f.stream, 1u);

@@ -889,5 +889,75 @@ TEST(KserveJsonMetadata, Server) {
   EXPECT_EQ(ext.size(), 3u);
 }
 
+// One copy: with a placer, the decoder writes into the slots it is given and nowhere else.
+TEST(KServeJsonOneCopy, BinaryAndJsonInputsAreWrittenIntoPlacedSlots) {
+  ModelConfig m;
+  m.name = "m";
+  m.inputs = {{"A", DataType::kFp32, {2}}, {"B", DataType::kInt32, {3}}};
+  std::vector<uint8_t> arena(64, 0xEE);
+  std::vector<size_t> sizes;
+  backends::InputPlacer place = [&](InferRequest& r) {
+    size_t off = 0;
+    for (Tensor& t : r.inputs) {
+      sizes.push_back(t.slot_bytes);
+      t.slot = arena.data() + off;
+      off += t.slot_bytes;
+    }
+    return true;
+  };
+  const float a[2] = {1.5f, -2.0f};
+  const std::string header =
+      R"({"inputs":[{"name":"A","datatype":"FP32","shape":[2],"parameters":{"binary_data_size":8}},)"
+      R"({"name":"B","datatype":"INT32","shape":[3],"data":[7,-8,9]}]})";
+  std::string body = header;
+  body.append(reinterpret_cast<const char*>(a), 8);
+  absl::StatusOr<InferRequest> r = decodeInferRequest(body, header.size(), m, "m", "1", &place);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(sizes, (std::vector<size_t>{8, 12}));
+  ASSERT_EQ(r->inputs.size(), 2u);
+  EXPECT_TRUE(r->inputs[0].data.empty());
+  EXPECT_TRUE(r->inputs[1].data.empty());
+  EXPECT_EQ(r->inputs[0].slot, arena.data());
+  EXPECT_EQ(r->inputs[0].byteSize(), 8u);
+  EXPECT_EQ(std::memcmp(arena.data(), a, 8), 0);  // the binary part, one memcpy
+  int32_t b[3];
+  std::memcpy(b, arena.data() + 8, 12);           // JSON parsed into the typed slot
+  EXPECT_EQ(b[0], 7);
+  EXPECT_EQ(b[1], -8);
+  EXPECT_EQ(b[2], 9);
+  EXPECT_EQ(arena[20], 0xEE);                     // nothing written past the slots
+
+  // Without a placement the same bytes land in Tensor::data.
+  backends::InputPlacer refuse = [](InferRequest&) { return false; };
+  absl::StatusOr<InferRequest> h = decodeInferRequest(body, header.size(), m, "m", "1", &refuse);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->inputs[0].slot, nullptr);
+  ASSERT_EQ(h->inputs[1].data.size(), 12u);
+  EXPECT_EQ(std::memcmp(h->inputs[1].data.data(), arena.data() + 8, 12), 0);
+}
+
+TEST(KServeJsonOneCopy, RawBinaryBodyAndBytesJsonArePlaced) {
+  ModelConfig m;
+  m.name = "m";
+  m.max_batch_size = 4;
+  m.inputs = {{"S", DataType::kBytes, {2}}};
+  std::vector<uint8_t> arena(64, 0);
+  backends::InputPlacer place = [&](InferRequest& r) {
+    r.inputs[0].slot = arena.data();
+    return true;
+  };
+  const std::string json =
+      R"({"inputs":[{"name":"S","datatype":"BYTES","shape":[1,2],"data":["ab","c"]}]})";
+  absl::StatusOr<InferRequest> r = decodeInferRequest(json, std::nullopt, m, "m", "1", &place);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->inputs[0].slot_bytes, 4u + 2 + 4 + 1);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(arena.data()), 11),
+            std::string("\x02\0\0\0ab\x01\0\0\0c", 11));
+  absl::StatusOr<InferRequest> bad = decodeInferRequest(
+      R"({"inputs":[{"name":"S","datatype":"BYTES","shape":[1,2],"data":["ab",3]}]})",
+      std::nullopt, m, "m", "1", &place);
+  EXPECT_FALSE(bad.ok());  // refused in the header pass: nothing placed
+}
+
 }  // namespace
 }  // namespace infergate::frontend
