@@ -3,11 +3,13 @@
 # embedded default configuration (socket mode, identity model), runs a short keep-alive load
 # with wrk, and prints a report (rate, latency percentiles, errors, what /metrics counted).
 #
-# Usage: scripts/demo.sh [--mode socket|xdp-filter] [--duration SECONDS] [--connections N]
+# Usage: scripts/demo.sh [--mode socket|xdp-filter|afxdp] [--duration SECONDS] [--connections N]
 #
 # --mode xdp-filter runs the gateway in a fresh network namespace behind a veth pair with the
 # XDP ingress program attached, loads it from a client namespace, sends a few malformed
 # requests (reset by the XDP program), and adds the XDP counters to the report.
+# --mode afxdp does the same with the XDP program redirecting to AF_XDP sockets and infergate's
+# own TCP stack serving (scripts/demo-afxdp.sh): curl, a 4 MiB tensor, ping/ARP, wrk, counters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=5
@@ -18,7 +20,7 @@ while [ $# -gt 0 ]; do
     --duration) DURATION="$2"; shift 2 ;;
     --connections) CONNS="$2"; shift 2 ;;
     --mode) MODE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "demo: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -28,7 +30,8 @@ BIN=build/app/infergate
 case "$MODE" in
   socket) ;;
   xdp-filter) exec bash scripts/demo-xdp.sh --duration "$DURATION" --connections "$CONNS" ;;
-  *) echo "demo: unknown mode '$MODE' (socket or xdp-filter)" >&2; exit 2 ;;
+  afxdp) exec bash scripts/demo-afxdp.sh --duration "$DURATION" --connections "$CONNS" ;;
+  *) echo "demo: unknown mode '$MODE' (socket, xdp-filter or afxdp)" >&2; exit 2 ;;
 esac
 WORK=$(mktemp -d /tmp/infergate-demo.XXXXXX)
 cleanup() {

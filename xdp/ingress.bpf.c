@@ -318,6 +318,12 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					fv->tag = tag;
 					fv->check = check | IG_FLOW_TAGGED;
 				}
+			} else if (p.action != XDP_PASS && !known_first && !ig_cfg.reject_mid_stream &&
+				   p.reason >= IG_R_BAD_REQUEST_LINE && p.reason <= IG_R_BAD_H2_FRAME) {
+				/* One frame cannot prove that mid-stream bytes start a request: they may
+				 * be a binary body that happens to begin like one. */
+				p.action = XDP_PASS;
+				p.reason = IG_R_SEGMENT;
 			} else if (p.action != XDP_PASS) {
 				if (fv)
 					*(__u64 *)fv = (__u64)(check | IG_FLOW_REJECTED) << 32;
@@ -325,10 +331,10 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 		}
 	}
 out:
-	ig_count(p.action, p.reason, frame_len);
-
 	if (p.action == XDP_TX) {
-		int len = ig_build_rst(data, end, &p);
+		int len;
+		ig_count(p.action, p.reason, frame_len);
+		len = ig_build_rst(data, end, &p);
 		if (len < 0 || len > 0xffff)
 			return XDP_DROP;
 		if (bpf_xdp_adjust_tail(ctx, len - (int)frame_len))
@@ -337,8 +343,10 @@ out:
 			return bpf_redirect(ctx->ingress_ifindex, 0);
 		return XDP_TX;
 	}
-	if (p.action != XDP_PASS || !p.service)
+	if (p.action != XDP_PASS || !p.service) {
+		ig_count(p.action, p.reason, frame_len);
 		return p.action;
+	}
 
 	if (ig_cfg.write_meta) {
 		struct ig_tag *meta;
@@ -357,8 +365,13 @@ out:
 				*meta = tag;
 		}
 	}
-	if (ig_cfg.redirect_xsk)
-		return bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
+	if (ig_cfg.redirect_xsk) {
+		/* afxdp: to the socket of this rx queue; XDP_PASS when none is bound there */
+		long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
+		ig_count(act == XDP_REDIRECT ? XDP_REDIRECT : XDP_PASS, p.reason, frame_len);
+		return (int)act;
+	}
+	ig_count(XDP_PASS, p.reason, frame_len);
 	return XDP_PASS;
 }
 

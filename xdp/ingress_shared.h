@@ -198,7 +198,10 @@ struct ig_config {
 	__u8 tx_redirect;     /* send RSTs with bpf_redirect(ingress ifindex) instead of XDP_TX:
 	                       * a veth's XDP_TX does not wake a peer that runs no XDP program */
 	__u32 flow_mask;      /* ig_flows has flow_mask + 1 slots (a power of two) */
-	__u32 pad;
+	__u8 reject_mid_stream; /* 0: a malformed request start that is not the connection's first
+	                         * data segment is passed as a continuation (it may be body bytes
+	                         * of a keep-alive request; userspace validates) instead of reset */
+	__u8 pad[3];
 };
 
 #if defined(__cplusplus) && !defined(__bpf__)

@@ -233,6 +233,7 @@ absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
   o.priority_header = c.priority_header;
   o.send_rst = c.send_rst;
   o.track_flows = c.track_flows;
+  o.reject_mid_stream = c.reject_mid_stream;
   o.pin_path = c.pin_path;
   ig_config scratch;
   if (auto s = buildConfig(o, &scratch); !s.ok()) return s;
@@ -304,7 +305,8 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
   cfg->write_meta = o.write_metadata;
   cfg->track_flows = o.track_flows;
   cfg->cidr_rules = !o.cidr_rules.empty();
-  cfg->redirect_xsk = 0;
+  cfg->redirect_xsk = o.redirect_xsk;
+  cfg->reject_mid_stream = o.reject_mid_stream;
   cfg->tx_redirect = o.rst_tx == RstTx::kRedirect;
   if (o.flow_entries == 0 || o.flow_entries > (1u << 24))
     return absl::InvalidArgumentError(
@@ -347,6 +349,11 @@ absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::load(const XdpOptions& opt
 }
 
 absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(const XdpOptions& opts) {
+  return attach(opts, nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(
+    const XdpOptions& opts, const std::function<absl::Status(XdpFilter&)>& before_attach) {
   if (opts.interface.empty())
     return absl::InvalidArgumentError("xdp.interface is required in xdp-filter and afxdp modes");
   std::unique_ptr<XdpFilter> f(new XdpFilter(opts));
@@ -365,6 +372,9 @@ absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(const XdpOptions& o
                    opts.interface, opts.interface);
   }
   if (auto s = f->loadProgram(); !s.ok()) return s;
+  if (before_attach) {
+    if (auto s = before_attach(*f); !s.ok()) return s;
+  }
   if (auto s = f->attachProgram(); !s.ok()) return s;
   if (!opts.pin_path.empty()) {
     if (auto s = f->pinMaps(); !s.ok()) return s;
@@ -535,6 +545,16 @@ void XdpFilter::detach() {
 XdpFilter::~XdpFilter() {
   detach();
   if (skel_) ig_ingress__destroy(skel_);
+}
+
+int XdpFilter::xskMapFd() const { return skel_ ? bpf_map__fd(skel_->maps.ig_xsks) : -1; }
+
+absl::Status XdpFilter::removeXsk(uint32_t queue) {
+  if (!skel_) return absl::OkStatus();
+  if (bpf_map__delete_elem(skel_->maps.ig_xsks, &queue, sizeof(queue), 0) != 0 && errno != ENOENT)
+    return absl::InternalError(fmt::format("xdp: removing queue {} from the XSKMAP: {}", queue,
+                                           errnoText(errno)));
+  return absl::OkStatus();
 }
 
 int XdpFilter::programFd() const { return bpf_program__fd(skel_->progs.ig_xdp_ingress); }

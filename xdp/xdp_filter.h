@@ -15,6 +15,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,10 @@ class XdpFilter {
   // atomically; another program is left alone and reported. Errors name the interface, the
   // mode and the missing capability or setting.
   static absl::StatusOr<std::unique_ptr<XdpFilter>> attach(const XdpOptions& opts);
+  // The same, running `before_attach` between loading and attaching (afxdp: the AF_XDP
+  // sockets go into the XSKMAP before the program redirects anything). Its error aborts.
+  static absl::StatusOr<std::unique_ptr<XdpFilter>> attach(
+      const XdpOptions& opts, const std::function<absl::Status(XdpFilter&)>& before_attach);
 
   // Loads without attaching (tests, benchmarks): the program fd can be run with
   // BPF_PROG_TEST_RUN.
@@ -95,6 +100,14 @@ class XdpFilter {
   absl::Status setOverloadLevel(int level);
 
   std::optional<Tag> lookupFlowTag(const FlowTuple& flow) const;
+
+  // afxdp: the XSKMAP (ig_xsks, key = rx queue index, at most kMaxXskQueues entries) the
+  // program redirects to when XdpOptions::redirect_xsk is on. The AF_XDP device inserts its
+  // socket (dataplane/xsk, XskOptions::xskmap_fd); removeXsk() takes a queue out again, after
+  // which that queue's service segments are passed to the kernel.
+  static constexpr uint32_t kMaxXskQueues = 64;
+  int xskMapFd() const;
+  absl::Status removeXsk(uint32_t queue);
 
   int programFd() const;
   int passProgramFd() const;  // the bare XDP_PASS baseline in the same object (benchmarks)

@@ -52,6 +52,14 @@ struct XdpOptions {
   bool send_rst = true;                            // answer rejected request starts with a RST
   bool track_flows = true;                         // flow map: first segment, rejects, tags
   bool write_metadata = false;                     // tag in XDP metadata (afxdp path)
+  // afxdp: admitted service-port segments go to the AF_XDP socket of their rx queue (the
+  // XSKMAP, XdpFilter::xskMapFd()); with no socket on that queue they are passed (XDP_PASS).
+  bool redirect_xsk = false;
+  // A malformed request start that is not the connection's first data segment (a keep-alive
+  // request, or body bytes that happen to look like one) is reset (true) or passed as a
+  // continuation for userspace to judge (false). afxdp mode sets false: a binary upload whose
+  // segment begins with "ABC " must not be reset. Known first segments are always judged.
+  bool reject_mid_stream = true;
   RstTx rst_tx = RstTx::kAuto;
   uint32_t flow_entries = 65536;                   // slots of the flow table, rounded up to 2^n
   uint32_t bucket_entries = 65536;

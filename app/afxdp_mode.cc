@@ -1,0 +1,350 @@
+#include "app/afxdp_mode.h"
+
+#include <arpa/inet.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "fmt/format.h"
+#include "fmt/ranges.h"
+#include "spdlog/spdlog.h"
+
+#ifdef INFERGATE_HAVE_XDP
+#include "dataplane/afxdp_reactor.h"
+#include "dataplane/xsk/xsk_device.h"
+#include "xdp/xdp_filter.h"
+#endif
+
+namespace infergate::app {
+
+namespace {
+uint32_t envU32(const char* name, uint32_t def) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return def;
+  return static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
+}
+}  // namespace
+
+AfXdpModeOptions AfXdpModeOptions::fromEnvironment() {
+  AfXdpModeOptions o;
+  o.busy_poll = envU32("INFERGATE_AFXDP_BUSY_POLL", 0) != 0;
+  o.busy_poll_usecs = envU32("INFERGATE_AFXDP_BUSY_POLL_USECS", o.busy_poll_usecs);
+  o.busy_poll_budget = envU32("INFERGATE_AFXDP_BUSY_POLL_BUDGET", o.busy_poll_budget);
+  if (const char* z = std::getenv("INFERGATE_AFXDP_ZERO_COPY"); z && *z) o.zero_copy = z;
+  o.frames = envU32("INFERGATE_AFXDP_FRAMES", o.frames);
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(const config::Config& config,
+                                                         const ListenerFactory& factory,
+                                                         common::MetricsRegistry& registry) {
+  return AfXdpMode::start(config, factory, registry, AfXdpModeOptions::fromEnvironment());
+}
+
+#ifndef INFERGATE_HAVE_XDP
+
+struct AfXdpMode::State {};
+AfXdpMode::AfXdpMode() = default;
+AfXdpMode::~AfXdpMode() = default;
+void AfXdpMode::stop(uint64_t) {}
+absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config&,
+                                                           const ListenerFactory&,
+                                                           common::MetricsRegistry&,
+                                                           const AfXdpModeOptions&) {
+  return absl::UnimplementedError(
+      "mode 'afxdp' needs a build with the XDP program and libxdp (cmake -DINFERGATE_WITH_XDP=ON, "
+      "with libbpf-dev, libxdp-dev, bpftool and clang installed); use mode: socket");
+}
+
+#else
+
+namespace {
+
+using dataplane::AfXdpReactor;
+using dataplane::xsk::XskDevice;
+namespace tcp = dataplane::tcp;
+
+// What the /metrics collector reads; outlives the mode (collectors cannot be removed), emptied
+// at stop.
+struct MetricsView {
+  std::mutex mu;
+  xdp::XdpFilter* filter = nullptr;
+  std::vector<AfXdpReactor*> reactors;
+  std::vector<XskDevice*> devices;
+};
+
+struct CounterField {
+  const char* name;
+  uint64_t tcp::TcpCounters::*field;
+};
+constexpr CounterField kTcpCounters[] = {
+    {"frames_in", &tcp::TcpCounters::frames_in},
+    {"segments_in", &tcp::TcpCounters::segments_in},
+    {"segments_out", &tcp::TcpCounters::segments_out},
+    {"bytes_in", &tcp::TcpCounters::bytes_in},
+    {"bytes_out", &tcp::TcpCounters::bytes_out},
+    {"retransmits", &tcp::TcpCounters::retransmits},
+    {"fast_retransmits", &tcp::TcpCounters::fast_retransmits},
+    {"rto_expirations", &tcp::TcpCounters::rto_expirations},
+    {"out_of_order", &tcp::TcpCounters::out_of_order},
+    {"duplicate_segments", &tcp::TcpCounters::duplicate_segments},
+    {"partial_duplicates", &tcp::TcpCounters::partial_duplicates},
+    {"syn_received", &tcp::TcpCounters::syn_received},
+    {"accepted", &tcp::TcpCounters::accepted},
+    {"refused", &tcp::TcpCounters::refused},
+    {"rst_in", &tcp::TcpCounters::rst_in},
+    {"rst_out", &tcp::TcpCounters::rst_out},
+    {"challenge_acks", &tcp::TcpCounters::challenge_acks},
+    {"zero_window_probes", &tcp::TcpCounters::zero_window_probes},
+    {"keepalive_probes", &tcp::TcpCounters::keepalive_probes},
+    {"timeouts", &tcp::TcpCounters::timeouts},
+    {"fin_wait2_timeouts", &tcp::TcpCounters::fin_wait2_timeouts},
+    {"time_wait_recycled", &tcp::TcpCounters::time_wait_recycled},
+    {"ignored_arp", &tcp::TcpCounters::ignored_arp},
+    {"ignored_icmp", &tcp::TcpCounters::ignored_icmp},
+    {"ignored_other", &tcp::TcpCounters::ignored_other},
+};
+
+uint64_t relaxed(const uint64_t& v) {
+  // Reactor-owned plain counters read from the admin thread (see dataplane/tcp/counters.h).
+  return __atomic_load_n(&v, __ATOMIC_RELAXED);
+}
+
+void renderMetrics(MetricsView& view, std::string& out) {
+  std::lock_guard<std::mutex> lock(view.mu);
+  if (view.reactors.empty()) return;
+  if (view.filter) out += xdp::renderPrometheus(view.filter->readCounters());
+  for (const CounterField& f : kTcpCounters) {
+    out += fmt::format("# TYPE infergate_tcp_{}_total counter\n", f.name);
+    for (size_t q = 0; q < view.reactors.size(); ++q)
+      out += fmt::format("infergate_tcp_{}_total{{queue=\"{}\"}} {}\n", f.name, q,
+                         relaxed(view.reactors[q]->tcpCounters().*f.field));
+  }
+  out += "# TYPE infergate_tcp_drops_total counter\n";
+  for (size_t q = 0; q < view.reactors.size(); ++q) {
+    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
+    for (size_t r = 0; r < static_cast<size_t>(tcp::DropReason::kCount); ++r)
+      out += fmt::format("infergate_tcp_drops_total{{queue=\"{}\",reason=\"{}\"}} {}\n", q,
+                         std::string(tcp::dropReasonName(static_cast<tcp::DropReason>(r))),
+                         relaxed(c.drops[r]));
+  }
+  out += "# TYPE infergate_tcp_connections gauge\n";
+  for (size_t q = 0; q < view.reactors.size(); ++q) {
+    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
+    for (size_t s = 1; s < static_cast<size_t>(tcp::TcpState::kCount); ++s)
+      out += fmt::format("infergate_tcp_connections{{queue=\"{}\",state=\"{}\"}} {}\n", q,
+                         std::string(tcp::stateName(static_cast<tcp::TcpState>(s))),
+                         relaxed(c.conns_by_state[s]));
+  }
+  out += "# TYPE infergate_afxdp_zero_copy gauge\n";
+  for (size_t q = 0; q < view.devices.size(); ++q)
+    out += fmt::format("infergate_afxdp_zero_copy{{queue=\"{}\"}} {}\n", q,
+                       view.devices[q]->zeroCopy() ? 1 : 0);
+  std::vector<dataplane::xsk::XskStats> st;
+  for (XskDevice* d : view.devices) st.push_back(d->statsWithKernel());
+  auto emit = [&](const char* name, uint64_t dataplane::xsk::XskStats::*f) {
+    out += fmt::format("# TYPE infergate_afxdp_{}_total counter\n", name);
+    for (size_t q = 0; q < st.size(); ++q)
+      out += fmt::format("infergate_afxdp_{}_total{{queue=\"{}\"}} {}\n", name, q, st[q].*f);
+  };
+  using S = dataplane::xsk::XskStats;
+  emit("rx_frames", &S::rx_frames);
+  emit("tx_frames", &S::tx_frames);
+  emit("tx_kicks", &S::tx_kicks);
+  emit("tx_kick_busy", &S::tx_kick_busy);
+  emit("rx_wakeups", &S::rx_wakeups);
+  emit("tx_alloc_failed", &S::tx_alloc_failed);
+  emit("meta_missing", &S::meta_missing);
+  emit("kernel_rx_dropped", &S::rx_dropped);
+  emit("kernel_rx_ring_full", &S::rx_ring_full);
+  emit("kernel_rx_fill_ring_empty", &S::rx_fill_ring_empty);
+  emit("kernel_rx_invalid_descs", &S::rx_invalid_descs);
+  emit("kernel_tx_invalid_descs", &S::tx_invalid_descs);
+}
+
+// The interface's IPv4 address and MAC, for the log ("" when it has none).
+std::pair<std::string, std::string> interfaceAddresses(const std::string& ifname) {
+  std::string ip, mac;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {ip, mac};
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd, SIOCGIFADDR, &ifr) == 0) {
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ifr.ifr_addr)->sin_addr, buf, sizeof buf);
+    ip = buf;
+  }
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  if (ioctl(fd, SIOCGIFHWADDR, &ifr) == 0) {
+    const auto* m = reinterpret_cast<const uint8_t*>(ifr.ifr_hwaddr.sa_data);
+    mac = fmt::format("{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}", m[0], m[1], m[2], m[3], m[4], m[5]);
+  }
+  close(fd);
+  return {ip, mac};
+}
+
+}  // namespace
+
+struct AfXdpMode::State {
+  std::unique_ptr<xdp::XdpFilter> filter;
+  std::vector<std::unique_ptr<AfXdpReactor>> reactors;
+  std::vector<XskDevice*> devices;  // owned by the reactors
+  std::shared_ptr<MetricsView> view = std::make_shared<MetricsView>();
+  std::string interface;
+  bool stopped = false;
+};
+
+AfXdpMode::AfXdpMode() : state_(std::make_unique<State>()) {}
+
+AfXdpMode::~AfXdpMode() { stop(0); }
+
+absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config& c,
+                                                           const ListenerFactory& factory,
+                                                           common::MetricsRegistry& registry,
+                                                           const AfXdpModeOptions& o) {
+  const std::string& ifname = c.xdp.interface;
+  if (ifname.empty())
+    return absl::InvalidArgumentError("xdp.interface is required in mode afxdp");
+  if (if_nametoindex(ifname.c_str()) == 0)
+    return absl::NotFoundError(fmt::format("xdp.interface: no interface named '{}'", ifname));
+  dataplane::xsk::ZeroCopy zc;
+  if (o.zero_copy == "auto") zc = dataplane::xsk::ZeroCopy::kAuto;
+  else if (o.zero_copy == "require") zc = dataplane::xsk::ZeroCopy::kRequire;
+  else if (o.zero_copy == "off") zc = dataplane::xsk::ZeroCopy::kOff;
+  else
+    return absl::InvalidArgumentError(fmt::format(
+        "INFERGATE_AFXDP_ZERO_COPY='{}' (expected auto, require or off)", o.zero_copy));
+
+  // One reactor per rx queue: RSS spreads flows over the queues, and each queue's frames are
+  // redirected to that queue's socket only.
+  absl::StatusOr<uint32_t> queues = dataplane::xsk::rxQueueCount(ifname);
+  if (!queues.ok()) return queues.status();
+  if (*queues != static_cast<uint32_t>(c.reactors))
+    return absl::FailedPreconditionError(fmt::format(
+        "afxdp mode needs one reactor per rx queue: interface {} has {} rx queue(s) but "
+        "reactors is {}; set reactors: {} or change the queue count (ethtool -L {} combined {})",
+        ifname, *queues, c.reactors, *queues, ifname, c.reactors));
+  if (*queues > xdp::XdpFilter::kMaxXskQueues)
+    return absl::FailedPreconditionError(fmt::format(
+        "interface {} has {} rx queues; afxdp mode supports at most {}", ifname, *queues,
+        xdp::XdpFilter::kMaxXskQueues));
+
+  std::vector<uint16_t> ports;
+  for (const config::ListenerConfig& l : c.listeners) {
+    if (l.port == 0)
+      return absl::InvalidArgumentError(fmt::format(
+          "listener '{}': port 0 is not supported in afxdp mode (the XDP program needs the port)",
+          l.name));
+    ports.push_back(l.port);
+  }
+  absl::StatusOr<xdp::XdpOptions> xo = xdp::XdpOptions::fromConfig(c.xdp, ports);
+  if (!xo.ok()) return xo.status();
+  xo->redirect_xsk = true;
+  xo->write_metadata = true;
+  xo->reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
+
+  const auto [ip, mac] = interfaceAddresses(ifname);
+  std::unique_ptr<AfXdpMode> mode(new AfXdpMode());
+  State& st = *mode->state_;
+  st.interface = ifname;
+  const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
+
+  // Sockets first (into the XSKMAP), then the program: no service segment falls through to
+  // the kernel, which has no listener on these ports and would reset the connection.
+  auto bind_sockets = [&](xdp::XdpFilter& filter) -> absl::Status {
+    for (int q = 0; q < c.reactors; ++q) {
+      dataplane::xsk::XskOptions so;
+      so.interface = ifname;
+      so.queue = static_cast<uint32_t>(q);
+      so.rx_frames = o.frames;
+      so.tx_frames = o.frames;
+      so.zero_copy = zc;
+      so.metadata = true;
+      so.xskmap_fd = filter.xskMapFd();
+      so.busy_poll = o.busy_poll;
+      so.busy_poll_usecs = o.busy_poll_usecs;
+      so.busy_poll_budget = o.busy_poll_budget;
+      absl::StatusOr<std::unique_ptr<XskDevice>> dev = XskDevice::open(so);
+      if (!dev.ok()) return dev.status();
+      XskDevice* raw = dev->get();
+      dataplane::AfXdpReactorOptions ro;
+      ro.index = q;
+      ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
+      ro.busy_poll = o.busy_poll;
+      ro.tcp.max_connections = static_cast<uint32_t>(
+          std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
+      ro.tcp.syn_backlog = std::min<uint32_t>(4096, ro.tcp.max_connections);
+      ro.tcp.isn_secret ^= (static_cast<uint64_t>(getpid()) << 32) ^
+                           static_cast<uint64_t>(time(nullptr));
+      auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
+      for (const config::ListenerConfig& l : c.listeners) {
+        if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return s;
+      }
+      st.devices.push_back(raw);
+      st.reactors.push_back(std::move(reactor));
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(*xo, bind_sockets);
+  if (!filter.ok()) {
+    st.reactors.clear();
+    return filter.status();
+  }
+  st.filter = std::move(*filter);
+  {
+    std::lock_guard<std::mutex> lock(st.view->mu);
+    st.view->filter = st.filter.get();
+    for (auto& r : st.reactors) st.view->reactors.push_back(r.get());
+    st.view->devices = st.devices;
+  }
+  registry.addCollector([view = st.view](std::string& out) { renderMetrics(*view, out); });
+  for (auto& r : st.reactors) r->start();
+  for (const config::ListenerConfig& l : c.listeners) {
+    spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",
+                 l.name, ifname, l.port, l.protocol, c.reactors);
+  }
+  spdlog::info("afxdp: {} ({} {}), {} queue(s) in {} mode{}, XDP redirect for port(s) {}", ifname,
+               ip.empty() ? "no IPv4 address" : ip, mac, c.reactors,
+               st.devices.front()->zeroCopy() ? "zero-copy" : "copy",
+               o.busy_poll ? ", busy polling" : "", fmt::join(ports, ","));
+  return mode;
+}
+
+void AfXdpMode::stop(uint64_t drain_ms) {
+  if (!state_ || state_->stopped) return;
+  State& st = *state_;
+  st.stopped = true;
+  for (auto& r : st.reactors) r->stop(drain_ms * 1'000'000);
+  for (auto& r : st.reactors) r->join();
+  {
+    std::lock_guard<std::mutex> lock(st.view->mu);
+    st.view->reactors.clear();
+    st.view->devices.clear();
+    st.view->filter = nullptr;
+  }
+  if (st.filter) {
+    for (size_t q = 0; q < st.reactors.size(); ++q) {
+      if (absl::Status s = st.filter->removeXsk(static_cast<uint32_t>(q)); !s.ok())
+        spdlog::warn("{}", std::string(s.message()));
+    }
+  }
+  st.reactors.clear();  // closes the sockets and frees the UMEMs
+  st.devices.clear();
+  if (st.filter) {
+    st.filter->detach();
+    st.filter.reset();
+  }
+  spdlog::info("afxdp: stopped; XDP program detached from {}", st.interface);
+}
+
+#endif  // INFERGATE_HAVE_XDP
+
+}  // namespace infergate::app

@@ -1,0 +1,72 @@
+#pragma once
+// afxdp mode: the XDP ingress program redirects service-port TCP to one AF_XDP socket per rx
+// queue, and one pinned reactor per queue serves it with infergate's own TCP stack and the
+// same sessions socket mode runs. Everything else (ARP, ICMP, other ports) still reaches the
+// kernel, which keeps answering for the interface's address.
+//
+// Start-up (AfXdpMode::start): the interface's rx queue count must equal `reactors` (one
+// reactor per queue; otherwise the error says what to change); the gateway's IPv4 address and
+// MAC are read from the interface and logged; the program is loaded with redirect + metadata,
+// each queue's socket is bound (zero-copy first, copy mode otherwise) and put into the XSKMAP,
+// and only then is the program attached. /metrics gains infergate_tcp_* (per queue) and
+// infergate_afxdp_* (zero-copy gauge, ring kicks, kernel drop counters).
+//
+// Stop: reactors drain (requests in progress may finish within drain_ms), then every
+// connection is reset, the sockets leave the XSKMAP and are closed, the program is detached.
+//
+// Threading: start/stop from the main thread.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/metrics.h"
+#include "config/config.h"
+#include "frontend/session.h"
+
+namespace infergate::app {
+
+// Makes the session factory of a listener (the same factories socket mode uses).
+using ListenerFactory = std::function<frontend::SessionFactory(const config::ListenerConfig&)>;
+
+// Knobs of afxdp mode that the config file does not carry yet. fromEnvironment() reads
+// INFERGATE_AFXDP_BUSY_POLL (0/1), INFERGATE_AFXDP_BUSY_POLL_USECS,
+// INFERGATE_AFXDP_BUSY_POLL_BUDGET, INFERGATE_AFXDP_ZERO_COPY (auto|require|off),
+// INFERGATE_AFXDP_FRAMES (rx and tx frames per queue).
+struct AfXdpModeOptions {
+  bool busy_poll = false;
+  uint32_t busy_poll_usecs = 20;
+  uint32_t busy_poll_budget = 64;
+  std::string zero_copy = "auto";  // auto | require | off
+  uint32_t frames = 4096;          // rx frames and tx frames per queue (4 KiB each)
+  static AfXdpModeOptions fromEnvironment();
+};
+
+class AfXdpMode {
+ public:
+  static absl::StatusOr<std::unique_ptr<AfXdpMode>> start(const config::Config& config,
+                                                         const ListenerFactory& factory,
+                                                         common::MetricsRegistry& registry,
+                                                         const AfXdpModeOptions& options);
+  ~AfXdpMode();
+  AfXdpMode(const AfXdpMode&) = delete;
+  AfXdpMode& operator=(const AfXdpMode&) = delete;
+
+  // Drains for up to drain_ms, resets the connections, closes the sockets, detaches XDP.
+  // Idempotent.
+  void stop(uint64_t drain_ms);
+
+ private:
+  struct State;
+  AfXdpMode();
+  std::unique_ptr<State> state_;
+};
+
+// The hook server.cc calls for Mode::kAfXdp (options from the environment).
+absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(const config::Config& config,
+                                                         const ListenerFactory& factory,
+                                                         common::MetricsRegistry& registry);
+
+}  // namespace infergate::app

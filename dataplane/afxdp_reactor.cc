@@ -1,0 +1,157 @@
+#include "dataplane/afxdp_reactor.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace infergate::dataplane {
+
+AfXdpReactor::AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device)
+    : options_(std::move(options)), device_(std::move(device)) {
+  options_.tcp.index = options_.index;
+  evfd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  now_ns_ = common::monotonicNs();
+  stack_ = std::make_unique<tcp::TcpStack>(options_.tcp, *device_,
+                                           [] { return common::monotonicNs(); }, this);
+}
+
+AfXdpReactor::~AfXdpReactor() {
+  stop(0);
+  join();
+  stack_.reset();
+  if (evfd_ >= 0) close(evfd_);
+}
+
+absl::Status AfXdpReactor::listen(uint16_t port, frontend::SessionFactory factory) {
+  // Wrapped to remember the sessions (draining asks them whether they are idle). One
+  // allocation per connection, none per packet.
+  return stack_->listen(port, [this, f = std::move(factory)](frontend::Transport& t) {
+    std::shared_ptr<frontend::Session> s = f(t);
+    if (s) sessions_.push_back(s);
+    return s;
+  });
+}
+
+void AfXdpReactor::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void AfXdpReactor::stop(uint64_t drain_ns) {
+  drain_ns_.store(drain_ns, std::memory_order_relaxed);
+  if (!stop_requested_.exchange(true)) post([] {});  // wakes the loop
+}
+
+void AfXdpReactor::join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+bool AfXdpReactor::inLoopThread() const {
+  return thread_id_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+}
+
+void AfXdpReactor::post(std::function<void()> fn) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    was_empty = posted_.empty();
+    posted_.push_back(std::move(fn));
+  }
+  if (was_empty && evfd_ >= 0) {
+    const uint64_t one = 1;
+    // Pairs with the read of evfd_ in run(): ends a poll(2) sleep.
+    [[maybe_unused]] ssize_t n = write(evfd_, &one, sizeof one);
+  }
+}
+
+bool AfXdpReactor::runPosted() {
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    if (posted_.empty()) return false;
+    running_.swap(posted_);
+  }
+  for (auto& fn : running_) fn();
+  running_.clear();
+  return true;
+}
+
+bool AfXdpReactor::allIdle() {
+  for (const auto& w : sessions_) {
+    std::shared_ptr<frontend::Session> s = w.lock();
+    if (s && !s->idle()) return false;
+  }
+  return true;
+}
+
+void AfXdpReactor::run() {
+  thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  stack_->bindThread();
+  if (options_.cpu >= 0) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(options_.cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+      spdlog::warn("{} {}: cannot pin to CPU {}; running unpinned", options_.name, options_.index,
+                   options_.cpu);
+    }
+  }
+  const uint64_t granularity = std::max<uint64_t>(options_.tcp.timer_granularity_ns, 100'000);
+  const int sleep_ms = static_cast<int>(std::max<uint64_t>(granularity / 1'000'000, 1));
+  uint64_t last_poll = 0;
+  uint64_t last_compact = common::monotonicNs();
+  bool draining = false;
+  uint64_t drain_deadline = 0;
+  pollfd pfds[2] = {{device_->fd(), POLLIN, 0}, {evfd_, POLLIN, 0}};
+  for (;;) {
+    now_ns_ = common::monotonicNs();
+    if (stop_requested_.load(std::memory_order_relaxed) && !draining) {
+      draining = true;
+      drain_deadline = now_ns_ + drain_ns_.load(std::memory_order_relaxed);
+      for (const auto& w : sessions_) {
+        if (std::shared_ptr<frontend::Session> s = w.lock()) s->onDrain();
+      }
+    }
+    if (draining && (now_ns_ >= drain_deadline || allIdle())) break;
+
+    const size_t n = stack_->processRx(options_.burst);
+    const bool posted = runPosted();
+    now_ns_ = common::monotonicNs();
+    if (posted || now_ns_ - last_poll >= granularity) {
+      stack_->poll(now_ns_);
+      last_poll = now_ns_;
+    }
+    if (now_ns_ - last_compact >= 100'000'000) {
+      last_compact = now_ns_;
+      sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(),
+                                     [](const std::weak_ptr<frontend::Session>& w) { return w.expired(); }),
+                      sessions_.end());
+    }
+    if (device_->txPending()) {
+      device_->kick();
+      continue;
+    }
+    if (n > 0 || posted) continue;
+    if (options_.busy_poll) {
+      device_->busyPoll();
+      continue;
+    }
+    device_->kick();  // the fill ring may ask for a wakeup before we sleep
+    const int rc = poll(pfds, 2, sleep_ms);
+    if (rc > 0 && (pfds[1].revents & POLLIN)) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = read(evfd_, &v, sizeof v);
+    }
+  }
+  stack_->abortAll();
+  device_->kick();
+  sessions_.clear();
+  runPosted();  // completions that raced the close find their sessions gone
+}
+
+}  // namespace infergate::dataplane

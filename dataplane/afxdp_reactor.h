@@ -1,0 +1,92 @@
+#pragma once
+// afxdp mode: one reactor thread per NIC rx queue, pinned to a core, shared-nothing. It owns
+// the queue's packet device (an AF_XDP socket, dataplane/xsk) and a userspace TCP stack
+// (dataplane/tcp) whose connections drive the same frontend::Session objects socket mode runs
+// (HTTP/1.1 + KServe v2 REST, HTTP/2 + gRPC), made by the same SessionFactory.
+//
+// The loop: processRx() (a burst from the rx ring, handled, released to the fill ring, tx
+// flushed), posted work, poll(now) every timer granularity (timers, session ticks). When
+// nothing arrived it either busy-polls (one non-blocking recvfrom that runs the driver's
+// NAPI, with SO_PREFER_BUSY_POLL) or sleeps in poll(2) on the socket and an eventfd for at
+// most one timer granularity. The kernel is kicked only when a ring asks (need_wakeup).
+//
+// Threading: the stack, its connections and sessions live on the reactor thread. post() is
+// thread-safe (backend completions); stop() may be called from any thread; tcpCounters() and
+// connectionCount() may be read from any thread (plain counters, possibly stale).
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "dataplane/tcp/tcp_stack.h"
+#include "dataplane/xsk/pollable_device.h"
+#include "frontend/session.h"
+
+namespace infergate::dataplane {
+
+struct AfXdpReactorOptions {
+  int index = 0;
+  int cpu = -1;                   // pin the thread to this CPU; -1 = no pinning
+  tcp::TcpOptions tcp;            // tcp.index is set to `index`
+  bool busy_poll = false;         // spin with busyPoll() instead of sleeping in poll(2)
+  uint32_t burst = 64;            // frames per processRx()
+  std::string name = "afxdp";
+};
+
+class AfXdpReactor final : public frontend::Loop {
+ public:
+  // Takes ownership of `device`. The stack is built here; call listen() before start().
+  AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device);
+  ~AfXdpReactor() override;
+  AfXdpReactor(const AfXdpReactor&) = delete;
+  AfXdpReactor& operator=(const AfXdpReactor&) = delete;
+
+  // Accepts connections to `port` on this queue.
+  absl::Status listen(uint16_t port, frontend::SessionFactory factory);
+  void start();
+  // Stops taking new work: waits up to `drain_ns` for the sessions with a request in
+  // progress (Session::idle() false) to finish, then resets every connection (RST) and ends
+  // the thread. Thread-safe.
+  void stop(uint64_t drain_ns);
+  void join();
+
+  // Loop
+  void post(std::function<void()> fn) override;
+  bool inLoopThread() const override;
+  uint64_t nowNs() const override { return now_ns_; }
+  int index() const override { return options_.index; }
+
+  const tcp::TcpCounters& tcpCounters() const { return stack_->counters(); }
+  size_t connectionCount() const { return stack_->connectionCount(); }
+  size_t bufferBytes() const { return stack_->bufferBytes(); }
+  PollableDevice& device() { return *device_; }
+
+ private:
+  void run();
+  bool runPosted();
+  bool allIdle();
+
+  AfXdpReactorOptions options_;
+  std::unique_ptr<PollableDevice> device_;
+  std::unique_ptr<tcp::TcpStack> stack_;
+  int evfd_ = -1;
+  std::thread thread_;
+  std::atomic<std::thread::id> thread_id_{};
+  uint64_t now_ns_ = 0;
+
+  std::mutex post_mu_;  // guards posted_ (cross-thread completions only, not the packet path)
+  std::vector<std::function<void()>> posted_;
+  std::vector<std::function<void()>> running_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<uint64_t> drain_ns_{0};
+  // Sessions made on this reactor (for draining): weak, compacted every session tick.
+  std::vector<std::weak_ptr<frontend::Session>> sessions_;
+};
+
+}  // namespace infergate::dataplane
