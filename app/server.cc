@@ -1,5 +1,7 @@
 #include "app/server.h"
 
+#include "app/afxdp_mode.h"
+
 #include "backends/identity_model.h"
 #include "common/metrics.h"
 #include "fmt/ranges.h"
@@ -13,9 +15,12 @@ namespace infergate::app {
 #ifdef INFERGATE_HAVE_XDP
 struct Server::XdpState {
   std::unique_ptr<xdp::XdpFilter> filter;
+  std::unique_ptr<AfXdpMode> afxdp;
 };
 #else
-struct Server::XdpState {};
+struct Server::XdpState {
+  std::unique_ptr<AfXdpMode> afxdp;
+};
 #endif
 
 namespace {
@@ -43,7 +48,7 @@ Server::~Server() { stop(0); }
 
 absl::Status Server::start() {
   const config::Config& c = config_;
-  if (c.mode == config::Mode::kAfXdp || c.mode == config::Mode::kDpdk) {
+  if (c.mode == config::Mode::kDpdk) {
     return absl::UnimplementedError("mode '" + std::string(config::modeName(c.mode)) +
                                     "' is not available in this build yet; use mode: socket or "
                                     "xdp-filter");
@@ -97,9 +102,17 @@ absl::Status Server::start() {
   admin_options_ = http_options_;
   admin_options_.access_log = false;
 
+  if (c.mode == config::Mode::kAfXdp) {  // afxdp: userspace TCP on the interface's queues
+    auto m = startAfXdpMode(c, [this](const config::ListenerConfig& l) {
+      return l.protocol == "grpc" ? frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get())
+                                  : frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
+    }, registry);
+    if (!m.ok()) return m.status();
+    xdp_->afxdp = std::move(*m);
+  }
   // Reactors and their SO_REUSEPORT listeners. With port 0 the first socket picks the port and
   // the other reactors bind the same one.
-  for (int i = 0; i < c.reactors; ++i) {
+  for (int i = 0; i < c.reactors && c.mode != config::Mode::kAfXdp; ++i) {
     dataplane::ReactorOptions ro;
     ro.index = i;
     ro.cpu = c.cpus.empty() ? -1 : c.cpus[i];
@@ -118,6 +131,7 @@ absl::Status Server::start() {
   }
   std::vector<uint16_t> service_ports;
   for (const config::ListenerConfig& l : c.listeners) {
+    if (c.mode == config::Mode::kAfXdp) break;
     uint16_t port = l.port;
     for (int i = 0; i < c.reactors; ++i) {
       absl::StatusOr<int> fd = dataplane::openListener(l.address, port, &port);
@@ -177,6 +191,7 @@ absl::Status Server::start() {
 }
 
 void Server::stop(uint64_t drain_ms) {
+  if (xdp_ && xdp_->afxdp) xdp_->afxdp->stop(drain_ms);
   for (auto& r : reactors_) r->stop(drain_ms * 1'000'000);
   for (auto& r : reactors_) r->join();
   if (admin_) {

@@ -4,6 +4,10 @@
 #include <chrono>
 #include <utility>
 
+#include "backends/pool.h"
+#include "backends/tfserving_backend.h"
+#include "backends/triton_backend.h"
+
 namespace infergate::backends {
 
 IdentityModel::IdentityModel(ModelConfig config)
@@ -140,16 +144,56 @@ void IdentityBatchBackend::workerLoop() {
   }
 }
 
+namespace {
+
+// Remote backends always run behind a batcher (with max_batch_size 0: one request per batch),
+// which gives them priorities, deadlines and queue limits; without a dynamic_batching section,
+// as many batches may be in flight as the pool takes (endpoints x max_concurrency).
+absl::StatusOr<std::unique_ptr<Model>> createRemoteModel(const ModelConfig& config,
+                                                         const BatchingConfig* batching,
+                                                         common::MetricsRegistry* metrics,
+                                                         const PinnedOptions* pinned) {
+  if (config.remote == nullptr) {
+    return absl::InvalidArgumentError("model '" + config.name + "': backend '" + config.backend +
+                                      "' needs its endpoints (models[]." + config.backend +
+                                      ".endpoints)");
+  }
+  BatchingConfig bc;
+  if (batching != nullptr && batching->enabled) {
+    bc = *batching;
+  } else {
+    bc.max_inflight_batches = static_cast<uint32_t>(
+        std::max<size_t>(1, config.remote->endpoints.size() *
+                                std::max<uint32_t>(config.remote->max_concurrency, 1)));
+  }
+  absl::StatusOr<std::unique_ptr<BatchBackend>> backend =
+      config.backend == "triton" ? createTritonBackend(config, bc.max_inflight_batches, metrics)
+                                 : createTfServingBackend(config, metrics);
+  if (!backend.ok()) return backend.status();
+  absl::StatusOr<std::unique_ptr<BatchedModel>> m =
+      BatchedModel::create(config, bc, std::move(*backend), metrics, pinned);
+  if (!m.ok()) return m.status();
+  return std::unique_ptr<Model>(std::move(*m));
+}
+
+bool isRemote(const ModelConfig& config) {
+  return config.backend == "triton" || config.backend == "tfserving";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config) {
   if (config.backend == "identity") return std::unique_ptr<Model>(new IdentityModel(config));
+  if (isRemote(config)) return createRemoteModel(config, nullptr, nullptr, nullptr);
   return absl::InvalidArgumentError("model '" + config.name + "': unknown backend '" +
-                                    config.backend + "' (available: identity)");
+                                    config.backend + "' (available: identity, triton, tfserving)");
 }
 
 absl::StatusOr<std::unique_ptr<Model>> createModel(const ModelConfig& config,
                                                    const BatchingConfig* batching,
                                                    common::MetricsRegistry* metrics,
                                                    const PinnedOptions* pinned) {
+  if (isRemote(config)) return createRemoteModel(config, batching, metrics, pinned);
   if (batching == nullptr || !batching->enabled) return createModel(config);
   if (config.backend != "identity") return createModel(config);  // the unknown-backend error
   absl::StatusOr<std::unique_ptr<BatchedModel>> m = BatchedModel::create(

@@ -15,6 +15,8 @@
 
 namespace infergate::backends {
 
+struct RemoteBackendConfig;  // backends/pool.h
+
 struct ModelConfig {
   std::string name;
   std::string version = "1";
@@ -31,6 +33,9 @@ struct ModelConfig {
   // models[].dynamic_batching: present = requests go through the dynamic batcher
   // (backends/batcher.h, docs/BATCHING.md).
   std::optional<BatchingConfig> dynamic_batching;
+  // backend triton | tfserving: endpoints, pool and protocol settings (models[].triton /
+  // models[].tfserving); nullptr for in-process backends.
+  std::shared_ptr<const RemoteBackendConfig> remote;
 
   // The shape a request must present for `spec`: `spec.shape` with -1 prepended when
   // max_batch_size > 0.

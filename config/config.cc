@@ -9,6 +9,8 @@
 
 #include "config/config.h"
 
+#include "backends/pool.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -92,7 +94,8 @@ constexpr int64_t kMaxBatchSize = 1 << 20;
 constexpr int64_t kMaxCostUs = 60'000'000;  // one minute
 constexpr size_t kMaxNameLen = 128;
 
-constexpr std::string_view kKnownBackends = "identity";
+constexpr std::string_view kKnownBackends = "identity, triton, tfserving";
+constexpr int64_t kMaxMs = 24 * 3600 * 1000;  // one day
 
 std::string join(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
@@ -552,7 +555,7 @@ class Loader {
                            {"interface", "attach", "methods", "path_prefixes",
                             "http2_max_frame_size", "rate_limit", "request_rate_limit",
                             "path_classes", "cidr_rules", "default_class", "priority_header",
-                            "send_rst", "track_flows", "pin_path"}));
+                            "send_rst", "track_flows", "reject_mid_stream", "pin_path"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -655,6 +658,9 @@ class Loader {
     if (YAML::Node v = n["track_flows"]; v.IsDefined()) {
       IG_CONFIG_TRY(readBool(v, "xdp.track_flows", x.track_flows));
     }
+    if (YAML::Node v = n["reject_mid_stream"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.reject_mid_stream", x.reject_mid_stream));
+    }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));
       if (!x.pin_path.empty() && x.pin_path[0] != '/') {
@@ -739,7 +745,7 @@ class Loader {
       IG_CONFIG_TRY(checkMap(
           m, path,
           {"name", "version", "backend", "max_batch_size", "inputs", "outputs", "identity",
-           "dynamic_batching"}));
+           "dynamic_batching", "triton", "tfserving"}));
       backends::ModelConfig mc;
       YAML::Node name = m["name"];
       if (!name.IsDefined()) return err(join(path, "name"), "required");
@@ -760,12 +766,31 @@ class Loader {
       }
       if (YAML::Node v = m["backend"]; v.IsDefined()) {
         IG_CONFIG_TRY(readString(v, join(path, "backend"), mc.backend));
-        if (mc.backend != "identity") {
+        if (mc.backend != "identity" && mc.backend != "triton" && mc.backend != "tfserving") {
           return err(join(path, "backend"), fmt::format("unknown backend '{}' (known backends: {})",
                                                         mc.backend, kKnownBackends));
         }
       }
-      mc.platform = "infergate_identity";
+      mc.platform = "infergate_" + mc.backend;
+      for (std::string_view section : {"identity", "triton", "tfserving"}) {
+        if (m[std::string(section)].IsDefined() && section != mc.backend) {
+          return err(join(path, section),
+                     fmt::format("settings for backend '{}' but the model's backend is '{}'",
+                                 section, mc.backend));
+        }
+      }
+      if (mc.backend == "triton" || mc.backend == "tfserving") {
+        YAML::Node r = m[mc.backend];
+        if (!r.IsDefined()) {
+          return err(join(path, mc.backend),
+                     fmt::format("backend {} needs this section with at least `endpoints: "
+                                 "[host:port, ...]`",
+                                 mc.backend));
+        }
+        auto remote = std::make_shared<backends::RemoteBackendConfig>();
+        IG_CONFIG_TRY(readRemote(r, join(path, mc.backend), mc.backend, *remote));
+        mc.remote = std::move(remote);
+      }
       if (YAML::Node v = m["max_batch_size"]; v.IsDefined()) {
         IG_CONFIG_TRY(
             readNumber(v, join(path, "max_batch_size"), 0, kMaxBatchSize, mc.max_batch_size));
@@ -786,14 +811,23 @@ class Loader {
       if (YAML::Node v = m["dynamic_batching"]; v.IsDefined()) {
         backends::BatchingConfig bc;
         IG_CONFIG_TRY(readBatching(v, join(path, "dynamic_batching"), mc.max_batch_size, bc));
+        if (mc.remote && !(v.IsMap() && v["max_inflight_batches"].IsDefined())) {
+          // Remote pools run batches in parallel: as many as the endpoints take.
+          bc.max_inflight_batches = static_cast<uint32_t>(mc.remote->endpoints.size() *
+                                                          mc.remote->max_concurrency);
+        }
         mc.dynamic_batching = std::move(bc);
       } else if (mc.max_batch_size > 0) {
         // Batching is on by default for models that take a batch dimension (Triton's defaults:
         // largest batch available at once, no delay); `dynamic_batching: {enabled: false}` turns
         // it off.
         mc.dynamic_batching = backends::BatchingConfig{};
+        if (mc.remote) {
+          mc.dynamic_batching->max_inflight_batches =
+              static_cast<uint32_t>(mc.remote->endpoints.size() * mc.remote->max_concurrency);
+        }
       }
-      IG_CONFIG_TRY(checkIdentity(mc, path));
+      if (mc.backend == "identity") IG_CONFIG_TRY(checkIdentity(mc, path));
       for (size_t j = 0; j < c.models.size(); ++j) {
         if (c.models[j].name == mc.name && c.models[j].version == mc.version) {
           return err(path, fmt::format("duplicate model '{}' version '{}' (also models[{}])",
@@ -898,6 +932,110 @@ class Loader {
     if (YAML::Node v = n["variable_input_buffer_bytes"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "variable_input_buffer_bytes"), 64, 1LL << 32,
                                out.variable_input_buffer_bytes));
+    }
+    return absl::OkStatus();
+  }
+
+  // models[].triton / models[].tfserving.
+  absl::Status readRemote(const YAML::Node& n, const std::string& path, const std::string& backend,
+                          backends::RemoteBackendConfig& out) const {
+    if (backend == "triton") {
+      IG_CONFIG_TRY(checkMap(
+          n, path,
+          {"endpoints", "model_name", "model_version", "max_concurrency", "channels",
+           "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
+           "startup_timeout_ms", "eject_after_failures", "ejection_ms", "shared_memory",
+           "validate_metadata", "max_message_bytes"}));
+    } else {
+      IG_CONFIG_TRY(checkMap(
+          n, path,
+          {"endpoints", "model_name", "model_version", "signature_name", "max_concurrency",
+           "channels", "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
+           "startup_timeout_ms", "eject_after_failures", "ejection_ms", "max_message_bytes"}));
+    }
+    const std::string epath = join(path, "endpoints");
+    YAML::Node eps = n["endpoints"];
+    if (!eps.IsDefined() || (eps.IsSequence() && eps.size() == 0)) {
+      return err(epath, "at least one endpoint (host:port) is required");
+    }
+    IG_CONFIG_TRY(checkSeq(eps, epath));
+    for (size_t i = 0; i < eps.size(); ++i) {
+      std::string ep;
+      IG_CONFIG_TRY(readString(eps[i], at(epath, i), ep));
+      const size_t colon = ep.rfind(':');
+      int64_t port = 0;
+      auto [p, ec] = colon == std::string::npos
+                         ? std::from_chars(ep.data(), ep.data(), port)
+                         : std::from_chars(ep.data() + colon + 1, ep.data() + ep.size(), port);
+      if (colon == std::string::npos || colon == 0 || ec != std::errc() ||
+          p != ep.data() + ep.size() || port < 1 || port > 65535) {
+        return err(at(epath, i), fmt::format("invalid endpoint '{}' (expected host:port, e.g. "
+                                             "127.0.0.1:8001 or [::1]:8001)",
+                                             ep));
+      }
+      for (const std::string& prev : out.endpoints) {
+        if (prev == ep) return err(at(epath, i), fmt::format("duplicate endpoint '{}'", ep));
+      }
+      out.endpoints.push_back(std::move(ep));
+    }
+    if (YAML::Node v = n["model_name"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, join(path, "model_name"), out.model_name));
+    }
+    if (YAML::Node v = n["model_version"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, join(path, "model_version"), out.model_version));
+      if (backend == "tfserving" && !out.model_version.empty() &&
+          (out.model_version.size() > 18 ||
+           out.model_version.find_first_not_of("0123456789") != std::string::npos)) {
+        return err(join(path, "model_version"),
+                   fmt::format("TF Serving versions are numbers, got '{}'", out.model_version));
+      }
+    }
+    if (YAML::Node v = n["signature_name"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, join(path, "signature_name"), out.signature_name));
+    }
+    if (YAML::Node v = n["max_concurrency"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_concurrency"), 1, 4096, out.max_concurrency));
+    }
+    if (YAML::Node v = n["channels"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "channels"), 1, 64, out.channels));
+    }
+    if (YAML::Node v = n["health_check_interval_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "health_check_interval_ms"), 10, kMaxMs,
+                               out.health_check_interval_ms));
+    }
+    if (YAML::Node v = n["health_check_timeout_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "health_check_timeout_ms"), 1, kMaxMs,
+                               out.health_check_timeout_ms));
+    }
+    if (YAML::Node v = n["request_timeout_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(
+          readNumber(v, join(path, "request_timeout_ms"), 0, kMaxMs, out.request_timeout_ms));
+    }
+    if (YAML::Node v = n["startup_timeout_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(
+          readNumber(v, join(path, "startup_timeout_ms"), 0, kMaxMs, out.startup_timeout_ms));
+    }
+    if (YAML::Node v = n["eject_after_failures"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "eject_after_failures"), 0, 1000000,
+                               out.eject_after_failures));
+    }
+    if (YAML::Node v = n["ejection_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "ejection_ms"), 1, kMaxMs, out.ejection_ms));
+    }
+    if (YAML::Node v = n["max_message_bytes"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_message_bytes"), 4096,
+                               std::numeric_limits<int32_t>::max(), out.max_message_bytes));
+    }
+    if (YAML::Node v = n["validate_metadata"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, join(path, "validate_metadata"), out.validate_metadata));
+    }
+    if (YAML::Node v = n["shared_memory"]; v.IsDefined()) {
+      std::string kind;
+      IG_CONFIG_TRY(readChoice(v, join(path, "shared_memory"), "shared memory kind",
+                               {"none", "system", "cuda"}, kind));
+      out.shared_memory = kind == "system" ? backends::SharedMemoryKind::kSystem
+                          : kind == "cuda" ? backends::SharedMemoryKind::kCuda
+                                           : backends::SharedMemoryKind::kNone;
     }
     return absl::OkStatus();
   }

@@ -74,6 +74,10 @@ struct XdpConfig {
   bool priority_header = true;             // honour x-infergate-priority: 0..3
   bool send_rst = true;                    // answer rejected request starts with a TCP RST
   bool track_flows = true;                 // per-flow state (first segment, rejects, tags)
+  // Also reset connections whose later (not first) segments look like a malformed request
+  // start. Off by default: a segment in the middle of a binary body can start with
+  // "ABC " and would be judged a bad request line; userspace validates those in full.
+  bool reject_mid_stream = false;
   std::string pin_path;                    // bpffs directory to pin maps; empty = no pinning
 };
 

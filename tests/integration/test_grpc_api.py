@@ -236,19 +236,25 @@ class KServeGrpcTest(unittest.TestCase):
         self.assertTrue(TARGET.alive())
 
     def test_stream_infer(self):
+        # Responses come in completion order (as Triton's decoupled streams): correlate by id.
         def reqs():
             for k in range(5):
-                yield identity_request(self.pb, [float(k)] * 16)
+                r = identity_request(self.pb, [float(k)] * 16)
+                r.id = "req-%d" % k
+                yield r
             bad = identity_request(self.pb, [0.0] * 16)
             bad.model_name = "nope"
             yield bad
         got = list(self.stub.ModelStreamInfer(reqs()))
         self.assertEqual(len(got), 6)
+        errors = [g.error_message for g in got if g.error_message]
+        self.assertEqual(len(errors), 1)
+        self.assertIn("nope", errors[0])
+        ok = {g.infer_response.id: g.infer_response for g in got if not g.error_message}
+        self.assertEqual(sorted(ok), ["req-%d" % k for k in range(5)])
         for k in range(5):
-            self.assertEqual(got[k].error_message, "")
-            self.assertEqual(struct.unpack("<16f", got[k].infer_response.raw_output_contents[0]),
+            self.assertEqual(struct.unpack("<16f", ok["req-%d" % k].raw_output_contents[0]),
                              (float(k),) * 16)
-        self.assertIn("nope", got[5].error_message)
 
     def test_concurrent_calls_one_channel(self):
         vals = [1.0] * 16

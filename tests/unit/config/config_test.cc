@@ -1,5 +1,7 @@
 #include "config/config.h"
 
+#include "backends/pool.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -419,8 +421,8 @@ std::vector<BadCase> badCases() {
       {"model name dotdot", oneModel("{name: ..}"), "models[0].name", "invalid model name '..'"},
       {"model version with space", oneModel("{name: m, version: 'v 1'}"), "models[0].version",
        "invalid version 'v 1'"},
-      {"unknown backend", oneModel("{name: m, backend: triton}"), "models[0].backend",
-       "unknown backend 'triton' (known backends: identity)"},
+      {"unknown backend", oneModel("{name: m, backend: onnx}"), "models[0].backend",
+       "unknown backend 'onnx' (known backends: identity, triton, tfserving)"},
       {"negative batch", oneModel("{name: m, max_batch_size: -1}"), "models[0].max_batch_size",
        "must be between 0 and 1048576, got -1"},
       {"no inputs", oneModel("{name: m}"), "models[0].inputs", "at least one tensor is required"},
@@ -528,6 +530,94 @@ TEST(ConfigTest, FileErrorsNameThePath) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
             path + ": mode: mode 'dpdk' needs a build with INFERGATE_WITH_DPDK");
+}
+
+// --- Remote backends (triton / tfserving) ---------------------------------------------------
+
+constexpr std::string_view kTritonModel = R"yaml(name: r
+    backend: triton
+    max_batch_size: 8
+    inputs:  [{name: IN, datatype: FP32, shape: [4]}]
+    outputs: [{name: OUT, datatype: FP16, shape: [2]}]
+    triton:
+      endpoints: [127.0.0.1:8001, "[::1]:8011"]
+      model_name: resnet
+      max_concurrency: 3
+      channels: 4
+      health_check_interval_ms: 250
+      request_timeout_ms: 1500
+      eject_after_failures: 5
+      ejection_ms: 7000
+      shared_memory: system)yaml";
+
+TEST(ConfigTest, TritonBackendKeys) {
+  absl::StatusOr<Config> c = loadConfigString(oneModel(kTritonModel), "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const backends::ModelConfig& m = c->models[0];
+  EXPECT_EQ(m.backend, "triton");
+  EXPECT_EQ(m.platform, "infergate_triton");
+  ASSERT_NE(m.remote, nullptr);
+  EXPECT_EQ(m.remote->endpoints, (std::vector<std::string>{"127.0.0.1:8001", "[::1]:8011"}));
+  EXPECT_EQ(m.remote->model_name, "resnet");
+  EXPECT_EQ(m.remote->max_concurrency, 3u);
+  EXPECT_EQ(m.remote->channels, 4u);
+  EXPECT_EQ(m.remote->health_check_interval_ms, 250u);
+  EXPECT_EQ(m.remote->request_timeout_ms, 1500u);
+  EXPECT_EQ(m.remote->eject_after_failures, 5u);
+  EXPECT_EQ(m.remote->ejection_ms, 7000u);
+  EXPECT_EQ(m.remote->shared_memory, backends::SharedMemoryKind::kSystem);
+  // Identity's input/output pairing is not required of a remote model, and batching defaults to
+  // as many batches in flight as the pool takes.
+  ASSERT_TRUE(m.dynamic_batching.has_value());
+  EXPECT_EQ(m.dynamic_batching->max_inflight_batches, 6u);
+}
+
+TEST(ConfigTest, TfServingBackendKeys) {
+  absl::StatusOr<Config> c = loadConfigString(oneModel(R"yaml(name: t
+    backend: tfserving
+    inputs:  [{name: x, datatype: FP32, shape: [4]}]
+    outputs: [{name: y, datatype: FP32, shape: [4]}]
+    tfserving: {endpoints: [localhost:8500], model_version: "3", signature_name: predict})yaml"),
+                                              "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_NE(c->models[0].remote, nullptr);
+  EXPECT_EQ(c->models[0].remote->model_version, "3");
+  EXPECT_EQ(c->models[0].remote->signature_name, "predict");
+  EXPECT_EQ(c->models[0].remote->shared_memory, backends::SharedMemoryKind::kNone);
+}
+
+TEST(ConfigTest, RemoteBackendErrors) {
+  struct Case {
+    std::string model;
+    std::string message;
+  };
+  const std::string io = "\n    inputs:  [{name: IN, datatype: FP32, shape: [4]}]\n    outputs: [{name: OUT, datatype: FP32, shape: [4]}]";
+  const std::vector<Case> cases = {
+      {"name: r\n    backend: triton" + io,
+       "t.yaml: models[0].triton: backend triton needs this section"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: []}",
+       "t.yaml: models[0].triton.endpoints: at least one endpoint"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [localhost]}",
+       "t.yaml: models[0].triton.endpoints[0]: invalid endpoint 'localhost' (expected host:port"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\", \"h:1\"]}",
+       "t.yaml: models[0].triton.endpoints[1]: duplicate endpoint 'h:1'"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], shared_memory: gpu}",
+       "t.yaml: models[0].triton.shared_memory: unknown shared memory kind 'gpu' (expected one of none, system, cuda)"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], signature_name: x}",
+       "t.yaml: models[0].triton.signature_name: unknown key 'signature_name'"},
+      {"name: r\n    backend: tfserving" + io + "\n    tfserving: {endpoints: [\"h:1\"], model_version: latest}",
+       "t.yaml: models[0].tfserving.model_version: TF Serving versions are numbers, got 'latest'"},
+      {"name: r\n    backend: identity" + io + "\n    triton: {endpoints: [\"h:1\"]}",
+       "t.yaml: models[0].triton: settings for backend 'triton' but the model's backend is 'identity'"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], max_concurrency: 0}",
+       "t.yaml: models[0].triton.max_concurrency: must be between 1 and 4096, got 0"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> r = loadConfigString(oneModel(c.model), "t.yaml");
+    ASSERT_FALSE(r.ok()) << c.model;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.message)) << c.model;
+  }
 }
 
 }  // namespace

@@ -1,0 +1,517 @@
+#include "backends/grpc_client_wire.h"
+
+#include <fmt/format.h>
+
+namespace infergate::backends::wire {
+
+namespace {
+constexpr uint32_t kVarint = 0;
+constexpr uint32_t kFixed64 = 1;
+constexpr uint32_t kLen = 2;
+constexpr uint32_t kFixed32 = 5;
+
+size_t varintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
+
+// InferParameter{int64_param=2} / {string_param=3} as a map<string, InferParameter> entry.
+void putParamInt(std::string& out, uint32_t field, std::string_view key, int64_t v) {
+  std::string param;
+  putVarintField(param, 2, static_cast<uint64_t>(v));
+  std::string entry;
+  putString(entry, 1, key);
+  putString(entry, 2, param);
+  putString(out, field, entry);
+}
+void putParamString(std::string& out, uint32_t field, std::string_view key, std::string_view v) {
+  std::string param;
+  putString(param, 3, v);
+  std::string entry;
+  putString(entry, 1, key);
+  putString(entry, 2, param);
+  putString(out, field, entry);
+}
+
+absl::Status malformed(std::string_view what) {
+  return absl::InternalError("malformed " + std::string(what) + " from the backend");
+}
+}  // namespace
+
+void putVarint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void putTag(std::string& out, uint32_t field, uint32_t wire_type) {
+  putVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
+}
+void putString(std::string& out, uint32_t field, std::string_view s) {
+  putTag(out, field, kLen);
+  putVarint(out, s.size());
+  out.append(s.data(), s.size());
+}
+void putVarintField(std::string& out, uint32_t field, uint64_t v) {
+  putTag(out, field, kVarint);
+  putVarint(out, v);
+}
+void putPackedInt64(std::string& out, uint32_t field, const std::vector<int64_t>& values) {
+  if (values.empty()) return;
+  size_t n = 0;
+  for (int64_t v : values) n += varintSize(static_cast<uint64_t>(v));
+  putTag(out, field, kLen);
+  putVarint(out, n);
+  for (int64_t v : values) putVarint(out, static_cast<uint64_t>(v));
+}
+
+bool Reader::readVarint(uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (p_ >= end_) return false;
+    uint8_t b = *p_++;
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+bool Reader::next() {
+  if (error_ || p_ >= end_) return false;
+  uint64_t key;
+  if (!readVarint(key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
+    error_ = true;
+    return false;
+  }
+  field_ = static_cast<uint32_t>(key >> 3);
+  wire_type_ = static_cast<uint32_t>(key & 7);
+  switch (wire_type_) {
+    case kVarint:
+      if (!readVarint(varint_)) break;
+      return true;
+    case kFixed64:
+      if (end_ - p_ < 8) break;
+      data_ = p_;
+      size_ = 8;
+      p_ += 8;
+      return true;
+    case kFixed32:
+      if (end_ - p_ < 4) break;
+      data_ = p_;
+      size_ = 4;
+      p_ += 4;
+      return true;
+    case kLen: {
+      uint64_t n;
+      if (!readVarint(n) || n > static_cast<uint64_t>(end_ - p_)) break;
+      data_ = p_;
+      size_ = static_cast<size_t>(n);
+      p_ += n;
+      return true;
+    }
+    default:
+      break;
+  }
+  error_ = true;
+  return false;
+}
+
+bool readInt64s(const Reader& r, std::vector<int64_t>& out) {
+  if (r.wireType() == kVarint) {
+    out.push_back(static_cast<int64_t>(r.varint()));
+    return true;
+  }
+  if (r.wireType() != kLen) return false;
+  const uint8_t* p = r.data();
+  const uint8_t* end = p + r.size();
+  while (p < end) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (;;) {
+      if (p >= end || shift >= 64) return false;
+      uint8_t b = *p++;
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      shift += 7;
+      if ((b & 0x80) == 0) break;
+    }
+    out.push_back(static_cast<int64_t>(v));
+  }
+  return true;
+}
+
+std::string encodeNameVersion(std::string_view name, std::string_view version) {
+  std::string out;
+  if (!name.empty()) putString(out, 1, name);
+  if (!version.empty()) putString(out, 2, version);
+  return out;
+}
+
+std::string encodeSystemShmRegister(std::string_view name, std::string_view key, uint64_t offset,
+                                    uint64_t byte_size) {
+  std::string out;
+  putString(out, 1, name);
+  putString(out, 2, key);
+  if (offset != 0) putVarintField(out, 3, offset);
+  putVarintField(out, 4, byte_size);
+  return out;
+}
+
+std::string encodeCudaShmRegister(std::string_view name, std::string_view raw_handle,
+                                  int64_t device_id, uint64_t byte_size) {
+  std::string out;
+  putString(out, 1, name);
+  putString(out, 2, raw_handle);
+  if (device_id != 0) putVarintField(out, 3, static_cast<uint64_t>(device_id));
+  putVarintField(out, 4, byte_size);
+  return out;
+}
+
+absl::StatusOr<bool> decodeReady(std::string_view msg) {
+  Reader r(msg);
+  bool ready = false;
+  while (r.next()) {
+    if (r.field() == 1 && r.wireType() == kVarint) ready = r.varint() != 0;
+  }
+  if (r.error()) return malformed("readiness response");
+  return ready;
+}
+
+namespace {
+absl::StatusOr<TensorMetadata> decodeTensorMetadata(std::string_view msg) {
+  TensorMetadata t;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.field() == 1 && r.wireType() == kLen) t.name = std::string(r.bytes());
+    else if (r.field() == 2 && r.wireType() == kLen) t.datatype = std::string(r.bytes());
+    else if (r.field() == 3 && !readInt64s(r, t.shape)) return malformed("tensor metadata");
+  }
+  if (r.error()) return malformed("tensor metadata");
+  return t;
+}
+}  // namespace
+
+absl::StatusOr<ModelMetadata> decodeModelMetadata(std::string_view msg) {
+  ModelMetadata m;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.wireType() != kLen) continue;
+    switch (r.field()) {
+      case 1: m.name = std::string(r.bytes()); break;
+      case 2: m.versions.emplace_back(r.bytes()); break;
+      case 3: m.platform = std::string(r.bytes()); break;
+      case 4:
+      case 5: {
+        absl::StatusOr<TensorMetadata> t = decodeTensorMetadata(r.bytes());
+        if (!t.ok()) return t.status();
+        (r.field() == 4 ? m.inputs : m.outputs).push_back(std::move(*t));
+        break;
+      }
+      default: break;
+    }
+  }
+  if (r.error()) return malformed("model metadata");
+  return m;
+}
+
+size_t ModelInferEncoding::totalBytes() const {
+  size_t n = 0;
+  for (const Piece& p : pieces) n += p.size;
+  return n;
+}
+
+std::string ModelInferEncoding::flatten() const {
+  std::string s;
+  for (const Piece& p : pieces) {
+    if (p.external) s.append(reinterpret_cast<const char*>(p.data), p.size);
+    else s.append(meta, p.offset, p.size);
+  }
+  return s;
+}
+
+namespace {
+// Appends meta[from, meta.size()) as a piece (merging with a preceding meta piece).
+void closeMetaPiece(ModelInferEncoding& out, size_t from) {
+  if (out.meta.size() == from) return;
+  if (!out.pieces.empty() && !out.pieces.back().external &&
+      out.pieces.back().offset + out.pieces.back().size == from) {
+    out.pieces.back().size += out.meta.size() - from;
+    return;
+  }
+  out.pieces.push_back({false, from, nullptr, out.meta.size() - from});
+}
+void addExternal(ModelInferEncoding& out, const uint8_t* data, size_t size) {
+  if (size == 0) return;
+  out.pieces.push_back({true, 0, data, size});
+  out.raw_bytes += size;
+}
+}  // namespace
+
+void encodeModelInfer(const InferParams& params, const std::vector<InferInput>& inputs,
+                      const std::vector<InferOutput>& outputs, ModelInferEncoding& out) {
+  out.meta.clear();
+  out.pieces.clear();
+  out.raw_bytes = 0;
+  std::string& m = out.meta;
+  putString(m, 1, params.model_name);
+  if (!params.model_version.empty()) putString(m, 2, params.model_version);
+  if (!params.id.empty()) putString(m, 3, params.id);
+  if (params.priority > 0) putParamInt(m, 4, "priority", params.priority);
+  if (params.timeout_us > 0) putParamInt(m, 4, "timeout", static_cast<int64_t>(params.timeout_us));
+  std::string sub;
+  for (const InferInput& in : inputs) {
+    sub.clear();
+    putString(sub, 1, in.name);
+    putString(sub, 2, dataTypeName(in.dtype));
+    if (in.shape != nullptr) putPackedInt64(sub, 3, *in.shape);
+    if (!in.shm_region.empty()) {
+      putParamString(sub, 4, "shared_memory_region", in.shm_region);
+      putParamInt(sub, 4, "shared_memory_byte_size", static_cast<int64_t>(in.bytes));
+      if (in.shm_offset != 0) {
+        putParamInt(sub, 4, "shared_memory_offset", static_cast<int64_t>(in.shm_offset));
+      }
+    }
+    putString(m, 5, sub);
+  }
+  for (const InferOutput& o : outputs) {
+    sub.clear();
+    putString(sub, 1, o.name);
+    if (!o.shm_region.empty()) {
+      putParamString(sub, 2, "shared_memory_region", o.shm_region);
+      putParamInt(sub, 2, "shared_memory_byte_size", static_cast<int64_t>(o.shm_bytes));
+      if (o.shm_offset != 0) {
+        putParamInt(sub, 2, "shared_memory_offset", static_cast<int64_t>(o.shm_offset));
+      }
+    }
+    putString(m, 6, sub);
+  }
+  // Reserve first so that offsets stay valid (meta never reallocates below): per raw input at
+  // most 1 tag byte + 10 length bytes.
+  m.reserve(m.size() + inputs.size() * 11);
+  size_t from = 0;
+  for (const InferInput& in : inputs) {
+    if (!in.shm_region.empty()) continue;
+    putTag(m, 7, kLen);
+    putVarint(m, in.bytes);
+    closeMetaPiece(out, from);
+    from = m.size();
+    addExternal(out, in.data, in.bytes);
+  }
+  closeMetaPiece(out, from);
+}
+
+namespace {
+absl::StatusOr<InferResponseOutput> decodeOutputTensor(std::string_view msg) {
+  InferResponseOutput o;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.field() == 1 && r.wireType() == kLen) o.name = std::string(r.bytes());
+    else if (r.field() == 2 && r.wireType() == kLen) o.datatype = std::string(r.bytes());
+    else if (r.field() == 3 && !readInt64s(r, o.shape)) return malformed("output tensor");
+  }
+  if (r.error()) return malformed("output tensor");
+  return o;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::string_view msg) {
+  std::vector<InferResponseOutput> outs;
+  std::vector<std::pair<const uint8_t*, size_t>> raws;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.wireType() != kLen) continue;
+    if (r.field() == 5) {
+      absl::StatusOr<InferResponseOutput> o = decodeOutputTensor(r.bytes());
+      if (!o.ok()) return o.status();
+      outs.push_back(std::move(*o));
+    } else if (r.field() == 6) {
+      raws.emplace_back(r.data(), r.size());
+    }
+  }
+  if (r.error()) return malformed("ModelInferResponse");
+  if (!raws.empty() && raws.size() != outs.size()) {
+    return absl::InternalError(fmt::format(
+        "backend returned {} raw_output_contents for {} outputs", raws.size(), outs.size()));
+  }
+  for (size_t i = 0; i < raws.size(); ++i) {
+    outs[i].raw = raws[i].first;
+    outs[i].raw_bytes = raws[i].second;
+  }
+  return outs;
+}
+
+// tensorflow.DataType numbers (frontend/proto/tf_tensor.proto).
+int tfDataType(DataType t) {
+  switch (t) {
+    case DataType::kFp32: return 1;
+    case DataType::kFp64: return 2;
+    case DataType::kInt32: return 3;
+    case DataType::kUint8: return 4;
+    case DataType::kInt16: return 5;
+    case DataType::kInt8: return 6;
+    case DataType::kInt64: return 9;
+    case DataType::kBool: return 10;
+    case DataType::kBf16: return 14;
+    case DataType::kUint16: return 17;
+    case DataType::kFp16: return 19;
+    case DataType::kUint32: return 22;
+    case DataType::kUint64: return 23;
+    case DataType::kBytes: return 0;
+  }
+  return 0;
+}
+
+std::optional<DataType> fromTfDataType(int tf) {
+  for (int k = 0; k < kNumDataTypes; ++k) {
+    DataType t = static_cast<DataType>(k);
+    if (tf != 0 && tfDataType(t) == tf) return t;
+  }
+  return std::nullopt;
+}
+
+void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
+                   const std::vector<std::string_view>& output_filter, ModelInferEncoding& out) {
+  out.meta.clear();
+  out.pieces.clear();
+  out.raw_bytes = 0;
+  std::string& m = out.meta;
+  std::string ms;
+  putString(ms, 1, spec.name);
+  if (spec.version >= 0) {
+    std::string v;
+    putVarintField(v, 1, static_cast<uint64_t>(spec.version));
+    putString(ms, 2, v);
+  }
+  if (!spec.signature_name.empty()) putString(ms, 3, spec.signature_name);
+  putString(m, 1, ms);
+  // Each map entry: {key=1, value=2: TensorProto{dtype=1, tensor_shape=2, tensor_content=4}};
+  // the content is the last field of the entry, so the entry is header + external bytes.
+  std::string tp, shape, dim;
+  size_t from = 0;  // start of the meta bytes not yet in a piece
+  for (const InferInput& in : inputs) {
+    shape.clear();
+    if (in.shape != nullptr) {
+      for (int64_t d : *in.shape) {
+        dim.clear();
+        putVarintField(dim, 1, static_cast<uint64_t>(d));
+        putString(shape, 2, dim);
+      }
+    }
+    tp.clear();
+    putVarintField(tp, 1, static_cast<uint64_t>(tfDataType(in.dtype)));
+    putString(tp, 2, shape);
+    // tensor_content tag + length; then the bytes (external).
+    putTag(tp, 4, kLen);
+    putVarint(tp, in.bytes);
+    const size_t tp_total = tp.size() + in.bytes;
+    std::string key;
+    putString(key, 1, in.name);
+    const size_t entry_total = key.size() + 1 + varintSize(tp_total) + tp_total;
+    putTag(m, 2, kLen);
+    putVarint(m, entry_total);
+    m += key;
+    putTag(m, 2, kLen);
+    putVarint(m, tp_total);
+    m += tp;
+    closeMetaPiece(out, from);
+    from = m.size();
+    addExternal(out, in.data, in.bytes);
+  }
+  for (std::string_view f : output_filter) putString(m, 3, f);
+  closeMetaPiece(out, from);
+}
+
+namespace {
+absl::StatusOr<InferResponseOutput> decodeTensorProto(std::string_view msg) {
+  InferResponseOutput o;
+  Reader r(msg);
+  bool has_content = false;
+  while (r.next()) {
+    if (r.field() == 1 && r.wireType() == kVarint) {
+      std::optional<DataType> t = fromTfDataType(static_cast<int>(r.varint()));
+      o.datatype = t ? std::string(dataTypeName(*t)) : fmt::format("DT_{}", r.varint());
+    } else if (r.field() == 2 && r.wireType() == kLen) {
+      Reader s(r.bytes());
+      while (s.next()) {
+        if (s.field() != 2 || s.wireType() != kLen) continue;
+        Reader d(s.bytes());
+        int64_t size = 0;
+        while (d.next()) {
+          if (d.field() == 1 && d.wireType() == kVarint) size = static_cast<int64_t>(d.varint());
+        }
+        if (d.error()) return malformed("TensorShapeProto");
+        o.shape.push_back(size);
+      }
+      if (s.error()) return malformed("TensorShapeProto");
+    } else if (r.field() == 4 && r.wireType() == kLen) {
+      o.raw = r.data();
+      o.raw_bytes = r.size();
+      has_content = true;
+    } else if (r.field() >= 5 && r.field() <= 17) {
+      return absl::UnimplementedError(
+          "TF Serving returned a tensor in typed fields (e.g. float_val); infergate reads "
+          "tensor_content only");
+    }
+  }
+  if (r.error()) return malformed("TensorProto");
+  if (!has_content) o.raw = reinterpret_cast<const uint8_t*>("");  // empty tensor
+  return o;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::string_view msg) {
+  std::vector<InferResponseOutput> outs;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.field() != 1 || r.wireType() != kLen) continue;
+    Reader e(r.bytes());
+    std::string key;
+    std::string_view value;
+    while (e.next()) {
+      if (e.field() == 1 && e.wireType() == kLen) key = std::string(e.bytes());
+      if (e.field() == 2 && e.wireType() == kLen) value = e.bytes();
+    }
+    if (e.error()) return malformed("PredictResponse");
+    absl::StatusOr<InferResponseOutput> o = decodeTensorProto(value);
+    if (!o.ok()) return o.status();
+    o->name = std::move(key);
+    outs.push_back(std::move(*o));
+  }
+  if (r.error()) return malformed("PredictResponse");
+  return outs;
+}
+
+std::string encodeGetModelStatus(const TfModelSpec& spec) {
+  std::string ms;
+  putString(ms, 1, spec.name);
+  if (spec.version >= 0) {
+    std::string v;
+    putVarintField(v, 1, static_cast<uint64_t>(spec.version));
+    putString(ms, 2, v);
+  }
+  std::string out;
+  putString(out, 1, ms);
+  return out;
+}
+
+absl::Status decodeModelStatus(std::string_view msg) {
+  // GetModelStatusResponse{model_version_status=1: {version=1, state=2 (AVAILABLE=30), ...}}
+  Reader r(msg);
+  bool any = false;
+  while (r.next()) {
+    if (r.field() != 1 || r.wireType() != kLen) continue;
+    Reader v(r.bytes());
+    while (v.next()) {
+      if (v.field() == 2 && v.wireType() == kVarint && v.varint() == 30) any = true;
+    }
+  }
+  if (r.error()) return malformed("GetModelStatusResponse");
+  if (!any) return absl::UnavailableError("no version of the model is AVAILABLE");
+  return absl::OkStatus();
+}
+
+}  // namespace infergate::backends::wire

@@ -1,0 +1,170 @@
+#pragma once
+// Protobuf wire encoding and decoding of the few messages the remote backends exchange
+// (KServe v2 / Triton `inference.GRPCInferenceService`, TF Serving `PredictionService`), written
+// by hand over the field numbers of frontend/proto/*.proto (which match Triton's and TF
+// Serving's own protos). Why not the generated classes: a protobuf `bytes` field owns a copy,
+// while here a request is a header (names, shapes, parameters) plus tensor bytes that stay in
+// the batch buffers and reach gRPC as slices of existing memory (see ModelInferEncoding), and
+// responses are decoded into views of the received buffer.
+//
+// Threading: plain functions and values.
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/tensor.h"
+
+namespace infergate::backends::wire {
+
+// --- Encoding ---------------------------------------------------------------------------------
+
+void putVarint(std::string& out, uint64_t v);
+void putTag(std::string& out, uint32_t field, uint32_t wire_type);
+void putString(std::string& out, uint32_t field, std::string_view s);  // also bytes/submessages
+void putVarintField(std::string& out, uint32_t field, uint64_t v);
+void putPackedInt64(std::string& out, uint32_t field, const std::vector<int64_t>& values);
+
+// --- Decoding ---------------------------------------------------------------------------------
+
+// Iterates the fields of one message. next() is false at the end or on malformed input (then
+// error() is set).
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
+  explicit Reader(std::string_view s)
+      : Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size()) {}
+  bool next();
+  uint32_t field() const { return field_; }
+  uint32_t wireType() const { return wire_type_; }
+  uint64_t varint() const { return varint_; }  // wire type 0
+  // Wire type 2: the payload.
+  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool error() const { return error_; }
+
+ private:
+  bool readVarint(uint64_t& v);
+  const uint8_t* p_;
+  const uint8_t* end_;
+  uint32_t field_ = 0;
+  uint32_t wire_type_ = 0;
+  uint64_t varint_ = 0;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  bool error_ = false;
+};
+
+// Repeated int64, packed or not, appended to `out` from the current field of `r`.
+bool readInt64s(const Reader& r, std::vector<int64_t>& out);
+
+// --- KServe v2 ----------------------------------------------------------------------------------
+
+// ModelReadyRequest / ModelMetadataRequest {name=1, version=2}; also the shm Status/Unregister
+// requests {name=1}.
+std::string encodeNameVersion(std::string_view name, std::string_view version);
+// SystemSharedMemoryRegisterRequest{name=1, key=2, offset=3, byte_size=4}.
+std::string encodeSystemShmRegister(std::string_view name, std::string_view key, uint64_t offset,
+                                    uint64_t byte_size);
+// CudaSharedMemoryRegisterRequest{name=1, raw_handle=2, device_id=3, byte_size=4}.
+std::string encodeCudaShmRegister(std::string_view name, std::string_view raw_handle,
+                                  int64_t device_id, uint64_t byte_size);
+// ServerReadyResponse / ModelReadyResponse {ready=1}.
+absl::StatusOr<bool> decodeReady(std::string_view msg);
+
+struct TensorMetadata {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+};
+struct ModelMetadata {
+  std::string name;
+  std::vector<std::string> versions;
+  std::string platform;
+  std::vector<TensorMetadata> inputs;
+  std::vector<TensorMetadata> outputs;
+};
+absl::StatusOr<ModelMetadata> decodeModelMetadata(std::string_view msg);
+
+// One input of a ModelInferRequest: the tensor bytes are either sent as raw_input_contents
+// (`data`, referenced, not copied) or left in a registered shared memory region.
+struct InferInput {
+  std::string_view name;
+  DataType dtype = DataType::kFp32;
+  const std::vector<int64_t>* shape = nullptr;
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  std::string_view shm_region;  // non-empty: shared memory, `data` unused
+  uint64_t shm_offset = 0;
+};
+struct InferOutput {
+  std::string_view name;
+  std::string_view shm_region;  // non-empty: the server writes the output there
+  uint64_t shm_offset = 0;
+  uint64_t shm_bytes = 0;
+};
+struct InferParams {
+  std::string_view model_name;
+  std::string_view model_version;
+  std::string_view id;
+  int64_t priority = 0;     // forwarded when > 0
+  uint64_t timeout_us = 0;  // forwarded when > 0
+};
+
+// A ModelInferRequest as a sequence of pieces: `meta` holds every byte the encoder produced
+// (header fields, then per raw input its tag and length); `pieces` lists, in wire order, either a
+// range of `meta` or external tensor memory. Concatenated, they are the serialized message.
+struct ModelInferEncoding {
+  struct Piece {
+    bool external = false;
+    size_t offset = 0;  // into meta (external == false)
+    const uint8_t* data = nullptr;  // external == true
+    size_t size = 0;
+  };
+  std::string meta;
+  std::vector<Piece> pieces;
+  size_t raw_bytes = 0;  // tensor bytes carried in the message
+  size_t totalBytes() const;
+  std::string flatten() const;  // for tests
+};
+void encodeModelInfer(const InferParams& params, const std::vector<InferInput>& inputs,
+                      const std::vector<InferOutput>& outputs, ModelInferEncoding& out);
+
+struct InferResponseOutput {
+  std::string name;
+  std::string datatype;
+  std::vector<int64_t> shape;
+  const uint8_t* raw = nullptr;  // view of the response buffer; nullptr when not raw (shm)
+  size_t raw_bytes = 0;
+};
+// Outputs of a ModelInferResponse; raw_output_contents[i] belongs to outputs[i]. Views point
+// into `msg`.
+absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::string_view msg);
+
+// --- TF Serving ---------------------------------------------------------------------------------
+
+// tensorflow.DataType of a KServe datatype; 0 (DT_INVALID) when TF has none (e.g. BYTES, which
+// TF Serving carries as string_val, not tensor_content).
+int tfDataType(DataType t);
+std::optional<DataType> fromTfDataType(int tf);
+
+struct TfModelSpec {
+  std::string_view name;
+  int64_t version = -1;  // < 0: latest
+  std::string_view signature_name;
+};
+// PredictRequest with tensor_content; pieces as for ModelInfer (tensor bytes referenced).
+void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
+                   const std::vector<std::string_view>& output_filter, ModelInferEncoding& out);
+// PredictResponse outputs (map order) with tensor_content views into `msg`.
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::string_view msg);
+// GetModelStatusRequest{model_spec=1}; decodeModelStatus: OK when some version is AVAILABLE.
+std::string encodeGetModelStatus(const TfModelSpec& spec);
+absl::Status decodeModelStatus(std::string_view msg);
+
+}  // namespace infergate::backends::wire

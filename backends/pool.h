@@ -1,0 +1,156 @@
+#pragma once
+// Remote backends: the settings of a model served by Triton (any KServe v2 gRPC server) or TF
+// Serving, and the endpoint pool every remote adapter runs on. docs/BACKENDS.md has the rules.
+//
+// Pool: a BatchBackend over several endpoints of one model. Each batch goes to one endpoint,
+// chosen by power-of-two-choices on outstanding batches among the healthy endpoints below their
+// concurrency limit (batches wait in a FIFO when every healthy endpoint is at its limit).
+// Health: an active probe per endpoint every health_check_interval_ms (the protocol client's
+// probe(): ServerReady + ModelReady for Triton), plus passive ejection after
+// eject_after_failures consecutive failed batches, for ejection_ms, after which a passing probe
+// re-admits the endpoint. Failures: a batch that never left (no connection to the endpoint) is
+// retried on another endpoint; a batch that was sent and failed is answered, for each of its
+// requests, UNAVAILABLE naming the endpoint (never retried: the server may have run it); no
+// healthy endpoint -> UNAVAILABLE at once. Deadlines: when every request of a batch has one,
+// the call's deadline is the latest of them (and request_timeout_ms at most).
+//
+// Threading: execute() from the batcher's dispatcher; completions on gRPC threads; one health
+// thread per pool. State is behind one mutex per pool, taken a few times per batch.
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "backends/batched_model.h"
+
+namespace infergate::common {
+class MetricsRegistry;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace infergate::common
+
+namespace infergate::backends {
+
+enum class SharedMemoryKind : uint8_t { kNone, kSystem, kCuda };
+
+// models[].triton / models[].tfserving.
+struct RemoteBackendConfig {
+  std::vector<std::string> endpoints;   // host:port, at least one
+  std::string model_name;               // the model's name at the backend; empty: models[].name
+  std::string model_version;            // empty: the backend's default (TF Serving: latest)
+  std::string signature_name = "serving_default";  // TF Serving only
+  uint32_t max_concurrency = 4;         // batches in flight per endpoint
+  uint32_t channels = 2;                // gRPC channels (connections) per endpoint
+  uint64_t health_check_interval_ms = 1000;
+  uint64_t health_check_timeout_ms = 1000;
+  uint64_t request_timeout_ms = 30000;  // per batch at the backend; 0 = none
+  uint64_t startup_timeout_ms = 10000;  // start-up waits this long for a ready endpoint
+  uint32_t eject_after_failures = 3;    // consecutive failed batches (0 = never eject)
+  uint64_t ejection_ms = 5000;
+  SharedMemoryKind shared_memory = SharedMemoryKind::kNone;  // Triton only
+  bool validate_metadata = true;        // compare the backend's metadata with inputs/outputs
+  uint64_t max_message_bytes = 256ull << 20;
+};
+
+std::string_view sharedMemoryKindName(SharedMemoryKind k);  // "none" | "system" | "cuda"
+
+// Per-call settings the pool computes for a batch.
+struct SendOptions {
+  uint64_t timeout_ms = 0;  // gRPC deadline; 0 = none
+  int64_t priority = 0;     // KServe priority to forward (0: none)
+  uint64_t timeout_us = 0;  // KServe timeout parameter to forward (0: none)
+};
+
+// The protocol side of one endpoint (Triton or TF Serving over gRPC, or a fake in tests).
+class EndpointClient {
+ public:
+  virtual ~EndpointClient() = default;
+  virtual const std::string& address() const = 0;
+  // Blocking probe from the health thread: OK when the server and the model are ready. `fresh`:
+  // the endpoint was not healthy before (start-up, after a failure or ejection): redo
+  // per-endpoint set-up (metadata validation, shared memory registration). A client may also
+  // redo set-up on its own when it finds it missing (e.g. a region unknown after a restart).
+  virtual absl::Status probe(bool fresh) = 0;
+  // Sends `batch`; `done(outputs, not_sent)` exactly once from any thread. `not_sent`: the
+  // request never reached the endpoint (safe to retry elsewhere). Outputs are views valid until
+  // `done` returns.
+  using SendDone = std::function<void(BatchOutputs, bool not_sent)>;
+  virtual void send(const Batch& batch, const SendOptions& options, SendDone done) = 0;
+  // Pool shutting down, nothing in flight: undo set-up (unregister shared memory).
+  virtual void shutdown() {}
+};
+
+class Pool : public BatchBackend {
+ public:
+  enum class State : uint8_t { kUnknown, kHealthy, kUnhealthy, kEjected };
+  struct EndpointStatus {
+    std::string address;
+    State state;
+    uint32_t inflight;
+    uint64_t batches;
+    uint64_t failures;
+    std::string reason;  // why not healthy
+  };
+
+  // `model`: for messages and metric labels; `kind`: "triton" | "tfserving". `metrics` nullptr:
+  // none.
+  Pool(std::string model, std::string kind, RemoteBackendConfig config,
+       std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics);
+  ~Pool() override;  // answers queued batches, waits for in-flight ones, stops the health thread
+
+  // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
+  // health thread. `require_ready`: an error naming each endpoint's problem when none became
+  // healthy; otherwise the pool starts anyway (batches fail fast until one is ready).
+  absl::Status start(bool require_ready);
+
+  void execute(const Batch& batch, BatchDone done) override;
+
+  std::vector<EndpointStatus> status() const;
+  // One health round now, on the calling thread (tests).
+  void probeAll();
+  static std::string_view stateName(State s);
+
+ private:
+  struct Endpoint;
+  struct Pending {
+    const Batch* batch;
+    BatchDone done;
+    std::vector<bool> tried;
+  };
+  // Picks an endpoint for `p` (nullptr: none eligible); `*all_busy` when healthy endpoints exist
+  // but every untried one is at its limit. Lock held.
+  Endpoint* pickLocked(const Pending& p, bool* all_busy);
+  void dispatch(Pending p);
+  void onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, bool not_sent);
+  void setStateLocked(Endpoint& e, State s, std::string reason);
+  void drainPendingLocked(std::vector<Pending>& ready);
+  std::string unavailableMessageLocked() const;
+  void healthLoop();
+  void probeOne(Endpoint& e);
+
+  std::string model_;
+  std::string kind_;
+  RemoteBackendConfig config_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  common::Counter* retries_ = nullptr;
+  common::Counter* no_endpoint_ = nullptr;
+  common::MetricsRegistry* metrics_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // health thread wake-up and in-flight drain
+  std::deque<Pending> queue_;   // waiting for a free concurrency slot
+  uint32_t inflight_ = 0;
+  bool stopping_ = false;
+  uint64_t rng_ = 0x9e3779b97f4a7c15ull;
+  std::thread health_;
+};
+
+}  // namespace infergate::backends

@@ -1,0 +1,400 @@
+#include "backends/triton_backend.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common/metrics.h"
+
+namespace infergate::backends {
+
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& s) { return shapeToString(s); }
+
+std::string names(const std::vector<wire::TensorMetadata>& ts) {
+  std::string out;
+  for (const auto& t : ts) out += (out.empty() ? "" : ", ") + t.name;
+  return out.empty() ? "none" : out;
+}
+
+// Can a backend dimension list `have` serve requests the config allows (`want`)?
+bool shapeServes(const std::vector<int64_t>& want, const std::vector<int64_t>& have) {
+  if (want.size() != have.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (have[i] == -1) continue;          // the backend takes anything
+    if (want[i] != have[i]) return false;  // fixed differs, or config variable vs backend fixed
+  }
+  return true;
+}
+
+void compareTensors(const ModelConfig& config, const std::vector<TensorSpec>& specs,
+                    const std::vector<wire::TensorMetadata>& have, const char* kind,
+                    bool extra_is_error, std::vector<std::string>& diffs) {
+  std::vector<bool> used(have.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    const wire::TensorMetadata* m = nullptr;
+    for (size_t j = 0; j < have.size(); ++j) {
+      if (have[j].name == s.name) {
+        m = &have[j];
+        used[j] = true;
+      }
+    }
+    if (m == nullptr) {
+      diffs.push_back(fmt::format("{}[{}] '{}' is configured but the backend model has no such "
+                                  "{} (it has: {})",
+                                  kind, i, s.name, std::string(kind).substr(0, std::strlen(kind) - 1),
+                                  names(have)));
+      continue;
+    }
+    if (m->datatype != dataTypeName(s.dtype)) {
+      diffs.push_back(fmt::format("{}[{}] '{}': datatype {} configured, the backend has {}", kind,
+                                  i, s.name, dataTypeName(s.dtype), m->datatype));
+    }
+    const std::vector<int64_t> want = config.fullShape(s);
+    if (!shapeServes(want, m->shape)) {
+      diffs.push_back(fmt::format("{}[{}] '{}': shape {} configured (with the batch dimension), "
+                                  "the backend has {}",
+                                  kind, i, s.name, shapeText(want), shapeText(m->shape)));
+    }
+  }
+  if (extra_is_error) {
+    for (size_t j = 0; j < have.size(); ++j) {
+      if (!used[j]) {
+        diffs.push_back(fmt::format("the backend model also needs {} '{}' ({} {}), which is not "
+                                    "configured",
+                                    std::string(kind).substr(0, std::strlen(kind) - 1),
+                                    have[j].name, have[j].datatype, shapeText(have[j].shape)));
+      }
+    }
+  }
+}
+
+size_t alignUp(size_t v) { return (v + 63) & ~size_t{63}; }
+
+// Bytes of a fixed-size tensor of `spec` for a whole batch; 0 when variable.
+size_t fixedBatchBytes(const ModelConfig& c, const TensorSpec& spec) {
+  if (spec.dtype == DataType::kBytes) return 0;
+  std::optional<uint64_t> n = elementCount(spec.shape);
+  if (!n) return 0;  // a -1 dimension
+  return static_cast<size_t>(*n) * dataTypeSize(spec.dtype) *
+         static_cast<size_t>(std::max(c.max_batch_size, 1));
+}
+
+std::atomic<uint32_t> g_region_counter{0};
+
+}  // namespace
+
+absl::Status compareMetadata(const ModelConfig& config, const wire::ModelMetadata& md) {
+  std::vector<std::string> diffs;
+  compareTensors(config, config.inputs, md.inputs, "inputs", true, diffs);
+  compareTensors(config, config.outputs, md.outputs, "outputs", false, diffs);
+  if (diffs.empty()) return absl::OkStatus();
+  std::string all;
+  for (const std::string& d : diffs) all += (all.empty() ? "" : "; ") + d;
+  return absl::FailedPreconditionError(all);
+}
+
+TritonClient::TritonClient(const ModelConfig& config, const RemoteBackendConfig& remote,
+                           std::string address, std::shared_ptr<TritonShm> shm,
+                           common::MetricsRegistry* metrics)
+    : config_(config),
+      model_name_(remote.model_name.empty() ? config.name : remote.model_name),
+      model_version_(remote.model_version),
+      remote_(remote),
+      grpc_(std::move(address), static_cast<int>(remote.channels),
+            static_cast<int>(std::min<uint64_t>(remote.max_message_bytes, INT32_MAX))),
+      shm_(std::move(shm)) {
+  if (metrics != nullptr) {
+    grpc_bytes_ = &metrics->counter(
+        "infergate_backend_tensor_bytes_total", "Tensor bytes sent to a backend endpoint, by path",
+        {{"model", config_.name}, {"endpoint", grpc_.address()}, {"path", "grpc"}});
+    shm_bytes_ = &metrics->counter(
+        "infergate_backend_tensor_bytes_total", "Tensor bytes sent to a backend endpoint, by path",
+        {{"model", config_.name}, {"endpoint", grpc_.address()}, {"path", "shm"}});
+  }
+}
+
+absl::Status TritonClient::registerShm() {
+  const uint64_t t = remote_.health_check_timeout_ms;
+  // A stale registration of the same name (e.g. from before a restart of ours) is dropped first.
+  grpc_.callSync(kMethodShmUnregister, wire::encodeNameVersion(shm_->name, ""), t);
+  GrpcResult r = grpc_.callSync(
+      kMethodShmRegister,
+      wire::encodeSystemShmRegister(shm_->name, shm_->region->key(), 0, shm_->region->size()), t);
+  if (!r.status.ok()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "SystemSharedMemoryRegister of '{}' (key {}) failed: {} (Triton needs "
+        "--allow-client-shm=true and must share /dev/shm with infergate; or set shared_memory: "
+        "none)",
+        shm_->name, shm_->region->key(), std::string(r.status.message())));
+  }
+  spdlog::info("model '{}': system shared memory region '{}' ({} bytes, key {}) registered at {}",
+               config_.name, shm_->name, shm_->region->size(), shm_->region->key(),
+               grpc_.address());
+  return absl::OkStatus();
+}
+
+absl::Status TritonClient::probe(bool fresh) {
+  const uint64_t t = remote_.health_check_timeout_ms;
+  GrpcResult r = grpc_.callSync(kMethodServerReady, std::string(), t);
+  if (!r.status.ok()) {
+    return absl::UnavailableError(fmt::format("ServerReady: {}: {}",
+                                              absl::StatusCodeToString(r.status.code()),
+                                              std::string(r.status.message())));
+  }
+  absl::StatusOr<bool> ready = wire::decodeReady(r.body);
+  if (!ready.ok()) return ready.status();
+  if (!*ready) return absl::UnavailableError("server not ready");
+  r = grpc_.callSync(kMethodModelReady, wire::encodeNameVersion(model_name_, model_version_), t);
+  if (!r.status.ok()) {
+    return absl::UnavailableError(fmt::format("ModelReady '{}': {}", model_name_,
+                                              std::string(r.status.message())));
+  }
+  ready = wire::decodeReady(r.body);
+  if (!ready.ok()) return ready.status();
+  if (!*ready) return absl::UnavailableError(fmt::format("model '{}' not ready", model_name_));
+  if (fresh && remote_.validate_metadata) {
+    r = grpc_.callSync(kMethodModelMetadata, wire::encodeNameVersion(model_name_, model_version_),
+                       t);
+    if (!r.status.ok()) {
+      return absl::UnavailableError(fmt::format("ModelMetadata '{}': {}", model_name_,
+                                                std::string(r.status.message())));
+    }
+    absl::StatusOr<wire::ModelMetadata> md = wire::decodeModelMetadata(r.body);
+    if (!md.ok()) return md.status();
+    absl::Status cmp = compareMetadata(config_, *md);
+    if (!cmp.ok()) {
+      return absl::FailedPreconditionError(fmt::format(
+          "model '{}': the backend model '{}' at {} does not match the configuration: {}",
+          config_.name, model_name_, grpc_.address(), std::string(cmp.message())));
+    }
+  }
+  if (shm_ != nullptr) {
+    bool need = fresh;
+    if (!need) {
+      // A restarted server has forgotten the region: register it again.
+      GrpcResult s = grpc_.callSync(kMethodShmStatus, wire::encodeNameVersion(shm_->name, ""), t);
+      if (!s.status.ok()) {
+        if (s.status.code() == absl::StatusCode::kUnavailable ||
+            s.status.code() == absl::StatusCode::kDeadlineExceeded) {
+          return absl::UnavailableError(std::string(s.status.message()));
+        }
+        spdlog::info("model '{}': region '{}' unknown at {} ({}); registering it again",
+                     config_.name, shm_->name, grpc_.address(), std::string(s.status.message()));
+        need = true;
+      }
+    }
+    if (need) return registerShm();
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+struct InferCall {
+  wire::ModelInferEncoding enc;
+  std::shared_ptr<TritonShm> shm;
+  int slot = -1;
+  ~InferCall() {
+    if (slot >= 0) shm->slots->release(slot);
+  }
+};
+}  // namespace
+
+void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone done) {
+  auto call = std::make_shared<InferCall>();
+  uint8_t* slot_base = nullptr;
+  if (shm_ != nullptr) {
+    call->shm = shm_;
+    call->slot = shm_->slots->acquire();
+    if (call->slot >= 0) {
+      slot_base = shm_->region->data() + static_cast<size_t>(call->slot) * shm_->slots->slotBytes();
+    }
+  }
+  std::vector<wire::InferInput> inputs(batch.inputs.size());
+  size_t shm_bytes = 0;
+  for (size_t i = 0; i < batch.inputs.size(); ++i) {
+    const BatchTensor& t = batch.inputs[i];
+    wire::InferInput& in = inputs[i];
+    in.name = t.name;
+    in.dtype = t.dtype;
+    in.shape = &t.shape;
+    in.data = t.data;
+    in.bytes = t.bytes;
+    if (slot_base != nullptr && t.bytes <= shm_->input_capacity[i]) {
+      // One local copy from the batch buffer into the registered region; nothing over gRPC.
+      std::memcpy(slot_base + shm_->input_offset[i], t.data, t.bytes);
+      in.shm_region = shm_->name;
+      in.shm_offset = static_cast<uint64_t>(call->slot) * shm_->slots->slotBytes() +
+                      shm_->input_offset[i];
+      shm_bytes += t.bytes;
+    }
+  }
+  std::vector<wire::InferOutput> outputs(config_.outputs.size());
+  for (size_t i = 0; i < config_.outputs.size(); ++i) {
+    outputs[i].name = config_.outputs[i].name;
+    if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
+      outputs[i].shm_region = shm_->name;
+      outputs[i].shm_offset = static_cast<uint64_t>(call->slot) * shm_->slots->slotBytes() +
+                              shm_->output_offset[i];
+      outputs[i].shm_bytes = shm_->output_capacity[i];
+    }
+  }
+  wire::InferParams params;
+  params.model_name = model_name_;
+  params.model_version = model_version_;
+  const std::string id = fmt::format("infergate-{}", batch.id);
+  params.id = id;
+  params.priority = options.priority;
+  params.timeout_us = options.timeout_us;
+  wire::encodeModelInfer(params, inputs, outputs, call->enc);
+  if (grpc_bytes_ != nullptr) grpc_bytes_->inc(call->enc.raw_bytes);
+  if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
+
+  const Batch* bp = &batch;
+  grpc_.call(kMethodModelInfer, call->enc, options.timeout_ms,
+             [this, call, bp, slot_base, done = std::move(done)](GrpcResult r) mutable {
+               if (!r.status.ok()) {
+                 done(r.status, r.not_sent);
+                 return;
+               }
+               absl::StatusOr<std::vector<wire::InferResponseOutput>> outs =
+                   wire::decodeModelInferResponse(r.body);
+               if (!outs.ok()) {
+                 done(outs.status(), false);
+                 return;
+               }
+               std::vector<BatchTensor> result;
+               result.reserve(config_.outputs.size());
+               for (size_t i = 0; i < config_.outputs.size(); ++i) {
+                 const TensorSpec& spec = config_.outputs[i];
+                 const wire::InferResponseOutput* o = nullptr;
+                 for (const auto& x : *outs) {
+                   if (x.name == spec.name) o = &x;
+                 }
+                 if (o == nullptr) {
+                   done(absl::InternalError(fmt::format(
+                            "{} returned no output '{}'", grpc_.address(), spec.name)),
+                        false);
+                   return;
+                 }
+                 if (o->datatype != dataTypeName(spec.dtype)) {
+                   done(absl::InternalError(fmt::format(
+                            "{} returned output '{}' as {}, configured {}", grpc_.address(),
+                            spec.name, o->datatype, dataTypeName(spec.dtype))),
+                        false);
+                   return;
+                 }
+                 BatchTensor t;
+                 t.name = spec.name;
+                 t.dtype = spec.dtype;
+                 t.shape = o->shape;
+                 if (o->raw != nullptr) {
+                   t.data = const_cast<uint8_t*>(o->raw);
+                   t.bytes = o->raw_bytes;
+                 } else if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
+                   std::optional<uint64_t> n = elementCount(o->shape);
+                   const uint64_t bytes = n ? *n * dataTypeSize(spec.dtype) : UINT64_MAX;
+                   if (bytes > shm_->output_capacity[i]) {
+                     done(absl::InternalError(fmt::format(
+                              "{} output '{}' shape {} exceeds its shared memory slot",
+                              grpc_.address(), spec.name, shapeToString(o->shape))),
+                          false);
+                     return;
+                   }
+                   t.data = slot_base + shm_->output_offset[i];
+                   t.bytes = static_cast<size_t>(bytes);
+                 } else {
+                   done(absl::InternalError(fmt::format(
+                            "{} returned output '{}' without raw contents", grpc_.address(),
+                            spec.name)),
+                        false);
+                   return;
+                 }
+                 result.push_back(std::move(t));
+               }
+               (void)bp;
+               done(std::move(result), false);
+               // `r` (the response buffer) and `call` (the slot) are released after done.
+             });
+}
+
+void TritonClient::shutdown() {
+  if (shm_ == nullptr) return;
+  GrpcResult r = grpc_.callSync(kMethodShmUnregister, wire::encodeNameVersion(shm_->name, ""),
+                                remote_.health_check_timeout_ms);
+  if (!r.status.ok()) {
+    spdlog::warn("model '{}': SystemSharedMemoryUnregister '{}' at {} failed: {}", config_.name,
+                 shm_->name, grpc_.address(), std::string(r.status.message()));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(const ModelConfig& config,
+                                                                  uint32_t max_inflight_batches,
+                                                                  common::MetricsRegistry* metrics) {
+  if (config.remote == nullptr || config.remote->endpoints.empty()) {
+    return absl::InvalidArgumentError(
+        fmt::format("model '{}': backend triton needs triton.endpoints", config.name));
+  }
+  const RemoteBackendConfig& remote = *config.remote;
+  std::shared_ptr<TritonShm> shm;
+  if (remote.shared_memory == SharedMemoryKind::kCuda) {
+#ifndef INFERGATE_WITH_CUDA
+    return absl::UnimplementedError(fmt::format(
+        "model '{}': triton.shared_memory: cuda needs a build with -DINFERGATE_WITH_CUDA=ON and a "
+        "GPU; use shared_memory: system or none",
+        config.name));
+#else
+    return absl::UnimplementedError(fmt::format(
+        "model '{}': triton.shared_memory: cuda is not implemented yet; use system or none",
+        config.name));
+#endif
+  }
+  if (remote.shared_memory == SharedMemoryKind::kSystem) {
+    shm = std::make_shared<TritonShm>();
+    const uint64_t variable_bytes = config.dynamic_batching
+                                        ? config.dynamic_batching->variable_input_buffer_bytes
+                                        : (1u << 20);
+    size_t off = 0;
+    for (const TensorSpec& s : config.inputs) {
+      size_t cap = fixedBatchBytes(config, s);
+      if (cap == 0) cap = variable_bytes;
+      shm->input_offset.push_back(off);
+      shm->input_capacity.push_back(cap);
+      off += alignUp(cap);
+    }
+    for (const TensorSpec& s : config.outputs) {
+      size_t cap = fixedBatchBytes(config, s);
+      shm->output_offset.push_back(cap == 0 ? SIZE_MAX : off);
+      shm->output_capacity.push_back(cap);
+      off += alignUp(cap);
+    }
+    const size_t slot_bytes = alignUp(std::max<size_t>(off, 64));
+    const size_t slots = std::max<uint32_t>(max_inflight_batches, 1);
+    const uint32_t n = g_region_counter.fetch_add(1);
+    absl::StatusOr<std::unique_ptr<ShmRegion>> region = ShmRegion::create(
+        fmt::format("/infergate.{}.{}.{}", ::getpid(), config.name, n), slot_bytes * slots);
+    if (!region.ok()) {
+      return absl::Status(region.status().code(),
+                          fmt::format("model '{}': {}", config.name,
+                                      std::string(region.status().message())));
+    }
+    shm->region = std::move(*region);
+    shm->slots = std::make_unique<ShmSlots>(slot_bytes, slots);
+    shm->name = fmt::format("infergate_{}_{}_{}", config.name, ::getpid(), n);
+  }
+  std::vector<std::unique_ptr<EndpointClient>> clients;
+  for (const std::string& ep : remote.endpoints) {
+    clients.push_back(std::make_unique<TritonClient>(config, remote, ep, shm, metrics));
+  }
+  auto pool = std::make_unique<Pool>(config.name, "triton", remote, std::move(clients), metrics);
+  absl::Status s = pool->start(true);
+  if (!s.ok()) return s;
+  return std::unique_ptr<BatchBackend>(std::move(pool));
+}
+
+}  // namespace infergate::backends

@@ -1,0 +1,75 @@
+#pragma once
+// The `triton` backend: batches sent to Triton (or any KServe v2 gRPC server) with ModelInfer,
+// over a Pool of endpoints (backends/pool.h). Inputs travel as raw_input_contents referenced
+// from the batch buffers (no copy into protobuf), or, with `shared_memory: system`, in a POSIX
+// shared memory region registered with SystemSharedMemoryRegister so that no tensor byte
+// crosses the gRPC connection (Triton needs `--allow-client-shm=true`). Start-up checks
+// ServerReady, ModelReady and ModelMetadata and refuses a backend model whose inputs/outputs
+// differ from the configuration, saying what differs. docs/BACKENDS.md.
+//
+// Threading: as Pool.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "backends/batched_model.h"
+#include "backends/grpc_client.h"
+#include "backends/grpc_client_wire.h"
+#include "backends/pool.h"
+#include "backends/shm_region.h"
+
+namespace infergate::common {
+class MetricsRegistry;
+class Counter;
+}  // namespace infergate::common
+
+namespace infergate::backends {
+
+// OK when `md` (the backend's ModelMetadata) can serve `config`'s inputs and outputs; otherwise
+// FAILED_PRECONDITION listing every difference (missing or extra input, datatype, shape).
+absl::Status compareMetadata(const ModelConfig& config, const wire::ModelMetadata& md);
+
+// The shared memory a Triton backend's endpoints share: one region, a slot per in-flight batch,
+// each slot holding every input's batch buffer and every fixed-size output.
+struct TritonShm {
+  std::unique_ptr<ShmRegion> region;
+  std::unique_ptr<ShmSlots> slots;
+  std::string name;                     // region name registered at the servers
+  std::vector<size_t> input_offset;     // within a slot
+  std::vector<size_t> input_capacity;
+  std::vector<size_t> output_offset;    // SIZE_MAX: variable-size output, returned raw
+  std::vector<size_t> output_capacity;
+};
+
+class TritonClient : public EndpointClient {
+ public:
+  // `shm` nullptr: raw_input_contents. `metrics` nullptr: none.
+  TritonClient(const ModelConfig& config, const RemoteBackendConfig& remote, std::string address,
+               std::shared_ptr<TritonShm> shm, common::MetricsRegistry* metrics);
+  const std::string& address() const override { return grpc_.address(); }
+  absl::Status probe(bool fresh) override;
+  void send(const Batch& batch, const SendOptions& options, SendDone done) override;
+  void shutdown() override;
+
+ private:
+  absl::Status registerShm();
+
+  ModelConfig config_;
+  std::string model_name_;
+  std::string model_version_;
+  const RemoteBackendConfig& remote_;
+  GrpcEndpoint grpc_;
+  std::shared_ptr<TritonShm> shm_;
+  common::Counter* grpc_bytes_ = nullptr;  // tensor bytes inside gRPC messages
+  common::Counter* shm_bytes_ = nullptr;   // tensor bytes passed through shared memory
+};
+
+// The triton backend of `config` (config.remote set, backend "triton"): clients, pool, start-up
+// checks. `max_inflight_batches`: shared memory slots. FAILED_PRECONDITION for a metadata
+// mismatch, UNAVAILABLE when no endpoint is ready within startup_timeout_ms.
+absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(const ModelConfig& config,
+                                                                  uint32_t max_inflight_batches,
+                                                                  common::MetricsRegistry* metrics);
+
+}  // namespace infergate::backends

@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""A KServe v2 gRPC test server (the Triton protocol subset infergate uses), over real gRPC
+(python3-grpcio) with messages generated from infergate's own protos at start-up.
+
+Identity semantics: output i is input i (same datatype, shape and bytes), renamed. Also:
+ServerLive/Ready, ModelReady, ModelMetadata (from --input/--output), system shared memory
+Register/Unregister/Status done for real (shm_open'ed key under /dev/shm, mmap'ed), configurable
+latency and failure injection, and a control service (JSON over raw bytes):
+  /infergate.test.Control/Set    {"latency_ms": 5, "fail_next": 3, "fail_code": "UNAVAILABLE",
+                                  "ready": false, "hang_ms": 0}
+  /infergate.test.Control/Stats  -> {"infer_requests", "infer_request_bytes" (serialized
+                                  ModelInferRequest sizes), "raw_input_bytes", "shm_input_bytes",
+                                  "regions", "ids", "priorities", "timeouts", ...}
+
+Usage: kserve_server.py --port 0 --model identity --input INPUT0:FP32:-1,16 --output OUTPUT0:FP32:-1,16
+Prints "PORT <n>" on stdout once serving.
+"""
+import argparse
+import json
+import mmap
+import os
+import sys
+import threading
+import time
+from concurrent import futures
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stubs  # noqa: E402
+
+stubs.generate()
+import grpc  # noqa: E402
+import grpc_service_pb2 as pb  # noqa: E402
+import kserve_shm_pb2 as shm_pb  # noqa: E402
+
+
+def parse_tensor(spec):
+    name, dtype, dims = spec.split(":")
+    return {"name": name, "datatype": dtype, "shape": [int(d) for d in dims.split(",") if d]}
+
+
+class State:
+    def __init__(self, args):
+        self.args = args
+        self.lock = threading.Lock()
+        self.latency_ms = args.latency_ms
+        self.fail_next = 0
+        self.fail_code = "UNAVAILABLE"
+        self.ready = True
+        self.hang_ms = 0
+        self.regions = {}  # name -> (key, offset, size, mmap)
+        self.stats = {"infer_requests": 0, "infer_request_bytes": [], "raw_input_bytes": 0,
+                      "shm_input_bytes": 0, "shm_output_bytes": 0, "ids": [], "priorities": [],
+                      "timeouts": [], "batch_sizes": [], "registers": 0, "unregisters": 0}
+
+
+def param_value(p):
+    which = p.WhichOneof("parameter_choice")
+    return getattr(p, which) if which else None
+
+
+def make_server(args):
+    st = State(args)
+    inputs = [parse_tensor(s) for s in args.input]
+    outputs = [parse_tensor(s) for s in args.output]
+
+    def abort(ctx, code, msg):
+        ctx.abort(getattr(grpc.StatusCode, code), msg)
+
+    def server_live(req, ctx):
+        return pb.ServerLiveResponse(live=True)
+
+    def server_ready(req, ctx):
+        return pb.ServerReadyResponse(ready=st.ready)
+
+    def model_ready(req, ctx):
+        return pb.ModelReadyResponse(ready=st.ready and req.name == args.model)
+
+    def server_metadata(req, ctx):
+        return pb.ServerMetadataResponse(name="kserve_test_server", version="1",
+                                         extensions=["system_shared_memory", "binary_tensor_data"])
+
+    def model_metadata(req, ctx):
+        if req.name != args.model:
+            abort(ctx, "NOT_FOUND", "Request for unknown model: '%s' is not found" % req.name)
+        r = pb.ModelMetadataResponse(name=args.model, versions=["1"], platform="test_identity")
+        for t in inputs:
+            r.inputs.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+        for t in outputs:
+            r.outputs.add(name=t["name"], datatype=t["datatype"], shape=t["shape"])
+        return r
+
+    def region_bytes(name, offset, size, ctx):
+        reg = st.regions.get(name)
+        if reg is None:
+            abort(ctx, "INVALID_ARGUMENT",
+                  "Unable to find system shared memory region: '%s'" % name)
+        key, roff, rsize, mm = reg
+        if offset + size > rsize:
+            abort(ctx, "INVALID_ARGUMENT", "shared memory region '%s' too small" % name)
+        return mm, roff + offset
+
+    def model_infer(req, ctx):
+        with st.lock:
+            latency = st.latency_ms
+            hang = st.hang_ms
+            fail = st.fail_next > 0
+            if fail:
+                st.fail_next -= 1
+            code = st.fail_code
+            st.stats["infer_requests"] += 1
+            st.stats["ids"].append(req.id)
+            if "priority" in req.parameters:
+                st.stats["priorities"].append(param_value(req.parameters["priority"]))
+            if "timeout" in req.parameters:
+                st.stats["timeouts"].append(param_value(req.parameters["timeout"]))
+        if hang:
+            time.sleep(hang / 1000.0)
+        if fail:
+            abort(ctx, code, "injected failure")
+        if req.model_name != args.model:
+            abort(ctx, "NOT_FOUND", "Request for unknown model: '%s' is not found" % req.model_name)
+        if latency:
+            time.sleep(latency / 1000.0)
+        resp = pb.ModelInferResponse(model_name=req.model_name, model_version="1", id=req.id)
+        datas = []
+        raw_i = 0
+        for t in req.inputs:
+            if "shared_memory_region" in t.parameters:
+                name = param_value(t.parameters["shared_memory_region"])
+                size = param_value(t.parameters["shared_memory_byte_size"])
+                off = param_value(t.parameters["shared_memory_offset"]) if "shared_memory_offset" in t.parameters else 0
+                mm, pos = region_bytes(name, off, size, ctx)
+                datas.append(bytes(mm[pos:pos + size]))
+                with st.lock:
+                    st.stats["shm_input_bytes"] += size
+            else:
+                if raw_i >= len(req.raw_input_contents):
+                    abort(ctx, "INVALID_ARGUMENT", "input '%s' has no data" % t.name)
+                datas.append(req.raw_input_contents[raw_i])
+                raw_i += 1
+                with st.lock:
+                    st.stats["raw_input_bytes"] += len(datas[-1])
+        if req.inputs and req.inputs[0].shape:
+            with st.lock:
+                st.stats["batch_sizes"].append(req.inputs[0].shape[0])
+        requested = {o.name: o for o in req.outputs}
+        for i, t in enumerate(req.inputs):
+            if i >= len(outputs):
+                break
+            oname = outputs[i]["name"]
+            if requested and oname not in requested:
+                continue
+            out = resp.outputs.add(name=oname, datatype=t.datatype, shape=list(t.shape))
+            ro = requested.get(oname)
+            if ro is not None and "shared_memory_region" in ro.parameters:
+                name = param_value(ro.parameters["shared_memory_region"])
+                size = param_value(ro.parameters["shared_memory_byte_size"])
+                off = param_value(ro.parameters["shared_memory_offset"]) if "shared_memory_offset" in ro.parameters else 0
+                if len(datas[i]) > size:
+                    abort(ctx, "INVALID_ARGUMENT", "output '%s' larger than its region" % oname)
+                mm, pos = region_bytes(name, off, size, ctx)
+                mm[pos:pos + len(datas[i])] = datas[i]
+                out.parameters["shared_memory_region"].string_param = name
+                out.parameters["shared_memory_byte_size"].int64_param = len(datas[i])
+                with st.lock:
+                    st.stats["shm_output_bytes"] += len(datas[i])
+            else:
+                resp.raw_output_contents.append(datas[i])
+        # raw_output_contents must pair with outputs: only allowed when no output used shm
+        if resp.raw_output_contents and len(resp.raw_output_contents) != len(resp.outputs):
+            abort(ctx, "INTERNAL", "test server: mixed shm/raw outputs not supported")
+        return resp
+
+    def shm_register(req, ctx):
+        path = "/dev/shm/" + req.key.lstrip("/")
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError as e:
+            abort(ctx, "INVALID_ARGUMENT", "Unable to open shared memory region: '%s': %s" % (req.key, e))
+        try:
+            mm = mmap.mmap(fd, req.byte_size + req.offset)
+        finally:
+            os.close(fd)
+        with st.lock:
+            if req.name in st.regions:
+                abort(ctx, "ALREADY_EXISTS", "shared memory region '%s' already in manager" % req.name)
+            st.regions[req.name] = (req.key, req.offset, req.byte_size, mm)
+            st.stats["registers"] += 1
+        return shm_pb.SystemSharedMemoryRegisterResponse()
+
+    def shm_unregister(req, ctx):
+        with st.lock:
+            names = [req.name] if req.name else list(st.regions)
+            for n in names:
+                reg = st.regions.pop(n, None)
+                if reg is not None:
+                    st.stats["unregisters"] += 1
+        return shm_pb.SystemSharedMemoryUnregisterResponse()
+
+    def shm_status(req, ctx):
+        r = shm_pb.SystemSharedMemoryStatusResponse()
+        with st.lock:
+            if req.name and req.name not in st.regions:
+                abort(ctx, "INVALID_ARGUMENT",
+                      "Unable to find system shared memory region: '%s'" % req.name)
+            for n, (key, off, size, _) in st.regions.items():
+                if req.name and n != req.name:
+                    continue
+                s = r.regions[n]
+                s.name, s.key, s.offset, s.byte_size = n, key, off, size
+        return r
+
+    def infer_deserializer(b):
+        with st.lock:
+            st.stats["infer_request_bytes"].append(len(b))
+        return pb.ModelInferRequest.FromString(b)
+
+    def unary(fn, req_cls, deser=None):
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=deser or req_cls.FromString,
+            response_serializer=lambda m: m.SerializeToString())
+
+    handlers = {
+        "ServerLive": unary(server_live, pb.ServerLiveRequest),
+        "ServerReady": unary(server_ready, pb.ServerReadyRequest),
+        "ModelReady": unary(model_ready, pb.ModelReadyRequest),
+        "ServerMetadata": unary(server_metadata, pb.ServerMetadataRequest),
+        "ModelMetadata": unary(model_metadata, pb.ModelMetadataRequest),
+        "ModelInfer": unary(model_infer, pb.ModelInferRequest, infer_deserializer),
+        "SystemSharedMemoryRegister": unary(shm_register, shm_pb.SystemSharedMemoryRegisterRequest),
+        "SystemSharedMemoryUnregister": unary(shm_unregister, shm_pb.SystemSharedMemoryUnregisterRequest),
+        "SystemSharedMemoryStatus": unary(shm_status, shm_pb.SystemSharedMemoryStatusRequest),
+    }
+
+    def ctl_set(req, ctx):
+        cfg = json.loads(req or b"{}")
+        with st.lock:
+            for k in ("latency_ms", "fail_next", "fail_code", "ready", "hang_ms"):
+                if k in cfg:
+                    setattr(st, k, cfg[k])
+        return b"{}"
+
+    def ctl_stats(req, ctx):
+        with st.lock:
+            s = dict(st.stats)
+            s["regions"] = sorted(st.regions)
+            return json.dumps(s).encode()
+
+    ctl = {
+        "Set": grpc.unary_unary_rpc_method_handler(ctl_set),
+        "Stats": grpc.unary_unary_rpc_method_handler(ctl_stats),
+    }
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=args.threads),
+                         options=[("grpc.max_receive_message_length", 256 << 20),
+                                  ("grpc.max_send_message_length", 256 << 20),
+                                  ("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((
+        grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers),
+        grpc.method_handlers_generic_handler("infergate.test.Control", ctl)))
+    port = server.add_insecure_port("127.0.0.1:%d" % args.port)
+    return server, port
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--model", default="identity")
+    ap.add_argument("--input", action="append", default=[])
+    ap.add_argument("--output", action="append", default=[])
+    ap.add_argument("--latency-ms", type=float, default=0)
+    ap.add_argument("--threads", type=int, default=16)
+    args = ap.parse_args()
+    if not args.input:
+        args.input = ["INPUT0:FP32:-1,16"]
+    if not args.output:
+        args.output = ["OUTPUT0:FP32:-1,16"]
+    server, port = make_server(args)
+    server.start()
+    print("PORT %d" % port, flush=True)
+    server.wait_for_termination()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+// Pool (backends/pool.h) over fake endpoint clients: power-of-two-choices, concurrency limits
+// with queueing, retry of batches that never left, 503 naming the endpoint for batches that
+// were sent and failed (no retry), passive ejection and re-admission by probe, fast failure
+// when nothing is healthy, deadlines forwarded.
+#include "backends/pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <mutex>
+
+#include "common/logging.h"
+#include "common/metrics.h"
+
+namespace infergate::backends {
+namespace {
+
+struct FakeState {
+  std::mutex mu;
+  absl::Status probe = absl::OkStatus();
+  // What send() does: complete inline with `result` (and not_sent), or hold the call.
+  bool hold = false;
+  absl::Status result = absl::OkStatus();
+  bool not_sent = false;
+  int sends = 0;
+  int probes = 0;
+  int fresh_probes = 0;
+  SendOptions last;
+  std::deque<EndpointClient::SendDone> held;
+};
+
+class FakeClient : public EndpointClient {
+ public:
+  FakeClient(std::string a, std::shared_ptr<FakeState> s) : addr_(std::move(a)), s_(std::move(s)) {}
+  const std::string& address() const override { return addr_; }
+  absl::Status probe(bool fresh) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    ++s_->probes;
+    if (fresh) ++s_->fresh_probes;
+    return s_->probe;
+  }
+  void send(const Batch& batch, const SendOptions& o, SendDone done) override {
+    absl::Status r;
+    bool ns;
+    {
+      std::lock_guard<std::mutex> l(s_->mu);
+      ++s_->sends;
+      s_->last = o;
+      if (s_->hold) {
+        s_->held.push_back(std::move(done));
+        return;
+      }
+      r = s_->result;
+      ns = s_->not_sent;
+    }
+    if (r.ok()) {
+      done(std::vector<BatchTensor>{}, false);
+    } else {
+      done(r, ns);
+    }
+  }
+  void shutdown() override { shut_ = true; }
+  bool shut_ = false;
+
+ private:
+  std::string addr_;
+  std::shared_ptr<FakeState> s_;
+};
+
+struct Fixture {
+  std::vector<std::shared_ptr<FakeState>> st;
+  std::unique_ptr<Pool> pool;
+  common::MetricsRegistry metrics;
+  Fixture(int n, RemoteBackendConfig cfg = {}) {
+    std::vector<std::unique_ptr<EndpointClient>> clients;
+    for (int i = 0; i < n; ++i) {
+      st.push_back(std::make_shared<FakeState>());
+      cfg.endpoints.push_back("ep" + std::to_string(i));
+      clients.push_back(std::make_unique<FakeClient>("ep" + std::to_string(i), st.back()));
+    }
+    cfg.health_check_interval_ms = 3600 * 1000;  // probes only when the test asks
+    cfg.startup_timeout_ms = 0;
+    pool = std::make_unique<Pool>("m", "triton", cfg, std::move(clients), &metrics);
+  }
+};
+
+struct Result {
+  std::atomic<int> calls{0};
+  absl::Status status;
+};
+
+// The value of the exposed sample of `name` carrying every label in `labels`; -1 if none.
+double sample(common::MetricsRegistry& m, const std::string& name, const common::Labels& labels) {
+  const std::string text = m.renderPrometheus();
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind(name + "{", 0) != 0) continue;
+    bool all = true;
+    for (const auto& [k, v] : labels) all &= line.find(k + "=\"" + v + "\"") != std::string::npos;
+    if (all) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+BatchDone collect(Result& r) {
+  return [&r](BatchOutputs o) {
+    r.status = o.status();
+    r.calls.fetch_add(1);
+  };
+}
+
+TEST(Pool, StartRefusesWhenNothingIsReadyAndNamesEachEndpoint) {
+  Fixture f(2);
+  f.st[0]->probe = absl::UnavailableError("connection refused");
+  f.st[1]->probe = absl::UnavailableError("model not ready");
+  absl::Status s = f.pool->start(true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("ep0: connection refused"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("ep1: model not ready"), absl::string_view::npos) << s;
+}
+
+TEST(Pool, MismatchIsRefusedAtOnce) {
+  Fixture f(1);
+  f.st[0]->probe = absl::FailedPreconditionError("inputs[0] 'X': datatype FP32 configured");
+  absl::Status s = f.pool->start(true);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("datatype FP32"), absl::string_view::npos);
+}
+
+TEST(Pool, SpreadsLoadAndRespectsConcurrencyLimit) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 2;
+  Fixture f(2, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  for (auto& s : f.st) s->hold = true;
+  Batch b;
+  std::vector<Result> r(6);
+  for (auto& x : r) f.pool->execute(b, collect(x));
+  // 2 endpoints x 2 = 4 in flight, 2 waiting; P2C on outstanding puts 2 on each.
+  EXPECT_EQ(f.st[0]->sends, 2);
+  EXPECT_EQ(f.st[1]->sends, 2);
+  auto st = f.pool->status();
+  EXPECT_EQ(st[0].inflight, 2u);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_inflight", {{"model", "m"}, {"endpoint", "ep0"}}), 2);
+  // Completing one dispatches a queued batch.
+  EndpointClient::SendDone d;
+  {
+    std::lock_guard<std::mutex> l(f.st[0]->mu);
+    d = std::move(f.st[0]->held.front());
+    f.st[0]->held.pop_front();
+  }
+  d(std::vector<BatchTensor>{}, false);
+  EXPECT_EQ(f.st[0]->sends + f.st[1]->sends, 5);
+  // Drain everything so the pool can be destroyed.
+  for (int round = 0; round < 4; ++round) {
+    for (auto& s : f.st) {
+      std::deque<EndpointClient::SendDone> h;
+      {
+        std::lock_guard<std::mutex> l(s->mu);
+        h.swap(s->held);
+      }
+      for (auto& x : h) x(std::vector<BatchTensor>{}, false);
+    }
+  }
+  for (auto& x : r) EXPECT_EQ(x.calls.load(), 1);
+  for (auto& x : r) EXPECT_TRUE(x.status.ok()) << x.status;
+}
+
+TEST(Pool, NeverSentIsRetriedElsewhereAndMarksUnhealthy) {
+  Fixture f(2);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.st[0]->result = f.st[1]->result = absl::OkStatus();
+  f.st[0]->result = absl::UnavailableError("failed to connect to all addresses");
+  f.st[0]->not_sent = true;
+  Batch b;
+  for (int i = 0; i < 4; ++i) {
+    Result r;
+    f.pool->execute(b, collect(r));
+    EXPECT_EQ(r.calls.load(), 1);
+    EXPECT_TRUE(r.status.ok()) << r.status;
+  }
+  EXPECT_LE(f.st[0]->sends, 1);  // once unhealthy, never picked again
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kUnhealthy);
+  // A passing probe re-admits it.
+  f.st[0]->result = absl::OkStatus();
+  f.st[0]->not_sent = false;
+  const int fresh = f.st[0]->fresh_probes;
+  f.pool->probeAll();
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
+  EXPECT_EQ(f.st[0]->fresh_probes, fresh + 1);  // set-up redone after the failure
+}
+
+TEST(Pool, SentAndFailedIs503NamingEndpointWithoutRetry) {
+  Fixture f(2);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.st[0]->result = absl::InternalError("boom");
+  f.st[1]->result = absl::InternalError("boom");
+  Batch b;
+  Result r;
+  f.pool->execute(b, collect(r));
+  EXPECT_EQ(r.calls.load(), 1);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status.message().find("triton endpoint ep"), absl::string_view::npos) << r.status;
+  EXPECT_NE(r.status.message().find("INTERNAL: boom"), absl::string_view::npos) << r.status;
+  EXPECT_EQ(f.st[0]->sends + f.st[1]->sends, 1);
+  // The request's own fault passes through unchanged.
+  f.st[0]->result = f.st[1]->result = absl::InvalidArgumentError("bad shape");
+  Result r2;
+  f.pool->execute(b, collect(r2));
+  EXPECT_EQ(r2.status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Pool, EjectsAfterConsecutiveFailuresAndReadmitsAfterProbe) {
+  RemoteBackendConfig cfg;
+  cfg.eject_after_failures = 2;
+  cfg.ejection_ms = 1;
+  Fixture f(1, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.st[0]->result = absl::UnavailableError("overloaded");
+  Batch b;
+  for (int i = 0; i < 2; ++i) {
+    Result r;
+    f.pool->execute(b, collect(r));
+  }
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kEjected);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_ejections_total", {{"model", "m"}, {"endpoint", "ep0"}}), 1);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_errors_total", {{"model", "m"}, {"endpoint", "ep0"}, {"code", "UNAVAILABLE"}}), 2);
+  // Nothing healthy: fast failure, naming the endpoint and its state.
+  Result r;
+  f.pool->execute(b, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(r.status.message().find("no healthy triton endpoint for model 'm' (ep0 ejected"),
+            absl::string_view::npos) << r.status;
+  EXPECT_EQ(f.st[0]->sends, 2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  f.st[0]->result = absl::OkStatus();
+  f.pool->probeAll();
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
+  Result ok;
+  f.pool->execute(b, collect(ok));
+  EXPECT_TRUE(ok.status.ok());
+}
+
+TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
+  Fixture f(1);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Batch b;
+  auto q = std::make_unique<QueuedRequest>();
+  q->deadline_ns = common::monotonicNs() + 300'000'000;  // 300 ms
+  q->request.priority = 2;
+  b.requests.push_back(std::move(q));
+  Result r;
+  f.pool->execute(b, collect(r));
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_LE(f.st[0]->last.timeout_ms, 300u);
+  EXPECT_GT(f.st[0]->last.timeout_ms, 200u);
+  EXPECT_GT(f.st[0]->last.timeout_us, 200'000u);
+  EXPECT_EQ(f.st[0]->last.priority, 2);
+  b.requests[0]->deadline_ns = common::monotonicNs() - 1;
+  Result late;
+  f.pool->execute(b, collect(late));
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(late.status.message(), "Request timeout expired");
+  EXPECT_EQ(f.st[0]->sends, 1);
+}
+
+}  // namespace
+}  // namespace infergate::backends
