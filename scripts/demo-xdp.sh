@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The xdp-filter demo (called by scripts/demo.sh --mode xdp-filter; needs root and a build):
 # two fresh network namespaces joined by a veth pair; infergate in xdp-filter mode in one,
-# wrk and a malformed-request sender in the other; a report with the XDP counters.
+# infergate-bench and a malformed-request sender in the other; a report with the XDP counters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=5; CONNS=32
@@ -55,8 +55,9 @@ for _ in $(seq 100); do
 done
 sed 's/^/   | /' "$WORK/infergate.log"
 
-echo "== load: wrk from $CL, ${CONNS} keep-alive connections, ${DURATION}s, KServe v2 infer (FP32 1x16)"
-ip netns exec "$CL" wrk -t 1 -c "$CONNS" -d "${DURATION}s" -s bench/wrk/infer.lua "http://$GW_IP:8000/" >"$WORK/wrk.out"
+echo "== load: infergate-bench from $CL, ${CONNS} keep-alive connections (closed loop), ${DURATION}s, KServe v2 infer (FP32 1x16)"
+ip netns exec "$CL" "$PWD/build/bench/load/infergate-bench" -u "$GW_IP:8000" --mode closed \
+  --concurrency "$CONNS" -d "$DURATION" --warmup 0 --progress never --json "$WORK/bench.json" >"$WORK/bench.out"
 echo "== 20 malformed request starts (bad method, path outside /v2/, bad version)"
 ip netns exec "$CL" /usr/bin/python3 - "$GW_IP" <<'PY'
 import socket, sys
@@ -75,15 +76,17 @@ for i in range(20):
 print("   %d of 20 were reset by the XDP program" % reset)
 PY
 ip netns exec "$GW" curl -sS http://127.0.0.1:8002/metrics >"$WORK/metrics"
-/usr/bin/python3 - "$WORK/wrk.out" "$WORK/metrics" <<'PY'
-import json, re, sys
-r = json.loads(re.search(r"WRK_JSON (\{.*\})", open(sys.argv[1]).read()).group(1))
+/usr/bin/python3 - "$WORK/bench.json" "$WORK/metrics" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+lat = r["latency_us"]
+non2xx = sum(v for k, v in r["errors"].items() if k.startswith("http_"))
 m = open(sys.argv[2]).read()
 print("== report")
-print("  requests       %d in %.1f s" % (r["requests"], r["duration_s"]))
-print("  rate           %.0f req/s" % r["rps"])
-print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (r["p50_us"], r["p90_us"], r["p99_us"], r["max_us"]))
-print("  errors         %d (non-2xx %d)" % (r["errors"], r["non2xx"]))
+print("  requests       %d in %.1f s" % (r["ok"] + r["error_count"], r["duration_s"]))
+print("  rate           %.0f req/s" % r["achieved_rate"])
+print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (lat["p50"], lat["p90"], lat["p99"], lat["max"]))
+print("  errors         %d (non-2xx %d)" % (r["error_count"], non2xx))
 print("  XDP counters (non-zero):")
 for line in m.splitlines():
     if line.startswith("infergate_xdp_packets_total") and not line.endswith(" 0"):

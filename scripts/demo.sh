@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # infergate's self-contained demo: installs dependencies, builds, starts infergate on its
 # embedded default configuration (socket mode, identity model), runs a short keep-alive load
-# with wrk, and prints a report (rate, latency percentiles, errors, what /metrics counted).
+# with infergate-bench (closed loop, one request in flight per connection), and prints a report
+# (rate, latency percentiles, errors, what /metrics counted).
 #
 # Usage: scripts/demo.sh [--mode socket|xdp-filter|afxdp] [--duration SECONDS] [--connections N]
 #
@@ -63,20 +64,22 @@ curl -sS -X POST http://127.0.0.1:8000/v2/models/identity/infer \
   -d '{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16]}]}'
 echo
 
-echo "== load: wrk, ${CONNS} keep-alive connections, ${DURATION}s, KServe v2 infer (FP32 1x16)"
-wrk -t 1 -c "$CONNS" -d "${DURATION}s" -s bench/wrk/infer.lua http://127.0.0.1:8000/ >"$WORK/wrk.out"
+echo "== load: infergate-bench, ${CONNS} keep-alive connections (closed loop), ${DURATION}s, KServe v2 infer (FP32 1x16)"
+build/bench/load/infergate-bench -u 127.0.0.1:8000 --mode closed --concurrency "$CONNS" \
+  -d "$DURATION" --warmup 0 --progress never --json "$WORK/bench.json" >"$WORK/bench.out"
 METRICS=$(curl -sS http://127.0.0.1:8002/metrics)
-/usr/bin/python3 - "$WORK/wrk.out" <<PY
-import json, re, sys
-out = open(sys.argv[1]).read()
-r = json.loads(re.search(r"WRK_JSON (\{.*\})", out).group(1))
+/usr/bin/python3 - "$WORK/bench.json" <<PY
+import json, sys
+r = json.load(open(sys.argv[1]))
+lat = r["latency_us"]
+non2xx = sum(v for k, v in r["errors"].items() if k.startswith("http_"))
 metrics = """$METRICS"""
 ok = sum(float(l.split()[-1]) for l in metrics.splitlines()
          if l.startswith('infergate_requests_total{') and 'model="identity"' in l and 'code="200"' in l)
 print("== report")
-print("  requests       %d in %.1f s" % (r["requests"], r["duration_s"]))
-print("  rate           %.0f req/s" % r["rps"])
-print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (r["p50_us"], r["p90_us"], r["p99_us"], r["max_us"]))
-print("  errors         %d (non-2xx %d)" % (r["errors"], r["non2xx"]))
+print("  requests       %d in %.1f s" % (r["ok"] + r["error_count"], r["duration_s"]))
+print("  rate           %.0f req/s" % r["achieved_rate"])
+print("  latency        p50 %d us   p90 %d us   p99 %d us   max %d us" % (lat["p50"], lat["p90"], lat["p99"], lat["max"]))
+print("  errors         %d (non-2xx %d)" % (r["error_count"], non2xx))
 print("  /metrics       infergate_requests_total{model=identity,code=200} = %d" % ok)
 PY
