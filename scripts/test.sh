@@ -5,15 +5,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh "$@"
-cd build
-ctest --output-on-failure --timeout 600 -j1
 
 # The CUDA build is optional; where the toolkit is installed, prove it still builds and run
 # the pinned-memory tests against it (the CUDA test skips with a message without a GPU).
-if [ -x /usr/local/cuda/bin/nvcc ] || [ -d /usr/local/cuda/include ]; then
-  cd ..
+if [ -d /usr/local/cuda/include ]; then
   cmake -S . -B build-cuda -G Ninja -DINFERGATE_WITH_CUDA=ON -DINFERGATE_WITH_XDP=OFF \
     -DINFERGATE_BUILD_BENCH=OFF -DCUDAToolkit_ROOT=/usr/local/cuda >/dev/null
   ninja -C build-cuda unit_backends_pinned_memory_test
-  ./build-cuda/tests/unit_backends_pinned_memory_test
+  ./build-cuda/tests/unit_backends_pinned_memory_test --gtest_brief=1
 fi
+
+cd build
+ctest --output-on-failure --timeout 600 -j1
