@@ -111,6 +111,7 @@ constexpr CounterField kTcpCounters[] = {
     {"ignored_arp", &tcp::TcpCounters::ignored_arp},
     {"ignored_icmp", &tcp::TcpCounters::ignored_icmp},
     {"ignored_other", &tcp::TcpCounters::ignored_other},
+    {"xdp_rejected", &tcp::TcpCounters::xdp_rejected},
 };
 
 uint64_t relaxed(const uint64_t& v) {

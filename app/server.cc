@@ -2,9 +2,14 @@
 
 #include "app/afxdp_mode.h"
 
+#include <algorithm>
+#include <mutex>
+
+#include "backends/batched_model.h"
 #include "backends/identity_model.h"
 #include "common/metrics.h"
 #include "fmt/ranges.h"
+#include "frontend/sniffing_session.h"
 #include "spdlog/spdlog.h"
 #ifdef INFERGATE_HAVE_XDP
 #include "xdp/xdp_filter.h"
@@ -102,10 +107,17 @@ absl::Status Server::start() {
   admin_options_ = http_options_;
   admin_options_.access_log = false;
 
+  // http: HTTP/1.1; grpc: HTTP/2 prior knowledge; auto: either, by the connection preface.
+  auto sessionFactoryFor = [this](const std::string& protocol) -> frontend::SessionFactory {
+    auto h1 = frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
+    auto h2 = frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get());
+    if (protocol == "grpc") return h2;
+    if (protocol == "auto") return frontend::makeSniffingSessionFactory(h1, h2);
+    return h1;
+  };
   if (c.mode == config::Mode::kAfXdp) {  // afxdp: userspace TCP on the interface's queues
-    auto m = startAfXdpMode(c, [this](const config::ListenerConfig& l) {
-      return l.protocol == "grpc" ? frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get())
-                                  : frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
+    auto m = startAfXdpMode(c, [sessionFactoryFor](const config::ListenerConfig& l) {
+      return sessionFactoryFor(l.protocol);
     }, registry);
     if (!m.ok()) return m.status();
     xdp_->afxdp = std::move(*m);
@@ -141,10 +153,8 @@ absl::Status Server::start() {
                             "listener '" + l.name + "': " + std::string(fd.status().message()));
       }
       reactors_[i]->addListener(
-          *fd, l.protocol == "grpc"
-                   ? frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get())
-                   : frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get()),
-          l.protocol == "grpc" ? std::string() : dataplane::SocketReactor::kHttpRefusal);
+          *fd, sessionFactoryFor(l.protocol),
+          l.protocol == "http" ? dataplane::SocketReactor::kHttpRefusal : std::string());
     }
     service_ports.push_back(port);
     spdlog::info("listener '{}' on {}:{} protocol {} ({} reactor(s), SO_REUSEPORT)", l.name,
@@ -178,6 +188,21 @@ absl::Status Server::start() {
     }
     xdp_->filter = std::move(*filter);
     xdp_->filter->registerMetrics(registry);
+    // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes
+    // while a batched model's queues are full; the level is the highest over the models.
+    struct Published { std::mutex mu; std::vector<int> levels; };
+    auto pub = std::make_shared<Published>();
+    pub->levels.resize(models_.models().size());
+    for (size_t i = 0; i < models_.models().size(); ++i) {
+      auto* bm = dynamic_cast<backends::BatchedModel*>(models_.models()[i].get());
+      if (bm == nullptr) continue;
+      bm->setOverloadListener([pub, i, f = xdp_->filter.get()](int level) {
+        std::lock_guard<std::mutex> lock(pub->mu);
+        pub->levels[i] = level;
+        const int top = *std::max_element(pub->levels.begin(), pub->levels.end());
+        if (absl::Status st = f->setOverloadLevel(top); !st.ok()) spdlog::warn("overload level: {}", st.ToString());
+      });
+    }
     spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
                  c.xdp.attach, fmt::join(service_ports, ","),
                  c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
@@ -202,6 +227,9 @@ void Server::stop(uint64_t drain_ms) {
   admin_.reset();
 #ifdef INFERGATE_HAVE_XDP
   if (xdp_ && xdp_->filter) {
+    for (auto& m : models_.models()) {
+      if (auto* bm = dynamic_cast<backends::BatchedModel*>(m.get())) bm->setOverloadListener(nullptr);
+    }
     xdp_->filter->detach();
     spdlog::info("XDP program detached from {}", config_.xdp.interface);
     xdp_->filter.reset();

@@ -30,6 +30,7 @@ BatchedModel::BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<Bat
 }
 
 BatchedModel::~BatchedModel() {
+  batcher_->setOverloadListener(nullptr);  // the listener's target may be gone first
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;

@@ -236,6 +236,10 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
     overloaded_ = &metrics->gauge(
         "infergate_batcher_overloaded",
         "1 while the model's queues are at max_total_queue_size (lowest levels are shed)", labels);
+    overload_level_gauge_ = &metrics->gauge(
+        "infergate_batcher_overload_level",
+        "Overload level published for the NIC: how many of the lowest priority classes to shed",
+        labels);
   }
 
   PinnedOptions unpinned;
@@ -357,6 +361,59 @@ void Batcher::notify() {
     n = notify_;
   }
   if (n) n();
+}
+
+uint32_t levelOfPriorityClass(int priority_class, uint32_t levels) {
+  if (levels == 0) levels = 1;
+  const int c = std::clamp(priority_class, 0, kPriorityClasses - 1);
+  return 1 + static_cast<uint32_t>(c) * levels / kPriorityClasses;
+}
+
+int shedClassesForLevel(uint32_t level, uint32_t levels) {
+  int n = 0;
+  for (int c = 0; c < kPriorityClasses; ++c) {
+    if (levelOfPriorityClass(c, levels) >= level) ++n;
+  }
+  return std::clamp(n, 1, kMaxShedClasses);
+}
+
+void Batcher::setOverloadListener(std::function<void(int level)> listener) {
+  std::lock_guard<std::mutex> lock(publish_mu_);
+  overload_listener_ = std::move(listener);
+  const int level = overload_level_.load(std::memory_order_acquire);
+  published_level_.store(level, std::memory_order_release);
+  if (overload_listener_ && level != 0) overload_listener_(level);
+}
+
+void Batcher::updateOverloadLocked(uint32_t refused_level) {
+  const size_t limit = config_.max_total_queue_size;
+  if (limit == 0) return;
+  const bool full = queued_ >= limit;
+  if (overloaded_ != nullptr) overloaded_->set(full ? 1 : 0);
+  int level = overload_level_.load(std::memory_order_relaxed);
+  if (full) level = std::max(level, shedClassesForLevel(config_.priority_levels, config_.priority_levels));
+  if (refused_level != 0) {
+    level = std::max(level, shedClassesForLevel(refused_level, config_.priority_levels));
+  }
+  // Hysteresis: stay up until the queues have drained to half the limit.
+  if (level != 0 && !full && queued_ <= limit / 2) level = 0;
+  if (level != overload_level_.load(std::memory_order_relaxed)) {
+    overload_level_.store(level, std::memory_order_release);
+    if (overload_level_gauge_ != nullptr) overload_level_gauge_->set(level);
+  }
+}
+
+void Batcher::publishOverload() {
+  // Fast path: nothing changed since the last publication (no lock).
+  if (overload_level_.load(std::memory_order_acquire) ==
+      published_level_.load(std::memory_order_acquire)) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(publish_mu_);
+  const int level = overload_level_.load(std::memory_order_acquire);
+  if (level == published_level_.load(std::memory_order_relaxed)) return;
+  published_level_.store(level, std::memory_order_release);
+  if (overload_listener_) overload_listener_(level);
 }
 
 uint32_t Batcher::levelOf(int64_t priority) const {
@@ -517,6 +574,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
 
   std::vector<Answer> answers;
   uint64_t ticket = 0;
+  uint32_t refused_level = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Level& level = levels_[level_no - 1];
@@ -538,6 +596,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
           std::unique_ptr<QueuedRequest> up = removeLocked(victim);
           tickets_.erase(up->ticket);
           if (low.shed != nullptr) low.shed->inc();
+          refused_level = l;
           answers.push_back({std::move(up->done),
                              overloadStatus(fmt::format(
                                  "Request shed: model overloaded, priority level {} dropped", l))});
@@ -546,6 +605,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
         }
         if (!admit) {
           if (level.rejected_overload != nullptr) level.rejected_overload->inc();
+          refused_level = level_no;
           answers.push_back({std::move(r->done), overloadStatus(kQueueFullMessage)});
         }
       }
@@ -566,10 +626,9 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
         if (slot_bytes_ != nullptr && placed) slot_bytes_->inc(bytes);
       }
     }
-    if (overloaded_ != nullptr && config_.max_total_queue_size > 0) {
-      overloaded_->set(queued_ >= config_.max_total_queue_size ? 1 : 0);
-    }
+    updateOverloadLocked(refused_level);
   }
+  publishOverload();
   flush(answers);
   if (ticket != 0) notify();
   return ticket;
@@ -592,7 +651,9 @@ bool Batcher::cancel(uint64_t ticket) {
     Level& level = levels_[up->level - 1];
     if (level.cancelled != nullptr) level.cancelled->inc();
     answers.push_back({std::move(up->done), absl::CancelledError("Request cancelled")});
+    updateOverloadLocked(0);
   }
+  publishOverload();
   flush(answers);
   notify();
   return true;
@@ -691,13 +752,12 @@ std::unique_ptr<Batch> Batcher::poll(uint64_t* next_wake_ns) {
         }
         ++inflight_;
         if (inflight_gauge_ != nullptr) inflight_gauge_->add(1);
-        if (overloaded_ != nullptr && config_.max_total_queue_size > 0) {
-          overloaded_->set(queued_ >= config_.max_total_queue_size ? 1 : 0);
-        }
         wake = 0;  // there may be another batch due right away
       }
     }
+    updateOverloadLocked(0);
   }
+  publishOverload();
   flush(answers);
   if (next_wake_ns != nullptr) *next_wake_ns = wake;
   if (!batch) return nullptr;
@@ -902,7 +962,9 @@ void Batcher::shutdown() {
         list->clear();
       }
     }
+    updateOverloadLocked(0);
   }
+  publishOverload();
   flush(answers);
 }
 

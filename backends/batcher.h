@@ -40,6 +40,20 @@ class Histogram;
 
 namespace infergate::backends {
 
+// infergate's priority classes (the XDP program's tag): 0 (high), 1 (normal), 2 (low),
+// 3 (background). See docs/BATCHING.md "Priority" for the mapping to Triton levels.
+inline constexpr int kPriorityClasses = 4;
+// The most classes the overload level sheds at the NIC: class 0 is never shed there.
+inline constexpr int kMaxShedClasses = kPriorityClasses - 1;
+
+// Triton level (1 = highest .. levels) of priority class `priority_class` (clamped to 0..3):
+// 1 + floor(class x levels / 4). levels 0 counts as 1.
+uint32_t levelOfPriorityClass(int priority_class, uint32_t levels);
+// The overload level (how many of the lowest classes the NIC sheds) that stops every class
+// whose Triton level is `level` or lower priority: the count of classes c with
+// levelOfPriorityClass(c, levels) >= level, clamped to 1..kMaxShedClasses.
+int shedClassesForLevel(uint32_t level, uint32_t levels);
+
 // Time source of a batcher, in nanoseconds of a monotonic clock.
 class BatcherClock {
  public:
@@ -164,6 +178,17 @@ class Batcher {
   // return a batch sooner: enqueue, cancel, complete, shutdown.
   void setNotify(std::function<void()> notify);
 
+  // Overload publishing (docs/BATCHING.md "Overload level"): `listener(level)` is called,
+  // lock released, whenever the overload level changes: 0 = not overloaded, k = shed the k
+  // lowest priority classes (3 = background, 2 = low, 1 = normal). It rises when the model's
+  // queues reach max_total_queue_size (to the classes of the lowest level) and further when a
+  // higher level is refused or shed; it returns to 0 once the queues have drained to half of
+  // max_total_queue_size (hysteresis). Never called without max_total_queue_size. Calls are
+  // serialised and always carry the latest level. The listener is called once at once with the
+  // current level when it is not 0.
+  void setOverloadListener(std::function<void(int level)> listener);
+  int overloadLevel() const { return overload_level_.load(std::memory_order_acquire); }
+
   // The level (1..levels) of a KServe priority: 0, negative or > levels -> default level
   // (Triton's rule).
   uint32_t levelOf(int64_t priority) const;
@@ -212,6 +237,10 @@ class Batcher {
   std::unique_ptr<QueuedRequest> removeLocked(QueuedRequest* r);
   void flush(std::vector<Answer>& answers);
   void notify();
+  // Recomputes the overload level (and the overloaded gauge) after a change of queued_;
+  // `refused_level`: the level of a request just refused or shed for overload (0: none).
+  void updateOverloadLocked(uint32_t refused_level);
+  void publishOverload();
 
   ModelConfig model_;
   BatchingConfig config_;
@@ -246,6 +275,13 @@ class Batcher {
   common::Counter* backend_errors_ = nullptr;
   common::Gauge* inflight_gauge_ = nullptr;
   common::Gauge* overloaded_ = nullptr;
+  common::Gauge* overload_level_gauge_ = nullptr;
+
+  // Overload level: written under mu_, published under publish_mu_.
+  std::atomic<int> overload_level_{0};
+  std::atomic<int> published_level_{0};
+  std::mutex publish_mu_;
+  std::function<void(int)> overload_listener_;  // guarded by publish_mu_
 };
 
 }  // namespace infergate::backends

@@ -430,7 +430,7 @@ class Loader {
       }
       if (YAML::Node v = l["protocol"]; v.IsDefined()) {
         IG_CONFIG_TRY(
-            readChoice(v, join(path, "protocol"), "protocol", {"http", "grpc"}, lc.protocol));
+            readChoice(v, join(path, "protocol"), "protocol", {"http", "grpc", "auto"}, lc.protocol));
       }
       IpAddress ip = *parseIp(lc.address);
       for (size_t j = 0; j < c.listeners.size(); ++j) {

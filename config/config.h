@@ -23,7 +23,7 @@ struct ListenerConfig {
   std::string name = "http";
   std::string address = "0.0.0.0";
   uint16_t port = 8000;             // 0: pick a free port (tests); the log says which
-  std::string protocol = "http";    // http (HTTP/1.1: KServe v2 REST) | grpc (later issues)
+  std::string protocol = "http";    // http (HTTP/1.1) | grpc (HTTP/2, prior knowledge) | auto (either, by the connection preface)
 };
 
 struct LimitsConfig {

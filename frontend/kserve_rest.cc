@@ -4,9 +4,12 @@
 #include <string_view>
 #include <utility>
 
+#include "backends/batched_model.h"
+#include "backends/batcher.h"
 #include "common/logging.h"
 #include "frontend/kserve_json.h"
 #include "frontend/session.h"
+#include "frontend/tfserving_rest.h"
 
 namespace infergate::frontend {
 namespace {
@@ -72,6 +75,32 @@ int httpStatusFor(const absl::Status& status) {
   }
 }
 
+absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
+                                        std::optional<int> tag_class, uint32_t levels) {
+  if (kserve_priority > 0) return kserve_priority;
+  if (header != nullptr) {
+    int64_t v = 0;
+    const char* b = header->data();
+    const char* e = b + header->size();
+    auto [p, ec] = std::from_chars(b, e, v);
+    if (header->empty() || ec != std::errc() || p != e || v < 0) {
+      return absl::InvalidArgumentError(
+          std::string(kPriorityHeader) + " must be a non-negative integer, got '" +
+          header->substr(0, 64) + "'");
+    }
+    if (v > 0) return v;
+  }
+  if (tag_class && levels > 0) {
+    return static_cast<int64_t>(backends::levelOfPriorityClass(*tag_class, levels));
+  }
+  return int64_t{0};
+}
+
+uint32_t priorityLevelsOf(const backends::Model& model) {
+  const auto* batched = dynamic_cast<const backends::BatchedModel*>(&model);
+  return batched != nullptr ? batched->priorityLevels() : 0;
+}
+
 KServeRestHandler::KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
                                      ServerMetrics* metrics)
     : registry_(registry), info_(std::move(info)), metrics_(metrics) {}
@@ -83,6 +112,10 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
 void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
                                std::shared_ptr<backends::CancelToken> cancel) {
   const std::string_view path = request.path();
+  if (TfServingRestHandler::handles(path)) {  // TF Serving REST (frontend/tfserving_rest.h)
+    return TfServingRestHandler(registry_, metrics_)
+        .handle(std::move(request), std::move(respond), std::move(cancel));
+  }
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   const uint64_t start = request.received_ns;
@@ -182,6 +215,16 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   }
   if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
     return finish(errorResponse(httpStatusFor(st), std::string(st.message())));
+  }
+  {
+    absl::StatusOr<int64_t> prio = resolvePriority(
+        req->priority, request.header(kPriorityHeader),
+        request.has_tag ? std::optional<int>(request.priority_class) : std::nullopt,
+        priorityLevelsOf(model));
+    if (!prio.ok()) {
+      return finish(errorResponse(httpStatusFor(prio.status()), std::string(prio.status().message())));
+    }
+    req->priority = *prio;
   }
   req->cancel = std::move(cancel);
   model.infer(std::move(*req), [finish = std::move(finish)](

@@ -6,8 +6,11 @@
 // Status codes follow Triton's mapping (docs/PROTOCOLS.md). Threading: handle() runs on the
 // connection's loop thread; models may answer from any thread.
 
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "backends/model.h"
 #include "frontend/http1_session.h"
 #include "frontend/http_handler.h"
@@ -24,6 +27,24 @@ struct ServerInfo {
 // 404, UNAVAILABLE 503, UNIMPLEMENTED 501, RESOURCE_EXHAUSTED 429, DEADLINE_EXCEEDED 504,
 // INTERNAL and others 500).
 int httpStatusFor(const absl::Status& status);
+
+// The header (HTTP/1.1) and gRPC metadata key that carries a request's priority: a Triton level
+// (1 = highest .. priority_levels; 0 = the model's default level), decimal.
+inline constexpr std::string_view kPriorityHeader = "x-infergate-priority";
+
+// A request's priority (InferRequest::priority, a Triton level; 0 = the default level), from
+// the first source present (docs/BATCHING.md "Priority"):
+//   1. `kserve_priority` > 0: the KServe `priority` request parameter, as decoded;
+//   2. `header` (non-null): the x-infergate-priority header / metadata value;
+//   3. `tag_class`: the XDP tag's class 0..3, mapped to `levels` Triton levels by
+//      backends::levelOfPriorityClass (with `levels` 0 — a model without priority levels — the
+//      class is ignored);
+//   4. else 0 (the level default).
+// INVALID_ARGUMENT when the header value is not a non-negative decimal integer.
+absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
+                                        std::optional<int> tag_class, uint32_t levels);
+// Triton priority levels of `model`: a BatchedModel's priority_levels, else 0.
+uint32_t priorityLevelsOf(const backends::Model& model);
 
 // Infer requests are decoded one copy into the model's batch slots when it has them
 // (Model::placeInputs, docs/BATCHING.md "One copy") and carry the session's cancel token

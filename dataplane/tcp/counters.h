@@ -75,6 +75,7 @@ struct TcpCounters {
   uint64_t ignored_arp = 0;     // not ours: the kernel answers ARP, ND and ping
   uint64_t ignored_icmp = 0;
   uint64_t ignored_other = 0;   // IP but neither TCP nor ICMP
+  uint64_t xdp_rejected = 0;    // connections freed because the XDP program rejected the flow
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::array<uint64_t, static_cast<size_t>(TcpState::kCount)> conns_by_state{};  // gauges
 

@@ -18,13 +18,19 @@ class FakePacketDevice final : public PacketDevice {
     for (size_t i = 0; i < tx_frames; ++i) free_.push_back(i);
   }
 
-  void inject(std::vector<uint8_t> frame) { rx_.push_back(std::move(frame)); }
+  // `meta`: what rxBurst() puts in Frame::meta (the XDP program's tag, frame_tag.h).
+  void inject(std::vector<uint8_t> frame, uint64_t meta = 0) {
+    rx_.push_back(std::move(frame));
+    rx_meta_.push_back(meta);
+  }
 
   size_t rxBurst(Frame* frames, size_t max) override {
     size_t n = 0;
     while (n < max && !rx_.empty()) {
       held_.push_back(std::move(rx_.front()));
       rx_.pop_front();
+      frames[n].meta = rx_meta_.front();
+      rx_meta_.pop_front();
       frames[n].data = held_.back().data();
       frames[n].len = static_cast<uint32_t>(held_.back().size());
       frames[n].handle = n;
@@ -66,6 +72,7 @@ class FakePacketDevice final : public PacketDevice {
   std::vector<std::vector<uint8_t>> buffers_;
   std::vector<size_t> free_;
   std::deque<std::vector<uint8_t>> rx_;
+  std::deque<uint64_t> rx_meta_;
   std::vector<std::vector<uint8_t>> held_;
 };
 

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "dataplane/tcp/frame_tag.h"
 #include "dataplane/tcp/seq.h"
 
 namespace infergate::dataplane::tcp {
@@ -58,6 +59,8 @@ struct Tcb {
   uint32_t peer_fin_seq = 0;
   bool fin_received = false, peer_close_notified = false;
   bool paused = false, deliver_pending = false, ack_now = false, dirty = false;
+  // Frame::meta of the segment that started the latest request (frame_tag.h); 0: none.
+  uint64_t tag_meta = 0;
   uint32_t segs_unacked = 0;
   // Timers (0 = off); the earliest is in the stack's wheel.
   uint64_t rto_at = 0, delack_at = 0, persist_at = 0, ka_at = 0, close_at = 0;
@@ -100,6 +103,19 @@ struct TcpStack::Conn final : Tcb, frontend::Transport {
   }
   frontend::Loop& loop() override { return *stack->loop_; }
   size_t pendingBytes() const override { return tx.size(); }
+  std::optional<frontend::IngressTag> ingressTag() override {
+    if (!metaValid(tag_meta)) return std::nullopt;
+    frontend::IngressTag t;
+    const uint8_t cls = metaClass(tag_meta);
+    t.priority_class = cls <= 3 ? cls : 1;
+    const uint8_t v = metaVerdict(tag_meta);
+    t.verdict = v == kVerdictRateLimited ? frontend::IngressTag::Verdict::kRateLimited
+                : v == kVerdictOverload  ? frontend::IngressTag::Verdict::kOverload
+                                         : frontend::IngressTag::Verdict::kAdmit;
+    t.rx_ns = tag_rx_ns;
+    return t;
+  }
+  uint64_t tag_rx_ns = 0;  // stack clock when the tagged segment was handled
 };
 
 class TcpStack::OwnLoop final : public frontend::Loop {
@@ -316,9 +332,11 @@ void TcpStack::markDirty(Conn& c) {
 // ---------------------------------------------------------------------------------------
 // Entry points
 
-void TcpStack::onFrame(const uint8_t* frame, size_t len) {
+void TcpStack::onFrame(const uint8_t* frame, size_t len, uint64_t meta) {
   now_ = clock_();
+  cur_meta_ = meta;
   handleFrame(frame, len);
+  cur_meta_ = 0;
   flushDirty();
   flushTx();
 }
@@ -328,7 +346,11 @@ size_t TcpStack::processRx(size_t max) {
   const size_t n = device_.rxBurst(rx_batch_.data(), max);
   if (n == 0) return 0;
   now_ = clock_();
-  for (size_t i = 0; i < n; ++i) handleFrame(rx_batch_[i].data, rx_batch_[i].len);
+  for (size_t i = 0; i < n; ++i) {
+    cur_meta_ = rx_batch_[i].meta;
+    handleFrame(rx_batch_[i].data, rx_batch_[i].len);
+  }
+  cur_meta_ = 0;
   device_.rxRelease(rx_batch_.data(), n);
   flushDirty();
   flushTx();
@@ -423,6 +445,17 @@ void TcpStack::handleSegment(const Segment& seg) {
     return;
   }
   Conn* c = lookup(seg.key);
+  if (metaValid(cur_meta_) && (metaFlags(cur_meta_) & kTagRejected)) {
+    // The XDP program rejected this flow: free the connection at once (RST from our state
+    // too, in case the program left the answer to us; a second RST is harmless).
+    if (c == nullptr) {
+      counters_.drop(DropReason::kNoConnection);
+      return;
+    }
+    ++counters_.xdp_rejected;
+    resetConn(*c, true);
+    return;
+  }
   if (c == nullptr) {
     handleListen(seg);
     return;
@@ -808,6 +841,14 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
   uint32_t seq = seg.seq;
   const uint8_t* data = seg.payload;
   uint32_t len = seg.payload_len;
+  if (len > 0 && metaValid(cur_meta_) && (metaFlags(cur_meta_) & kTagRequestStart) &&
+      seqGt(seq + len, c.rcv_nxt)) {
+    // The segment that starts a request (as the XDP program judged it): its tag is what
+    // ingressTag() answers while the session parses that request. A retransmission of bytes
+    // already delivered does not count.
+    c.tag_meta = cur_meta_;
+    c.tag_rx_ns = now_;
+  }
   if (len > 0 && seqLt(seq, c.rcv_nxt)) {
     const uint32_t d = c.rcv_nxt - seq;
     if (d >= len) {

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -88,8 +89,9 @@ class TcpStack {
   // Accepts connections to `port` (any local address the device delivers).
   absl::Status listen(uint16_t port, frontend::SessionFactory factory);
 
-  // One received Ethernet frame; what it causes is transmitted before returning.
-  void onFrame(const uint8_t* frame, size_t len);
+  // One received Ethernet frame; what it causes is transmitted before returning. `meta`:
+  // what the device put in Frame::meta (the XDP program's tag, dataplane/tcp/frame_tag.h).
+  void onFrame(const uint8_t* frame, size_t len, uint64_t meta = 0);
   // Pulls up to `max` frames from the device, handles them, releases them, flushes tx.
   size_t processRx(size_t max = 64);
   // Timers, posted work, session ticks; flushes tx. Call at least every timer granularity.
@@ -158,6 +160,7 @@ class TcpStack {
   std::unique_ptr<OwnLoop> own_loop_;
   frontend::Loop* loop_;
   uint64_t now_ = 0;
+  uint64_t cur_meta_ = 0;  // Frame::meta of the frame being handled
   uint32_t mtu_;
   TcpCounters counters_;
   ChunkPool pool_;

@@ -17,6 +17,12 @@
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 #include "xdp/ingress_shared.h"
+#include "dataplane/tcp/frame_tag.h"
+
+// The stack reads Frame::meta with dataplane/tcp/frame_tag.h: same values as the program's.
+static_assert(infergate::dataplane::tcp::kVerdictRateLimited == IG_TV_RATE_LIMITED);
+static_assert(infergate::dataplane::tcp::kVerdictOverload == IG_TV_OVERLOAD);
+static_assert(infergate::dataplane::tcp::kTagRequestStart == IG_TF_REQUEST_START);
 
 #ifndef SO_PREFER_BUSY_POLL
 #define SO_PREFER_BUSY_POLL 69

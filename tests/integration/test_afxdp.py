@@ -6,7 +6,10 @@ gateway namespace's kernel."""
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -17,13 +20,15 @@ import netns  # noqa: E402
 CONFIG = """
 mode: afxdp
 reactors: {reactors}
-listeners: [{{name: http, address: 0.0.0.0, port: 8000, protocol: http}}]
+listeners:
+  - {{name: http, address: 0.0.0.0, port: 8000, protocol: http}}
+  - {{name: grpc, address: 0.0.0.0, port: 8001, protocol: grpc}}
 admin: {{address: 127.0.0.1, port: 8002}}
 limits: {{max_body_bytes: 67108864, max_connections: 4096}}
 xdp:
   interface: {ifname}
   attach: native
-models:
+{xdp_extra}models:
   - name: identity
     max_batch_size: 8
     inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
@@ -121,10 +126,71 @@ print("no reply")
 '''
 
 
-def start_gateway(net, name="gw", reactors=1, env=None, expect_start=True):
+# Runs in the client namespace: N requests on one keep-alive connection; prints the statuses.
+BURST_CLIENT = r'''
+import json, socket, sys
+host, n, body = sys.argv[1], int(sys.argv[2]), sys.argv[3].encode()
+s = socket.create_connection((host, 8000), timeout=10)
+req = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+out, buf = [], b""
+for _ in range(n):
+    s.sendall(req)
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(65536)
+        if not d:
+            raise RuntimeError("eof")
+        buf += d
+    head, _, buf = buf.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    clen = [int(l.split(":", 1)[1]) for l in lines[1:] if l.lower().startswith("content-length")][0]
+    while len(buf) < clen:
+        buf += s.recv(65536)
+    body_out, buf = buf[:clen], buf[clen:]
+    out.append([int(lines[0].split()[1]), body_out.decode(errors="replace")[:200]])
+print(json.dumps(out))
+'''
+
+# Runs in the client namespace: python grpcio (stubs generated from frontend/proto) against the
+# grpc listener: ServerReady, 20 ModelInfer calls with raw contents, a 1 MiB UINT8 tensor.
+GRPC_CLIENT = r'''
+import json, struct, sys
+sys.path.insert(0, sys.argv[1])
+import grpc
+import grpc_service_pb2 as pb, grpc_service_pb2_grpc as svc
+ch = grpc.insecure_channel("%s:8001" % sys.argv[2], options=[("grpc.enable_http_proxy", 0)])
+stub = svc.GRPCInferenceServiceStub(ch)
+out = {"ready": stub.ServerReady(pb.ServerReadyRequest(), timeout=10).ready}
+ok = 0
+for i in range(20):
+    vals = [float(i * 16 + k) * 0.5 for k in range(16)]
+    req = pb.ModelInferRequest(model_name="identity", id="r%d" % i)
+    inp = req.inputs.add()
+    inp.name, inp.datatype = "INPUT0", "FP32"
+    inp.shape.extend([1, 16])
+    req.raw_input_contents.append(struct.pack("<16f", *vals))
+    r = stub.ModelInfer(req, timeout=10)
+    if (r.id == "r%d" % i and r.model_name == "identity" and r.outputs[0].name == "OUTPUT0"
+            and list(r.outputs[0].shape) == [1, 16]
+            and list(struct.unpack("<16f", r.raw_output_contents[0])) == vals):
+        ok += 1
+out["infer_ok"] = ok
+raw = bytes(range(256)) * 4096
+req = pb.ModelInferRequest(model_name="big")
+inp = req.inputs.add()
+inp.name, inp.datatype = "INPUT0", "UINT8"
+inp.shape.extend([len(raw)])
+req.raw_input_contents.append(raw)
+r = stub.ModelInfer(req, timeout=30)
+out["big_exact"] = len(r.raw_output_contents) == 1 and r.raw_output_contents[0] == raw
+ch.close()
+print(json.dumps(out))
+'''
+
+
+def start_gateway(net, name="gw", reactors=1, env=None, expect_start=True, xdp_extra=""):
     cfg = os.path.join(net.tmp, name + ".yaml")
     with open(cfg, "w") as f:
-        f.write(CONFIG.format(ifname=net.gw_if, reactors=reactors))
+        f.write(CONFIG.format(ifname=net.gw_if, reactors=reactors, xdp_extra=xdp_extra))
     log = open(os.path.join(net.tmp, name + ".log"), "w+")
     full_env = dict(os.environ)
     full_env.update(env or {})
@@ -251,6 +317,64 @@ class AfXdpTest(unittest.TestCase):
         finally:
             rc = stop(p2)
         self.assertEqual(rc, 0, open(log2).read()[-3000:])
+
+    def test_request_rate_limit_answers_429(self):
+        # The program tags each request start (rate over the source's budget: verdict
+        # rate-limited) in the frame's metadata; our TCP carries the request start's tag to
+        # Transport::ingressTag() and the KServe handler answers 429 without doing the work.
+        net = self.net
+        p, log = start_gateway(net, name="rl", xdp_extra="  request_rate_limit: {rate_per_sec: 5, burst: 5}\n")
+        try:
+            r = net.run_client(["/usr/bin/python3", "-c", BURST_CLIENT, net.gw_ip, "30", BODY],
+                               timeout=60, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+            res = json.loads(r.stdout)
+            codes = [c for c, _ in res]
+            ok, limited = codes.count(200), codes.count(429)
+            print("\n[afxdp request_rate_limit 5/s burst 5] 30 requests: %d x 200, %d x 429" % (ok, limited),
+                  file=sys.stderr)
+            self.assertEqual(ok + limited, 30, codes)
+            self.assertGreaterEqual(ok, 5, codes)          # the burst
+            self.assertLessEqual(ok, 5 + 5 * 3, codes)     # + what refills during the run
+            self.assertGreater(limited, 0, codes)
+            for c, b in res:
+                if c == 200:
+                    self.assertEqual(json.loads(b)["outputs"][0]["data"], list(range(16)))
+            self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="429"), limited)
+            self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="200"), ok)
+            # All on one keep-alive connection: the 429s did not cost the connection.
+            self.assertEqual(metric(net, "infergate_tcp_accepted_total"), 1)
+        finally:
+            rc = stop(p)
+        self.assertEqual(rc, 0, open(log).read()[-3000:])
+
+    def test_grpc_model_infer(self):
+        # python grpcio over the kernel's TCP -> XDP -> AF_XDP -> our TCP -> Http2Session/gRPC.
+        stubs = tempfile.mkdtemp(prefix="ig-afxdp-grpc-")
+        try:
+            proto_dir = os.path.join(harness.ARGS.source, "frontend", "proto")
+            gen = subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
+                                  "-I/usr/include", "--python_out=" + stubs, "--grpc_python_out=" + stubs,
+                                  os.path.join(proto_dir, "grpc_service.proto")],
+                                 capture_output=True, text=True)
+            if gen.returncode != 0:
+                raise unittest.SkipTest("grpc_tools.protoc failed: " + gen.stderr[-500:])
+            net = self.net
+            p, log = start_gateway(net, name="grpc")
+            try:
+                self.assertIn("grpc", open(log).read())
+                r = net.run_client(["/usr/bin/python3", "-c", GRPC_CLIENT, stubs, net.gw_ip],
+                                   timeout=120, check=False)
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:] + open(log).read()[-2000:])
+                res = json.loads(r.stdout)
+                self.assertEqual(res, {"ready": True, "infer_ok": 20, "big_exact": True})
+                self.assertGreaterEqual(metric(net, "infergate_tcp_accepted_total"), 1)
+                self.assertEqual(metric(net, "infergate_tcp_drops_total", reason="bad_tcp_checksum"), 0)
+            finally:
+                rc = stop(p)
+            self.assertEqual(rc, 0, open(log).read()[-3000:])
+        finally:
+            shutil.rmtree(stubs, ignore_errors=True)
 
     def test_queue_count_must_match_reactors(self):
         p, log = start_gateway(self.net, reactors=2, expect_start=False)

@@ -74,9 +74,11 @@ def infer_body(model_cols, req_id, priority=None, timeout_us=None, value=1.0):
     return json.dumps(body).encode()
 
 
-def post(sock, model, body):
+def post(sock, model, body, headers=None):
+    extra = "".join("%s: %s\r\n" % kv for kv in (headers or {}).items())
     req = ("POST /v2/models/%s/infer HTTP/1.1\r\nHost: localhost\r\n"
-           "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (model, len(body)))
+           "Content-Type: application/json\r\n%sContent-Length: %d\r\n\r\n"
+           % (model, extra, len(body)))
     sock.sendall(req.encode() + body)
 
 
@@ -100,7 +102,7 @@ class BatchingTest(unittest.TestCase):
     def hist(self, name, **labels):
         return (self.gw.metric(name + "_count", **labels), self.gw.metric(name + "_sum", **labels))
 
-    def run_clients(self, clients, per_client, priority_of):
+    def run_clients(self, clients, per_client, priority_of, via_header=False):
         """Closed-loop keep-alive clients; returns per-priority latencies and response tallies."""
         lock = threading.Lock()
         lat = {}
@@ -115,7 +117,11 @@ class BatchingTest(unittest.TestCase):
                 for i in range(per_client):
                     rid = "c%d-%d" % (c, i)
                     t0 = time.monotonic()
-                    post(s, "batched", infer_body(16, rid, priority=prio, value=float(c)))
+                    if via_header:  # x-infergate-priority only, no KServe parameter
+                        post(s, "batched", infer_body(16, rid, value=float(c)),
+                             {"x-infergate-priority": str(prio)})
+                    else:
+                        post(s, "batched", infer_body(16, rid, priority=prio, value=float(c)))
                     status, _, body, buf = harness.read_response(s, buf)
                     dt = time.monotonic() - t0
                     with lock:
@@ -176,6 +182,47 @@ class BatchingTest(unittest.TestCase):
         self.assertLess(mean[1] * 2, mean[2], "queue time per level (s): %r" % mean)
         client_mean = {p: sum(v) / len(v) for p, v in lat.items()}
         self.assertLess(client_mean[1], client_mean[2], "client latency per level: %r" % client_mean)
+
+    def queue_counts(self):
+        return {lvl: self.gw.metric("infergate_batcher_queue_time_seconds_count",
+                                    model="batched", level=str(lvl)) for lvl in (1, 2)}
+
+    def test_2b_header_priority_waits_less_under_load(self):
+        base = {lvl: self.hist("infergate_batcher_queue_time_seconds", model="batched",
+                               level=str(lvl)) for lvl in (1, 2)}
+        lat, statuses = self.run_clients(32, 15, lambda c: 1 if c % 4 == 0 else 2,
+                                         via_header=True)
+        self.assertEqual(statuses, {200: 32 * 15})
+        mean = {}
+        for lvl in (1, 2):
+            c, s = self.hist("infergate_batcher_queue_time_seconds", model="batched",
+                             level=str(lvl))
+            n = c - base[lvl][0]
+            # 8 header-level-1 clients x 15, 24 level-2 clients x 15: the header chose the level.
+            self.assertEqual(n, (8 if lvl == 1 else 24) * 15, "requests at level %d" % lvl)
+            mean[lvl] = (s - base[lvl][1]) / n
+        self.assertLess(mean[1] * 2, mean[2], "queue time per level (s): %r" % mean)
+        client_mean = {p: sum(v) / len(v) for p, v in lat.items()}
+        self.assertLess(client_mean[1], client_mean[2], "client latency per level: %r" % client_mean)
+
+    def test_2c_parameter_wins_over_header_and_bad_header_is_400(self):
+        with harness.connect(self.gw.port, timeout=10) as s:
+            before = self.queue_counts()
+            post(s, "batched", infer_body(16, "p1", priority=1), {"x-infergate-priority": "2"})
+            status, _, _, buf = harness.read_response(s)
+            self.assertEqual(status, 200)
+            after = self.queue_counts()
+            self.assertEqual((after[1] - before[1], after[2] - before[2]), (1, 0))
+            post(s, "batched", infer_body(16, "h1"), {"x-infergate-priority": "1"})
+            status, _, _, buf = harness.read_response(s, buf)
+            self.assertEqual(status, 200)
+            after2 = self.queue_counts()
+            self.assertEqual((after2[1] - after[1], after2[2] - after[2]), (1, 0))
+            post(s, "batched", infer_body(16, "bad"), {"x-infergate-priority": "urgent"})
+            status, _, body, buf = harness.read_response(s, buf)
+            self.assertEqual(status, 400)
+            self.assertIn("x-infergate-priority", json.loads(body)["error"])
+            self.assertEqual(self.queue_counts(), after2, "a refused request was queued")
 
     def test_3_expired_requests_get_503_and_are_never_run(self):
         before_timeouts = self.gw.metric("infergate_batcher_timeouts_total", model="slow")

@@ -447,6 +447,132 @@ TEST_F(BatcherTest, BatchesOnlyShapeCompatibleRequests) {
   EXPECT_EQ(outcomes_["c3"].result->value().outputs[0].shape, (std::vector<int64_t>{1, 3}));
 }
 
+TEST(PriorityClassMapping, ClassesSpreadOverTritonLevels) {
+  // 1 + floor(class x levels / 4).
+  EXPECT_EQ(levelOfPriorityClass(0, 1), 1u);
+  EXPECT_EQ(levelOfPriorityClass(3, 1), 1u);
+  EXPECT_EQ(levelOfPriorityClass(0, 2), 1u);
+  EXPECT_EQ(levelOfPriorityClass(1, 2), 1u);
+  EXPECT_EQ(levelOfPriorityClass(2, 2), 2u);
+  EXPECT_EQ(levelOfPriorityClass(3, 2), 2u);
+  EXPECT_EQ(levelOfPriorityClass(1, 3), 1u);
+  EXPECT_EQ(levelOfPriorityClass(2, 3), 2u);
+  EXPECT_EQ(levelOfPriorityClass(3, 3), 3u);
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(levelOfPriorityClass(c, 4), static_cast<uint32_t>(c + 1));
+  EXPECT_EQ(levelOfPriorityClass(1, 8), 3u);
+  EXPECT_EQ(levelOfPriorityClass(3, 8), 7u);
+  EXPECT_EQ(levelOfPriorityClass(-5, 4), 1u);  // clamped
+  EXPECT_EQ(levelOfPriorityClass(99, 4), 4u);
+  EXPECT_EQ(levelOfPriorityClass(2, 0), 1u);
+}
+
+TEST(PriorityClassMapping, ShedClassesForLevel) {
+  EXPECT_EQ(shedClassesForLevel(2, 2), 2);  // classes 2, 3
+  EXPECT_EQ(shedClassesForLevel(1, 2), 3);  // all but class 0 (never shed at the NIC)
+  EXPECT_EQ(shedClassesForLevel(4, 4), 1);
+  EXPECT_EQ(shedClassesForLevel(3, 4), 2);
+  EXPECT_EQ(shedClassesForLevel(1, 1), 3);
+  EXPECT_EQ(shedClassesForLevel(3, 3), 1);
+}
+
+TEST_F(BatcherTest, OverloadLevelIsPublishedAndDropsWithHysteresis) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 2;
+  cfg.max_total_queue_size = 4;
+  cfg.max_queue_delay_us = 1000;
+  make(model(1), cfg);  // one row per batch: each poll drains one request
+  std::vector<int> published;
+  batcher_->setOverloadListener([&](int level) { published.push_back(level); });
+  for (int i = 0; i < 3; ++i) enqueue(fp32("low" + std::to_string(i), 1, 4, 0, 2));
+  EXPECT_TRUE(published.empty());
+  EXPECT_EQ(batcher_->overloadLevel(), 0);
+  enqueue(fp32("low3", 1, 4, 0, 2));  // queues full: shed the classes of the lowest level
+  EXPECT_EQ(published, (std::vector<int>{2}));
+  EXPECT_EQ(sample("infergate_batcher_overload_level{model=\"m\"}"), 2);
+  enqueue(fp32("low4", 1, 4, 0, 2));  // refused at level 2: already shedding its classes
+  EXPECT_EQ(statusOf("low4").message(), "Exceeds maximum queue size");
+  EXPECT_EQ(published, (std::vector<int>{2}));
+  // Level 1 sheds a queued level-2 request, then level 1 itself is refused: escalate to every
+  // class but 0.
+  EXPECT_NE(enqueue(fp32("high0", 1, 4, 0, 1)), 0u);
+  EXPECT_EQ(published, (std::vector<int>{2}));
+  for (int i = 1; i <= 4; ++i) enqueue(fp32("high" + std::to_string(i), 1, 4, 0, 1));
+  EXPECT_EQ(outcomes_["high3"].calls, 0);  // queued
+  EXPECT_EQ(statusOf("high4").message(), "Exceeds maximum queue size");
+  EXPECT_EQ(published, (std::vector<int>{2, 3}));
+  EXPECT_EQ(batcher_->queued(), 4u);
+  // Drain: 3 queued (above half of 4) keeps the level; 2 (= half) clears it.
+  std::unique_ptr<Batch> b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  completeEcho(std::move(b));
+  EXPECT_EQ(batcher_->queued(), 3u);
+  EXPECT_EQ(batcher_->overloadLevel(), 3);
+  EXPECT_EQ(sample("infergate_batcher_overloaded{model=\"m\"}"), 0);
+  b = batcher_->poll();
+  ASSERT_NE(b, nullptr);
+  completeEcho(std::move(b));
+  EXPECT_EQ(batcher_->queued(), 2u);
+  EXPECT_EQ(published, (std::vector<int>{2, 3, 0}));
+  EXPECT_EQ(sample("infergate_batcher_overload_level{model=\"m\"}"), 0);
+  // A new listener hears nothing while the level is 0; refilling raises it again.
+  std::vector<int> second;
+  batcher_->setOverloadListener([&](int level) { second.push_back(level); });
+  EXPECT_TRUE(second.empty());
+  enqueue(fp32("again0", 1, 4, 0, 2));
+  enqueue(fp32("again1", 1, 4, 0, 2));
+  EXPECT_EQ(second, (std::vector<int>{2}));
+  EXPECT_EQ(published.size(), 3u);  // the old listener was replaced
+  batcher_->setOverloadListener(nullptr);  // `second` dies before the batcher
+}
+
+TEST_F(BatcherTest, OverloadLevelClearsOnExpiryCancelAndShutdown) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 4;
+  cfg.max_total_queue_size = 2;
+  cfg.max_queue_delay_us = 100000;
+  cfg.default_queue_policy.default_timeout_us = 500;
+  make(model(8), cfg);
+  std::vector<int> published;
+  enqueue(fp32("a", 1, 4, 0, 4));
+  enqueue(fp32("b", 1, 4, 0, 4));
+  EXPECT_EQ(batcher_->overloadLevel(), 1);  // only class 3 maps to level 4
+  // A listener set while overloaded hears the current level at once.
+  batcher_->setOverloadListener([&](int level) { published.push_back(level); });
+  EXPECT_EQ(published, (std::vector<int>{1}));
+  clock_.advanceUs(600);  // both expire (REJECT)
+  EXPECT_EQ(batcher_->poll(), nullptr);
+  EXPECT_EQ(published, (std::vector<int>{1, 0}));
+  const uint64_t t1 = enqueue(fp32("c", 1, 4, 0, 3));
+  enqueue(fp32("d", 1, 4, 0, 3));
+  // Full again: the classes of the lowest level (4) first, whatever level filled the queues.
+  EXPECT_EQ(published, (std::vector<int>{1, 0, 1}));
+  enqueue(fp32("f", 1, 4, 0, 3));  // level 3 refused: shed the classes of levels 3..4
+  EXPECT_EQ(published, (std::vector<int>{1, 0, 1, 2}));
+  EXPECT_TRUE(batcher_->cancel(t1));
+  EXPECT_EQ(published.back(), 0);
+  enqueue(fp32("e", 1, 4, 0, 3));
+  EXPECT_EQ(published.back(), 1);
+  batcher_->shutdown();
+  EXPECT_EQ(published, (std::vector<int>{1, 0, 1, 2, 0, 1, 0}));
+  batcher_->setOverloadListener(nullptr);
+}
+
+TEST_F(BatcherTest, NoOverloadLevelWithoutATotalLimit) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 2;
+  cfg.max_queue_delay_us = 1000;
+  cfg.default_queue_policy.max_queue_size = 1;
+  make(model(8), cfg);
+  int calls = 0;
+  batcher_->setOverloadListener([&](int) { ++calls; });
+  enqueue(fp32("a", 1, 4, 0, 2));
+  enqueue(fp32("b", 1, 4, 0, 2));  // refused by the level's own limit
+  EXPECT_EQ(statusOf("b").message(), "Exceeds maximum queue size");
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(batcher_->overloadLevel(), 0);
+  batcher_->setOverloadListener(nullptr);
+}
+
 TEST_F(BatcherTest, OverloadShedsTheLowestLevelFirst) {
   BatchingConfig cfg;
   cfg.priority_levels = 2;

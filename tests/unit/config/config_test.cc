@@ -363,7 +363,7 @@ std::vector<BadCase> badCases() {
       {"port huge", "listeners: [{port: 99999999999999999999999}]\n", "listeners[0].port",
        "must be between 0 and 65535"},
       {"bad protocol", "listeners: [{protocol: https}]\n", "listeners[0].protocol",
-       "unknown protocol 'https' (expected one of http, grpc)"},
+       "unknown protocol 'https' (expected one of http, grpc, auto)"},
       {"duplicate port",
        "listeners: [{name: a, port: 80}, {name: b, address: 0.0.0.0, port: 80}]\n",
        "listeners[1].port", "duplicate address and port"},
@@ -621,4 +621,16 @@ TEST(ConfigTest, RemoteBackendErrors) {
 }
 
 }  // namespace
+}  // namespace infergate::config
+
+namespace infergate::config {
+TEST(ConfigTest, ListenerProtocolAuto) {  // HTTP/1.1 + HTTP/2 on one port (preface sniffing)
+  absl::StatusOr<Config> c = loadConfigString(
+      "listeners: [{port: 8000, protocol: auto}]\n"
+      "models: [{name: m, inputs: [{name: I, datatype: FP32, shape: [4]}], "
+      "outputs: [{name: O, datatype: FP32, shape: [4]}]}]\n",
+      "auto.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listeners[0].protocol, "auto");
+}
 }  // namespace infergate::config

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dataplane/tcp/fake_device.h"
+#include "dataplane/tcp/frame_tag.h"
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/seq.h"
 #include "dataplane/tcp/tcp_stack.h"
@@ -23,6 +24,7 @@ struct TestSession : frontend::Session {
   explicit TestSession(frontend::Transport& t) : transport(&t) {}
   void onData(const char* d, size_t n) override {
     received.append(d, n);
+    if (transport) tags.push_back(transport->ingressTag());
     if (echo && transport) transport->send(std::string_view(d, n));
   }
   void onPeerClosed() override {
@@ -39,6 +41,7 @@ struct TestSession : frontend::Session {
   std::string received;
   bool peer_closed = false, closed = false, echo = false, close_on_peer_close = false;
   int ticks = 0;
+  std::vector<std::optional<frontend::IngressTag>> tags;  // ingressTag() at each onData
 };
 
 struct Out {
@@ -114,7 +117,7 @@ class TcpTest : public ::testing::Test {
     std::vector<uint8_t> f(9100);
     f.resize(buildSegment(f.data(), f.size(), s, reinterpret_cast<const uint8_t*>(payload.data()),
                           static_cast<uint32_t>(payload.size())));
-    stack->onFrame(f.data(), f.size());
+    stack->onFrame(f.data(), f.size(), meta);
   }
   void sendSyn(uint32_t isn, const SynOpts& o, const FlowKey* k = nullptr) {
     SegmentSpec s;
@@ -188,6 +191,7 @@ class TcpTest : public ::testing::Test {
   uint8_t nsack = 0;
   uint32_t sack[4][2] = {};
   bool echo = false, close_on_peer_close = false;
+  uint64_t meta = 0;  // Frame::meta of the segments send() injects (the XDP program's tag)
   uint32_t siss = 0, cseq = 0, sseq = 0;
 };
 
@@ -916,6 +920,133 @@ TEST_F(TcpTest, SessionTicksAndPostedWorkRunOnPoll) {
   advance(100 * kMs);
   EXPECT_TRUE(ran);
   EXPECT_EQ(session().ticks, 1);
+}
+
+}  // namespace
+}  // namespace infergate::dataplane::tcp
+
+namespace infergate::dataplane::tcp {
+namespace {
+
+// ---- Ingress tags (afxdp: the XDP program's verdict in Frame::meta) -------------------------
+
+TEST_F(TcpTest, IngressTagIsTheRequestStartSegments) {
+  start();
+  connect();
+  // No tag yet: nullopt (socket-mode behaviour without a filter).
+  send(kAck | kPsh, cseq, sseq, "xx");
+  cseq += 2;
+  ASSERT_EQ(session().tags.size(), 1u);
+  EXPECT_FALSE(session().tags[0].has_value());
+  // A request start tagged class 0, rate-limited.
+  meta = makeMeta(0, kVerdictRateLimited, kTagRequestStart);
+  send(kAck | kPsh, cseq, sseq, "POST /a");
+  cseq += 7;
+  ASSERT_EQ(session().tags.size(), 2u);
+  ASSERT_TRUE(session().tags[1].has_value());
+  EXPECT_EQ(session().tags[1]->priority_class, 0);
+  EXPECT_EQ(session().tags[1]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  EXPECT_EQ(session().tags[1]->rx_ns, now);
+  // A continuation segment (tagged, but not a request start) keeps the request's tag.
+  meta = makeMeta(2, kVerdictAdmit, 0);
+  send(kAck | kPsh, cseq, sseq, " body");
+  cseq += 5;
+  ASSERT_EQ(session().tags.size(), 3u);
+  EXPECT_EQ(session().tags[2]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  // An untagged segment keeps it too.
+  meta = 0;
+  send(kAck | kPsh, cseq, sseq, "..");
+  cseq += 2;
+  EXPECT_EQ(session().tags[3]->priority_class, 0);
+  // The next request start replaces it: class 3, overload.
+  meta = makeMeta(3, kVerdictOverload, kTagRequestStart);
+  send(kAck | kPsh, cseq, sseq, "GET /b");
+  const uint32_t start_b = cseq;
+  cseq += 6;
+  EXPECT_EQ(session().tags[4]->priority_class, 3);
+  EXPECT_EQ(session().tags[4]->verdict, frontend::IngressTag::Verdict::kOverload);
+  // A retransmission of that old start (bytes already delivered) tagged differently changes
+  // nothing; the next request start, admitted, does.
+  meta = makeMeta(1, kVerdictRateLimited, kTagRequestStart);
+  send(kAck | kPsh, start_b, sseq, "GET /b");
+  EXPECT_EQ(stack->counters().duplicate_segments, 1u);
+  meta = makeMeta(1, kVerdictAdmit, kTagRequestStart);
+  send(kAck | kPsh, cseq, sseq, "GET /c");
+  cseq += 6;
+  ASSERT_EQ(session().tags.size(), 6u);
+  EXPECT_EQ(session().tags[5]->priority_class, 1);
+  EXPECT_EQ(session().tags[5]->verdict, frontend::IngressTag::Verdict::kAdmit);
+  EXPECT_EQ(session().received, "xxPOST /a body..GET /bGET /c");
+}
+
+TEST_F(TcpTest, IngressTagOfAnOutOfOrderRequestStartAppliesWhenDelivered) {
+  start();
+  connect();
+  // The request start arrives after a hole; the tag is kept and seen once the hole fills.
+  meta = makeMeta(2, kVerdictRateLimited, kTagRequestStart);
+  send(kAck | kPsh, cseq + 3, sseq, "GET /x");
+  EXPECT_TRUE(session().tags.empty());
+  meta = 0;
+  send(kAck | kPsh, cseq, sseq, "abc");
+  ASSERT_FALSE(session().tags.empty());
+  for (const auto& t : session().tags) {
+    ASSERT_TRUE(t.has_value());
+    EXPECT_EQ(t->priority_class, 2);
+    EXPECT_EQ(t->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  }
+  EXPECT_EQ(session().received, "abcGET /x");
+}
+
+TEST_F(TcpTest, TagsComeThroughTheDeviceBurst) {
+  start();
+  connect();
+  SegmentSpec sp;
+  sp.src_mac = cmac;
+  sp.dst_mac = smac;
+  sp.key = &key;
+  sp.seq = cseq;
+  sp.ack = sseq;
+  sp.flags = kAck | kPsh;
+  sp.window = 65535;
+  std::vector<uint8_t> f(256);
+  const std::string req = "GET /y HTTP/1.1\r\n";
+  f.resize(buildSegment(f.data(), f.size(), sp, reinterpret_cast<const uint8_t*>(req.data()),
+                        static_cast<uint32_t>(req.size())));
+  dev->inject(f, makeMeta(0, kVerdictRateLimited, kTagRequestStart));
+  EXPECT_EQ(stack->processRx(), 1u);
+  ASSERT_EQ(session().tags.size(), 1u);
+  ASSERT_TRUE(session().tags[0].has_value());
+  EXPECT_EQ(session().tags[0]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+}
+
+TEST_F(TcpTest, FlowRejectedByTheXdpProgramIsFreedAtOnce) {
+  start();
+  connect();
+  send(kAck | kPsh, cseq, sseq, "GET / HTTP/1.1\r\n");
+  cseq += 16;
+  ASSERT_EQ(stack->connectionCount(), 1u);
+  drain();
+  // The program rejected the flow (its next segment, flagged): the connection is reset and
+  // freed at once, the session closed, the peer told with a RST from our sequence space.
+  meta = makeMeta(1, kVerdictAdmit, kTagRejected);
+  send(kAck | kPsh, cseq, sseq, "BAD REQUEST");
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_TRUE(session().closed);
+  EXPECT_EQ(session().received, "GET / HTTP/1.1\r\n");  // the rejected bytes never arrive
+  EXPECT_EQ(stack->counters().xdp_rejected, 1u);
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst));
+  EXPECT_EQ(out[0].seg.seq, sseq);
+  // Later flagged segments of the flow find no connection: dropped, not answered.
+  send(kAck | kPsh, cseq, sseq, "more");
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(stack->counters().dropped(DropReason::kNoConnection), 1u);
+  EXPECT_EQ(stack->counters().xdp_rejected, 1u);
+  // Without the flag a new connection on the same tuple works again.
+  meta = 0;
+  connect(50000);
+  EXPECT_EQ(stack->connectionCount(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,764 @@
+#include "frontend/tfserving_rest.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "common/logging.h"
+#include "fmt/format.h"
+#include "frontend/fp16.h"
+#include "frontend/http.h"
+#include "frontend/session.h"
+#include "simdjson.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::DataType;
+using backends::Protocol;
+using simdjson::dom::array;
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+// Marker strings standing for the non-finite tokens (a NUL first: no real JSON text sends it
+// unescaped, and a client string "\u0000..." for a float input is an error anyway).
+constexpr std::string_view kMarkNan = std::string_view("\0NaN", 4);
+constexpr std::string_view kMarkInf = std::string_view("\0Inf", 4);
+constexpr std::string_view kMarkNegInf = std::string_view("\0-Inf", 5);
+
+absl::Status invalid(std::string msg) { return absl::InvalidArgumentError(msg); }
+
+bool isIdentChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+bool isB64Object(element e, std::string_view* value) {
+  object o;
+  if (e.get(o) != simdjson::SUCCESS || o.size() != 1) return false;
+  std::string_view s;
+  if (o["b64"].get(s) != simdjson::SUCCESS) return false;
+  *value = s;
+  return true;
+}
+
+// Computes the shape of a nested list (first element at each depth).
+void shapeOf(element e, std::vector<int64_t>& shape) {
+  while (e.type() == element_type::ARRAY) {
+    array a = e.get_array().value_unsafe();
+    shape.push_back(static_cast<int64_t>(a.size()));
+    if (a.size() == 0) return;
+    e = *a.begin();
+  }
+}
+
+class Writer {
+ public:
+  Writer(const std::string& input, DataType dtype, std::vector<uint8_t>& out)
+      : input_(input), dtype_(dtype), out_(out) {}
+
+  // Writes the elements of `e`, which must have shape shape[depth..].
+  absl::Status write(element e, const std::vector<int64_t>& shape, size_t depth) {
+    if (depth < shape.size()) {
+      array a;
+      if (e.get(a) != simdjson::SUCCESS || static_cast<int64_t>(a.size()) != shape[depth]) {
+        return invalid(fmt::format(
+            "input '{}': ragged or mis-shaped list: expected a list of {} at depth {}", input_,
+            shape[depth], depth));
+      }
+      for (element c : a) {
+        if (absl::Status s = write(c, shape, depth + 1); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    }
+    if (e.type() == element_type::ARRAY) {
+      return invalid(fmt::format("input '{}': ragged list: unexpected list at depth {}", input_,
+                                 depth));
+    }
+    return scalar(e);
+  }
+
+ private:
+  template <typename T>
+  void put(T v) {
+    const size_t at = out_.size();
+    out_.resize(at + sizeof(T));
+    std::memcpy(out_.data() + at, &v, sizeof(T));
+  }
+
+  absl::Status typeError(element e, std::string_view want) {
+    return invalid(fmt::format("input '{}': expected {} for datatype {}, got {}", input_, want,
+                               backends::dataTypeName(dtype_),
+                               std::string(simdjson::minify(e)).substr(0, 64)));
+  }
+
+  absl::Status floatValue(element e, double* v) {
+    switch (e.type()) {
+      case element_type::INT64: *v = static_cast<double>(e.get_int64().value_unsafe()); return {};
+      case element_type::UINT64: *v = static_cast<double>(e.get_uint64().value_unsafe()); return {};
+      case element_type::DOUBLE: *v = e.get_double().value_unsafe(); return {};
+      case element_type::STRING: {
+        std::string_view s = e.get_string().value_unsafe();
+        if (s == kMarkNan) { *v = std::numeric_limits<double>::quiet_NaN(); return {}; }
+        if (s == kMarkInf) { *v = std::numeric_limits<double>::infinity(); return {}; }
+        if (s == kMarkNegInf) { *v = -std::numeric_limits<double>::infinity(); return {}; }
+        break;
+      }
+      default: break;
+    }
+    return typeError(e, "a number");
+  }
+
+  template <typename T>
+  absl::Status integer(element e) {
+    if constexpr (std::is_signed_v<T>) {
+      int64_t v;
+      if (e.type() == element_type::DOUBLE || e.get(v) != simdjson::SUCCESS) {
+        return typeError(e, "an integer");
+      }
+      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
+        return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
+                                   backends::dataTypeName(dtype_)));
+      }
+      put(static_cast<T>(v));
+    } else {
+      uint64_t v;
+      if (e.type() == element_type::DOUBLE || e.get(v) != simdjson::SUCCESS) {
+        return typeError(e, "a non-negative integer");
+      }
+      if (v > std::numeric_limits<T>::max()) {
+        return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
+                                   backends::dataTypeName(dtype_)));
+      }
+      put(static_cast<T>(v));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status scalar(element e) {
+    switch (dtype_) {
+      case DataType::kBool: {
+        bool b;
+        if (e.get(b) != simdjson::SUCCESS) return typeError(e, "true or false");
+        put<uint8_t>(b ? 1 : 0);
+        return absl::OkStatus();
+      }
+      case DataType::kUint8: return integer<uint8_t>(e);
+      case DataType::kUint16: return integer<uint16_t>(e);
+      case DataType::kUint32: return integer<uint32_t>(e);
+      case DataType::kUint64: return integer<uint64_t>(e);
+      case DataType::kInt8: return integer<int8_t>(e);
+      case DataType::kInt16: return integer<int16_t>(e);
+      case DataType::kInt32: return integer<int32_t>(e);
+      case DataType::kInt64: return integer<int64_t>(e);
+      case DataType::kFp16:
+      case DataType::kBf16:
+      case DataType::kFp32:
+      case DataType::kFp64: {
+        double v;
+        if (absl::Status s = floatValue(e, &v); !s.ok()) return s;
+        if (dtype_ == DataType::kFp64) {
+          put(v);
+        } else if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max() &&
+                   dtype_ != DataType::kBf16) {
+          return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
+                                     backends::dataTypeName(dtype_)));
+        } else if (dtype_ == DataType::kFp32) {
+          put(static_cast<float>(v));
+        } else if (dtype_ == DataType::kFp16) {
+          put(doubleToHalf(v));
+        } else {
+          put(doubleToBf16(v));
+        }
+        return absl::OkStatus();
+      }
+      case DataType::kBytes: {
+        std::string_view s;
+        std::string decoded;
+        if (isB64Object(e, &s)) {
+          if (!absl::Base64Unescape(absl::string_view(s.data(), s.size()), &decoded)) {
+            return invalid(fmt::format("input '{}': invalid base64 in \"b64\"", input_));
+          }
+          s = decoded;
+        } else if (e.get(s) != simdjson::SUCCESS || (!s.empty() && s[0] == '\0')) {
+          return typeError(e, "a string or {\"b64\": ...}");
+        }
+        put(static_cast<uint32_t>(s.size()));
+        out_.insert(out_.end(), s.begin(), s.end());
+        return absl::OkStatus();
+      }
+    }
+    return typeError(e, "a value");
+  }
+
+  const std::string& input_;
+  DataType dtype_;
+  std::vector<uint8_t>& out_;
+};
+
+const backends::TensorSpec* findInput(const backends::ModelConfig& model, std::string_view name) {
+  for (const backends::TensorSpec& s : model.inputs) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+// Columnar: one tensor from one (nested) value.
+absl::Status columnTensor(const backends::TensorSpec& spec, element value,
+                          backends::Tensor& out) {
+  out.name = spec.name;
+  out.dtype = spec.dtype;
+  std::string_view b64;
+  if (!isB64Object(value, &b64) && value.type() == element_type::OBJECT) {
+    return invalid(fmt::format("input '{}': expected a value or a list, got an object", spec.name));
+  }
+  shapeOf(value, out.shape);
+  Writer w(spec.name, spec.dtype, out.data);
+  return w.write(value, out.shape, 0);
+}
+
+// Row: one tensor from the same input of every instance.
+absl::Status rowTensor(const backends::TensorSpec& spec, const std::vector<element>& values,
+                       backends::Tensor& out) {
+  out.name = spec.name;
+  out.dtype = spec.dtype;
+  out.shape.push_back(static_cast<int64_t>(values.size()));
+  std::vector<int64_t> inner;
+  shapeOf(values.front(), inner);
+  out.shape.insert(out.shape.end(), inner.begin(), inner.end());
+  Writer w(spec.name, spec.dtype, out.data);
+  for (element v : values) {
+    std::string_view b64;
+    if (!isB64Object(v, &b64) && v.type() == element_type::OBJECT) {
+      return invalid(fmt::format("input '{}': expected a value or a list, got an object",
+                                 spec.name));
+    }
+    if (absl::Status s = w.write(v, inner, 0); !s.ok()) {
+      return invalid(fmt::format(
+          "{} (every instance must have the same shape for input '{}')", std::string(s.message()), spec.name));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- response encoding ----
+
+void appendFloat(std::string& out, double v, bool is_float32) {
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v < 0 ? "-Infinity" : "Infinity";
+  } else if (is_float32) {
+    fmt::format_to(std::back_inserter(out), "{}", static_cast<float>(v));
+  } else {
+    fmt::format_to(std::back_inserter(out), "{}", v);
+  }
+}
+
+class OutputEncoder {
+ public:
+  explicit OutputEncoder(const backends::Tensor& t) : t_(t), p_(t.bytes()), end_(p_ + t.byteSize()) {}
+
+  // Writes the sub-tensor starting at element offset implied by the cursor, with shape
+  // shape[depth..]; elements are consumed in order.
+  bool write(std::string& out, size_t depth) {
+    if (depth < t_.shape.size()) {
+      out += '[';
+      for (int64_t i = 0; i < t_.shape[depth]; ++i) {
+        if (i) out += ',';
+        if (!write(out, depth + 1)) return false;
+      }
+      out += ']';
+      return true;
+    }
+    return scalar(out);
+  }
+
+ private:
+  template <typename T>
+  bool take(T* v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return false;
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  template <typename T>
+  bool integer(std::string& out) {
+    T v;
+    if (!take(&v)) return false;
+    fmt::format_to(std::back_inserter(out), "{}", v);
+    return true;
+  }
+
+  bool scalar(std::string& out) {
+    switch (t_.dtype) {
+      case DataType::kBool: {
+        uint8_t v;
+        if (!take(&v)) return false;
+        out += v ? "true" : "false";
+        return true;
+      }
+      case DataType::kUint8: return integer<uint8_t>(out);
+      case DataType::kUint16: return integer<uint16_t>(out);
+      case DataType::kUint32: return integer<uint32_t>(out);
+      case DataType::kUint64: return integer<uint64_t>(out);
+      case DataType::kInt8: return integer<int8_t>(out);
+      case DataType::kInt16: return integer<int16_t>(out);
+      case DataType::kInt32: return integer<int32_t>(out);
+      case DataType::kInt64: return integer<int64_t>(out);
+      case DataType::kFp16:
+      case DataType::kBf16: {
+        uint16_t h;
+        if (!take(&h)) return false;
+        appendFloat(out, t_.dtype == DataType::kFp16 ? halfToFloat(h) : bf16ToFloat(h), true);
+        return true;
+      }
+      case DataType::kFp32: {
+        float f;
+        if (!take(&f)) return false;
+        appendFloat(out, f, true);
+        return true;
+      }
+      case DataType::kFp64: {
+        double d;
+        if (!take(&d)) return false;
+        appendFloat(out, d, false);
+        return true;
+      }
+      case DataType::kBytes: {
+        uint32_t n;
+        if (!take(&n) || static_cast<size_t>(end_ - p_) < n) return false;
+        std::string_view s(reinterpret_cast<const char*>(p_), n);
+        p_ += n;
+        if (simdjson::validate_utf8(s.data(), s.size())) {
+          appendJsonString(out, s);
+        } else {
+          out += "{\"b64\":";
+          appendJsonString(out, absl::Base64Escape(absl::string_view(s.data(), s.size())));
+          out += '}';
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  const backends::Tensor& t_;
+  const uint8_t* p_;
+  const uint8_t* end_;
+};
+
+HttpResponse jsonResponse(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+// "/v1/models/NAME[/versions/V][:VERB]"
+struct TfPath {
+  std::string_view name, version, verb;
+};
+bool parseTfPath(std::string_view path, TfPath& out) {
+  constexpr std::string_view kPrefix = "/v1/models/";
+  if (path.substr(0, kPrefix.size()) != kPrefix) return false;
+  std::string_view rest = path.substr(kPrefix.size());
+  const size_t colon = rest.rfind(':');
+  if (colon != std::string_view::npos) {
+    out.verb = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+  }
+  const size_t slash = rest.find('/');
+  out.name = rest.substr(0, slash);
+  if (out.name.empty()) return false;
+  if (slash != std::string_view::npos) {
+    std::string_view tail = rest.substr(slash + 1);
+    constexpr std::string_view kVersions = "versions/";
+    if (tail.substr(0, kVersions.size()) != kVersions) return false;
+    out.version = tail.substr(kVersions.size());
+    if (out.version.empty() || out.version.find('/') != std::string_view::npos) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int tfServingHttpStatus(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk: return 200;
+    case absl::StatusCode::kCancelled: return 499;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kDeadlineExceeded: return 504;
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted: return 409;
+    case absl::StatusCode::kPermissionDenied: return 403;
+    case absl::StatusCode::kResourceExhausted: return 429;
+    case absl::StatusCode::kUnimplemented: return 501;
+    case absl::StatusCode::kUnavailable: return 503;
+    case absl::StatusCode::kUnauthenticated: return 401;
+    default: return 500;
+  }
+}
+
+bool rewriteNonFiniteTokens(std::string_view json, std::string& out) {
+  struct Token {
+    std::string_view text, marker;
+  };
+  // Longest first (Infinity before Inf).
+  static constexpr Token kTokens[] = {
+      {"-Infinity", kMarkNegInf}, {"Infinity", kMarkInf}, {"-Inf", kMarkNegInf},
+      {"Inf", kMarkInf},          {"-NaN", kMarkNan},     {"NaN", kMarkNan},
+  };
+  bool in_string = false;
+  bool changed = false;
+  size_t copied = 0;  // json[0, copied) is already in `out` (when changed)
+  std::string result;
+  for (size_t i = 0; i < json.size(); ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != 'N' && c != 'I' && c != '-') continue;
+    if (i > 0 && isIdentChar(json[i - 1])) continue;
+    for (const Token& t : kTokens) {
+      if (json.substr(i, t.text.size()) != t.text) continue;
+      const size_t after = i + t.text.size();
+      if (after < json.size() && isIdentChar(json[after])) continue;
+      if (!changed) {
+        result.reserve(json.size() + 64);
+        changed = true;
+      }
+      result.append(json.substr(copied, i - copied));
+      result += '"';
+      // The marker's NUL is written escaped (JSON strings cannot hold a raw control char).
+      result += "\\u0000";
+      result.append(t.marker.substr(1));
+      result += '"';
+      copied = after;
+      i = after - 1;
+      break;
+    }
+  }
+  if (!changed) return false;
+  result.append(json.substr(copied));
+  out = std::move(result);
+  return true;
+}
+
+absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view body,
+                                                             const backends::ModelConfig& model,
+                                                             TfPredictFormat* format) {
+  std::string rewritten;
+  if (rewriteNonFiniteTokens(body, rewritten)) body = rewritten;
+  thread_local simdjson::dom::parser tl_parser;
+  std::optional<simdjson::dom::parser> big_parser;
+  simdjson::dom::parser* parser = &tl_parser;
+  if (body.size() > (1u << 20)) parser = &big_parser.emplace();
+  element root;
+  if (auto err = parser->parse(body.data(), body.size(), true).get(root)) {
+    return invalid(fmt::format("JSON Parse error: {}", simdjson::error_message(err)));
+  }
+  object top;
+  if (root.get(top) != simdjson::SUCCESS) {
+    return invalid("JSON Value: " + std::string(simdjson::minify(root)).substr(0, 64) +
+                   " Is not object");
+  }
+  element instances, inputs;
+  const bool has_instances = top["instances"].get(instances) == simdjson::SUCCESS;
+  const bool has_inputs = top["inputs"].get(inputs) == simdjson::SUCCESS;
+  if (has_instances == has_inputs) {
+    return invalid(has_inputs
+                       ? "Not formatted correctly expecting only one of 'inputs' or 'instances' "
+                         "keys exists"
+                       : "Missing 'inputs' or 'instances' key");
+  }
+  backends::InferRequest req;
+  req.protocol = Protocol::kHttpTfServing;
+  req.model_name = model.name;
+  std::vector<backends::Tensor> tensors;
+  auto unknownInput = [&](std::string_view name) {
+    return invalid(fmt::format("input '{}' is not an input of model '{}'", name, model.name));
+  };
+
+  if (has_inputs) {
+    *format = TfPredictFormat::kColumnar;
+    std::string_view b64;
+    object named;
+    if (!isB64Object(inputs, &b64) && inputs.get(named) == simdjson::SUCCESS) {
+      for (auto field : named) {
+        const backends::TensorSpec* spec = findInput(model, field.key);
+        if (spec == nullptr) return unknownInput(field.key);
+        if (absl::Status s = columnTensor(*spec, field.value, tensors.emplace_back()); !s.ok()) {
+          return s;
+        }
+      }
+    } else {
+      if (model.inputs.size() != 1) {
+        return invalid(fmt::format(
+            "model '{}' has {} inputs: \"inputs\" must be an object of named tensors",
+            model.name, model.inputs.size()));
+      }
+      if (absl::Status s = columnTensor(model.inputs[0], inputs, tensors.emplace_back());
+          !s.ok()) {
+        return s;
+      }
+    }
+  } else {
+    *format = TfPredictFormat::kRow;
+    array rows;
+    if (instances.get(rows) != simdjson::SUCCESS) {
+      return invalid("Expecting 'instances' to be an list/array");
+    }
+    if (rows.size() == 0) return invalid("No instances in the request");
+    std::string_view b64;
+    element first = *rows.begin();
+    const bool named = first.type() == element_type::OBJECT && !isB64Object(first, &b64);
+    if (named) {
+      object f = first.get_object().value_unsafe();
+      for (auto field : f) {
+        const backends::TensorSpec* spec = findInput(model, field.key);
+        if (spec == nullptr) return unknownInput(field.key);
+        std::vector<element> values;
+        values.reserve(rows.size());
+        for (element row : rows) {
+          object o;
+          element v;
+          if (row.get(o) != simdjson::SUCCESS || isB64Object(row, &b64)) {
+            return invalid("Expecting object but got list at item 0 of input list");
+          }
+          if (o.size() != f.size() || o[field.key].get(v) != simdjson::SUCCESS) {
+            return invalid(fmt::format(
+                "Failed to process element: input '{}' missing or instances with different "
+                "keys", field.key));
+          }
+          values.push_back(v);
+        }
+        if (absl::Status s = rowTensor(*spec, values, tensors.emplace_back()); !s.ok()) return s;
+      }
+    } else {
+      if (model.inputs.size() != 1) {
+        return invalid(fmt::format(
+            "model '{}' has {} inputs: each instance must be an object of named inputs",
+            model.name, model.inputs.size()));
+      }
+      std::vector<element> values;
+      values.reserve(rows.size());
+      for (element row : rows) {
+        if (row.type() == element_type::OBJECT && !isB64Object(row, &b64)) {
+          return invalid("Expecting value/list but got object as an instance");
+        }
+        values.push_back(row);
+      }
+      if (absl::Status s = rowTensor(model.inputs[0], values, tensors.emplace_back()); !s.ok()) {
+        return s;
+      }
+    }
+  }
+  // Inputs in the model's order; duplicates (a JSON object with a repeated key) refused.
+  for (const backends::TensorSpec& spec : model.inputs) {
+    int seen = 0;
+    for (backends::Tensor& t : tensors) {
+      if (t.name != spec.name) continue;
+      if (++seen == 1) req.inputs.push_back(std::move(t));
+    }
+    if (seen > 1) return invalid(fmt::format("input '{}' given more than once", spec.name));
+  }
+  return req;
+}
+
+absl::StatusOr<std::string> encodeTfPredictResponse(const backends::InferResponse& response,
+                                                    TfPredictFormat format) {
+  std::vector<const backends::Tensor*> outs;
+  for (const backends::Tensor& t : response.outputs) {
+    bool want = response.requested.empty();
+    for (const auto& ro : response.requested) want = want || ro.name == t.name;
+    if (want) outs.push_back(&t);
+  }
+  std::string body;
+  body.reserve(64);
+  auto malformed = [](const backends::Tensor& t) {
+    return absl::InternalError(
+        fmt::format("output '{}': data does not match its shape", t.name));
+  };
+  if (format == TfPredictFormat::kColumnar) {
+    body += "{\"outputs\":";
+    if (outs.size() == 1) {
+      OutputEncoder enc(*outs[0]);
+      if (!enc.write(body, 0)) return malformed(*outs[0]);
+    } else {
+      body += '{';
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (i) body += ',';
+        appendJsonString(body, outs[i]->name);
+        body += ':';
+        OutputEncoder enc(*outs[i]);
+        if (!enc.write(body, 0)) return malformed(*outs[i]);
+      }
+      body += '}';
+    }
+    body += '}';
+    return body;
+  }
+  // Row format: every output must have the same leading (batch) dimension.
+  int64_t rows = -1;
+  for (const backends::Tensor* t : outs) {
+    if (t->shape.empty()) {
+      return invalid(fmt::format(
+          "output '{}' has no batch dimension: use the columnar (\"inputs\") format", t->name));
+    }
+    if (rows >= 0 && t->shape[0] != rows) {
+      return invalid(
+          "Batch size mismatch between outputs: use the columnar (\"inputs\") format");
+    }
+    rows = t->shape[0];
+  }
+  std::vector<OutputEncoder> encs;
+  encs.reserve(outs.size());
+  for (const backends::Tensor* t : outs) encs.emplace_back(*t);
+  body += "{\"predictions\":[";
+  for (int64_t r = 0; r < std::max<int64_t>(rows, 0); ++r) {
+    if (r) body += ',';
+    if (outs.size() == 1) {
+      if (!encs[0].write(body, 1)) return malformed(*outs[0]);
+    } else {
+      body += '{';
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (i) body += ',';
+        appendJsonString(body, outs[i]->name);
+        body += ':';
+        if (!encs[i].write(body, 1)) return malformed(*outs[i]);
+      }
+      body += '}';
+    }
+  }
+  body += "]}";
+  return body;
+}
+
+std::string encodeTfModelStatus(const backends::Model& model) {
+  std::string body = "{\"model_version_status\":[{\"version\":";
+  appendJsonString(body, model.config().version);
+  body += model.ready() ? ",\"state\":\"AVAILABLE\"" : ",\"state\":\"LOADING\"";
+  body += ",\"status\":{\"error_code\":\"OK\",\"error_message\":\"\"}}]}";
+  return body;
+}
+
+TfServingRestHandler::TfServingRestHandler(const backends::ModelRegistry& registry,
+                                           ServerMetrics* metrics)
+    : registry_(registry), metrics_(metrics) {}
+
+void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
+                                  std::shared_ptr<backends::CancelToken> cancel) {
+  const uint64_t start = request.received_ns;
+  ServerMetrics* metrics = metrics_;
+  auto finishWith = [metrics, start](HttpRespond& respond, int model_index, HttpResponse resp) {
+    if (metrics != nullptr) {
+      const uint64_t now = common::monotonicNs();
+      metrics->recordRequest(model_index, Protocol::kHttpTfServing, resp.status,
+                             start ? now - start : 0);
+    }
+    respond(std::move(resp));
+  };
+  auto fail = [&](int model_index, const absl::Status& st) {
+    finishWith(respond, model_index,
+               jsonResponse(tfServingHttpStatus(st), errorBody(std::string(st.message()))));
+  };
+  const std::string_view path = request.path();
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  TfPath tp;
+  const bool parsed = parseTfPath(path, tp);
+  const bool status_req = parsed && get && tp.verb.empty();
+  const bool predict_req = parsed && post && !tp.verb.empty();
+  if (!status_req && !predict_req) {
+    return fail(-1, invalid(fmt::format("Malformed request: {} {}", request.method, path)));
+  }
+  if (!tp.version.empty()) {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(tp.version.data(), tp.version.data() + tp.version.size(), v);
+    if (ec != std::errc() || p != tp.version.data() + tp.version.size()) {
+      return fail(-1, invalid(fmt::format("Failed to convert version: {} to numeric.",
+                                          tp.version)));
+    }
+  }
+  backends::Model* model = registry_.find(tp.name, tp.version);
+  if (status_req) {
+    if (model == nullptr) {
+      return fail(-1, absl::NotFoundError(
+                          tp.version.empty()
+                              ? fmt::format("Could not find any versions of model {}", tp.name)
+                              : fmt::format("Could not find version {} of model {}", tp.version,
+                                            tp.name)));
+    }
+    const int idx = metrics != nullptr ? metrics->modelIndex(tp.name) : -1;
+    return finishWith(respond, idx, jsonResponse(200, encodeTfModelStatus(*model)));
+  }
+  if (tp.verb != "predict") {
+    if (tp.verb == "classify" || tp.verb == "regress") {
+      return fail(-1, absl::UnimplementedError(
+                          fmt::format("{} is not supported by infergate; use :predict", tp.verb)));
+    }
+    return fail(-1, invalid(fmt::format("Malformed request: {} {}", request.method, path)));
+  }
+  if (model == nullptr) {
+    return fail(-1, absl::NotFoundError(fmt::format(
+                        "Servable not found for request: {}",
+                        tp.version.empty() ? fmt::format("Latest({})", tp.name)
+                                           : fmt::format("Specific({}, {})", tp.name, tp.version))));
+  }
+  const int model_index = metrics != nullptr ? metrics->modelIndex(tp.name) : -1;
+  if (request.has_tag && request.tag_verdict != 0) {
+    const bool limited =
+        request.tag_verdict == static_cast<uint8_t>(IngressTag::Verdict::kRateLimited);
+    return fail(model_index,
+                limited ? absl::ResourceExhaustedError("request rate limit exceeded for this client")
+                        : absl::UnavailableError(
+                              "server overloaded: only higher-priority requests are admitted"));
+  }
+  if (!model->ready()) {
+    return fail(model_index,
+                absl::UnavailableError("model '" + model->config().name + "' is not ready"));
+  }
+  const backends::ModelConfig& cfg = model->config();
+  TfPredictFormat format = TfPredictFormat::kRow;
+  absl::StatusOr<backends::InferRequest> req = decodeTfPredictRequest(request.body, cfg, &format);
+  if (!req.ok()) return fail(model_index, req.status());
+  req->model_version = std::string(tp.version);
+  if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
+    return fail(model_index, st);
+  }
+  req->cancel = std::move(cancel);
+  model->infer(std::move(*req), [finishWith, respond = std::move(respond), model_index, format](
+                                    absl::StatusOr<backends::InferResponse> result) mutable {
+    if (!result.ok()) {
+      return finishWith(respond, model_index,
+                        jsonResponse(tfServingHttpStatus(result.status()),
+                                     errorBody(std::string(result.status().message()))));
+    }
+    absl::StatusOr<std::string> body = encodeTfPredictResponse(*result, format);
+    if (!body.ok()) {
+      return finishWith(respond, model_index,
+                        jsonResponse(tfServingHttpStatus(body.status()),
+                                     errorBody(std::string(body.status().message()))));
+    }
+    finishWith(respond, model_index, jsonResponse(200, std::move(*body)));
+  });
+}
+
+}  // namespace infergate::frontend

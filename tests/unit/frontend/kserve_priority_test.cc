@@ -1,0 +1,128 @@
+// Priority sources of an infer request (docs/BATCHING.md "Priority"): the KServe `priority`
+// parameter, else the x-infergate-priority header, else the XDP tag's class, else the default.
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/batched_model.h"
+#include "backends/batcher.h"
+#include "backends/model.h"
+#include "frontend/http.h"
+#include "frontend/kserve_rest.h"
+
+namespace infergate::frontend {
+namespace {
+
+TEST(ResolvePriority, OrderOfSources) {
+  const std::string h1 = "1", h2 = "2", h0 = "0";
+  // 1. the KServe parameter wins over everything.
+  EXPECT_EQ(*resolvePriority(2, &h1, 0, 2), 2);
+  // 2. the header, when the parameter is absent (0).
+  EXPECT_EQ(*resolvePriority(0, &h1, 3, 2), 1);
+  EXPECT_EQ(*resolvePriority(0, &h2, 0, 2), 2);
+  // A header of 0 means "default": the tag decides.
+  EXPECT_EQ(*resolvePriority(0, &h0, 3, 2), 2);
+  // 3. the tag's class, mapped to the model's levels.
+  EXPECT_EQ(*resolvePriority(0, nullptr, 0, 2), 1);
+  EXPECT_EQ(*resolvePriority(0, nullptr, 1, 2), 1);
+  EXPECT_EQ(*resolvePriority(0, nullptr, 2, 2), 2);
+  EXPECT_EQ(*resolvePriority(0, nullptr, 3, 4), 4);
+  // ... ignored for a model without levels.
+  EXPECT_EQ(*resolvePriority(0, nullptr, 3, 0), 0);
+  // 4. the default.
+  EXPECT_EQ(*resolvePriority(0, nullptr, std::nullopt, 2), 0);
+}
+
+TEST(ResolvePriority, BadHeaderIsInvalidArgument) {
+  for (const std::string bad : {"", "high", "-1", "1.5", " 1", "99999999999999999999999"}) {
+    absl::StatusOr<int64_t> p = resolvePriority(0, &bad, std::nullopt, 2);
+    ASSERT_FALSE(p.ok()) << bad;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(p.status().message().find("x-infergate-priority"), absl::string_view::npos);
+  }
+  // Not looked at when the parameter is set.
+  const std::string bad = "high";
+  EXPECT_EQ(*resolvePriority(1, &bad, std::nullopt, 2), 1);
+}
+
+// A batch backend that records each batch's request levels and answers with an error.
+class RecordingBackend : public backends::BatchBackend {
+ public:
+  explicit RecordingBackend(std::vector<uint32_t>* levels) : levels_(levels) {}
+  void execute(const backends::Batch& batch, backends::BatchDone done) override {
+    for (const auto& r : batch.requests) levels_->push_back(r->level);
+    done(absl::InternalError("recorded"));
+  }
+
+ private:
+  std::vector<uint32_t>* levels_;
+};
+
+class KServePriorityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backends::ModelConfig c;
+    c.name = "m";
+    c.version = "1";
+    c.max_batch_size = 8;
+    c.inputs = {{"IN", backends::DataType::kInt32, {1}}};
+    c.outputs = {{"OUT", backends::DataType::kInt32, {1}}};
+    backends::BatchingConfig b;
+    b.priority_levels = 4;
+    auto m = backends::BatchedModel::create(c, b, std::make_unique<RecordingBackend>(&levels_),
+                                            nullptr, nullptr);
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = m->get();
+    EXPECT_EQ(priorityLevelsOf(*model_), 4u);
+    registry_.add(std::move(*m));
+    handler_ = std::make_unique<KServeRestHandler>(registry_, ServerInfo{}, nullptr);
+  }
+
+  // Sends one infer request and returns its HTTP status (the model answers synchronously
+  // enough: wait for the callback).
+  int send(const std::string& params, std::optional<std::string> header,
+           std::optional<int> tag_class) {
+    HttpRequest r;
+    r.method = "POST";
+    r.target = "/v2/models/m/infer";
+    r.body = R"({"inputs":[{"name":"IN","datatype":"INT32","shape":[1,1],"data":[7]}])" +
+             params + "}";
+    if (header) r.headers.push_back({"x-infergate-priority", *header});
+    if (tag_class) {
+      r.has_tag = true;
+      r.priority_class = *tag_class;
+    }
+    std::promise<int> status;
+    std::future<int> f = status.get_future();
+    handler_->handle(std::move(r), [&](HttpResponse resp) { status.set_value(resp.status); });
+    return f.get();
+  }
+
+  std::vector<uint32_t> levels_;
+  backends::ModelRegistry registry_;
+  backends::Model* model_ = nullptr;
+  std::unique_ptr<KServeRestHandler> handler_;
+};
+
+TEST_F(KServePriorityTest, LevelFollowsTheDocumentedOrder) {
+  EXPECT_EQ(send(R"(,"parameters":{"priority":2})", "1", 0), 500);  // parameter
+  EXPECT_EQ(send("", "3", 0), 500);                                  // header over tag
+  EXPECT_EQ(send("", std::nullopt, 1), 500);                         // tag class 1 -> level 2
+  EXPECT_EQ(send("", std::nullopt, 3), 500);                         // tag class 3 -> level 4
+  EXPECT_EQ(send("", std::nullopt, std::nullopt), 500);              // default: level 4
+  EXPECT_EQ(send("", "0", 0), 500);                                  // header 0: tag decides
+  EXPECT_EQ(levels_, (std::vector<uint32_t>{2, 3, 2, 4, 4, 1}));
+}
+
+TEST_F(KServePriorityTest, BadHeaderIs400AndNotQueued) {
+  EXPECT_EQ(send("", "urgent", std::nullopt), 400);
+  EXPECT_TRUE(levels_.empty());
+}
+
+}  // namespace
+}  // namespace infergate::frontend

@@ -1,0 +1,258 @@
+#include "frontend/tfserving_rest.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <future>
+
+#include "backends/identity_model.h"
+#include "common/metrics.h"
+#include "frontend/http.h"
+
+namespace infergate::frontend {
+namespace {
+
+using backends::DataType;
+
+backends::ModelConfig oneInput(DataType dt = DataType::kFp32, int max_batch = 8,
+                               std::vector<int64_t> shape = {3}) {
+  backends::ModelConfig c;
+  c.name = "m";
+  c.version = "1";
+  c.max_batch_size = max_batch;
+  c.inputs = {{"x", dt, shape}};
+  c.outputs = {{"y", dt, shape}};
+  return c;
+}
+
+backends::ModelConfig twoInputs() {
+  backends::ModelConfig c;
+  c.name = "two";
+  c.version = "2";
+  c.max_batch_size = 4;
+  c.inputs = {{"a", DataType::kInt32, {2}}, {"s", DataType::kBytes, {1}}};
+  c.outputs = {{"a_out", DataType::kInt32, {2}}, {"s_out", DataType::kBytes, {1}}};
+  return c;
+}
+
+std::vector<float> floats(const backends::Tensor& t) {
+  std::vector<float> v(t.byteSize() / 4);
+  std::memcpy(v.data(), t.bytes(), v.size() * 4);
+  return v;
+}
+
+TEST(TfServingRest, RewriteNonFiniteOnlyOutsideStrings) {
+  std::string out;
+  EXPECT_FALSE(rewriteNonFiniteTokens(R"({"a":[1,2],"NaN":"Infinity"})", out));
+  ASSERT_TRUE(rewriteNonFiniteTokens(R"({"x":[NaN,-Infinity,Infinity,"NaN",Inf]})", out));
+  EXPECT_EQ(out,
+            R"({"x":["\u0000NaN","\u0000-Inf","\u0000Inf","NaN","\u0000Inf"]})");
+  // Not a token when glued to an identifier character.
+  EXPECT_FALSE(rewriteNonFiniteTokens(R"({"x": NaNa})", out));
+  // Escaped quote inside a string does not end it.
+  EXPECT_FALSE(rewriteNonFiniteTokens(R"({"x":"a\"NaN"})", out));
+}
+
+TEST(TfServingRest, RowFormatSingleInputWithNonFinite) {
+  TfPredictFormat f;
+  auto r = decodeTfPredictRequest(R"({"signature_name":"serving_default",
+      "instances":[[1.5,NaN,-Infinity],[Infinity,-2,3]]})", oneInput(), &f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(f, TfPredictFormat::kRow);
+  ASSERT_EQ(r->inputs.size(), 1u);
+  EXPECT_EQ(r->inputs[0].name, "x");
+  EXPECT_EQ(r->inputs[0].shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(r->protocol, backends::Protocol::kHttpTfServing);
+  std::vector<float> v = floats(r->inputs[0]);
+  ASSERT_EQ(v.size(), 6u);
+  EXPECT_EQ(v[0], 1.5f);
+  EXPECT_TRUE(std::isnan(v[1]));
+  EXPECT_TRUE(std::isinf(v[2]) && v[2] < 0);
+  EXPECT_TRUE(std::isinf(v[3]) && v[3] > 0);
+  EXPECT_EQ(v[4], -2.0f);
+}
+
+TEST(TfServingRest, RowFormatNamedInputsInModelOrder) {
+  TfPredictFormat f;
+  auto r = decodeTfPredictRequest(
+      R"({"instances":[{"s":["hi"],"a":[1,2]},{"a":[3,4],"s":[{"b64":"AAE="}]}]})", twoInputs(),
+      &f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->inputs.size(), 2u);
+  EXPECT_EQ(r->inputs[0].name, "a");
+  EXPECT_EQ(r->inputs[0].shape, (std::vector<int64_t>{2, 2}));
+  int32_t a[4];
+  std::memcpy(a, r->inputs[0].bytes(), 16);
+  EXPECT_EQ(a[3], 4);
+  EXPECT_EQ(r->inputs[1].name, "s");
+  const std::string expect("\x02\0\0\0hi\x02\0\0\0\x00\x01", 12);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(r->inputs[1].bytes()),
+                        r->inputs[1].byteSize()),
+            expect);
+}
+
+TEST(TfServingRest, ColumnarFormat) {
+  TfPredictFormat f;
+  auto r = decodeTfPredictRequest(R"({"inputs":[[1,2,3]]})", oneInput(), &f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(f, TfPredictFormat::kColumnar);
+  EXPECT_EQ(r->inputs[0].shape, (std::vector<int64_t>{1, 3}));
+  auto n = decodeTfPredictRequest(R"({"inputs":{"a":[[1,2]],"s":[["x"]]}})", twoInputs(), &f);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->inputs[1].shape, (std::vector<int64_t>{1, 1}));
+}
+
+TEST(TfServingRest, DecodeErrors) {
+  TfPredictFormat f;
+  struct Case {
+    const char* body;
+    const char* contains;
+  } cases[] = {
+      {R"({})", "Missing 'inputs' or 'instances' key"},
+      {R"({"inputs":[1],"instances":[1]})", "only one of"},
+      {R"({"instances":[[1,2,3],[1,2]]})", "same shape"},
+      {R"({"instances":[]})", "No instances"},
+      {R"({"inputs":[[1,2],[3]]})", "ragged"},
+      {R"({"inputs":{"nope":[1]}})", "'nope' is not an input"},
+      {R"({"inputs":[["a"]]})", "expected a number"},
+      {R"([1,2])", "Is not object"},
+      {R"({"inputs": [1,)", "JSON Parse error"},
+      {R"({"inputs":[1e39]})", "out of range"},
+  };
+  for (const Case& c : cases) {
+    auto r = decodeTfPredictRequest(c.body, oneInput(), &f);
+    ASSERT_FALSE(r.ok()) << c.body;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    EXPECT_NE(std::string(r.status().message()).find(c.contains), std::string::npos)
+        << c.body << " -> " << r.status();
+  }
+  auto i8 = decodeTfPredictRequest(R"({"inputs":[300]})", oneInput(DataType::kInt8), &f);
+  ASSERT_FALSE(i8.ok());
+  auto nan_int = decodeTfPredictRequest(R"({"inputs":[NaN]})", oneInput(DataType::kInt32), &f);
+  ASSERT_FALSE(nan_int.ok());
+  auto multi = decodeTfPredictRequest(R"({"instances":[[1,2]]})", twoInputs(), &f);
+  ASSERT_FALSE(multi.ok());
+}
+
+backends::InferResponse responseOf(std::vector<backends::Tensor> outs) {
+  backends::InferResponse r;
+  r.outputs = std::move(outs);
+  return r;
+}
+
+backends::Tensor fp32(std::string name, std::vector<int64_t> shape, std::vector<float> v) {
+  backends::Tensor t;
+  t.name = std::move(name);
+  t.dtype = DataType::kFp32;
+  t.shape = std::move(shape);
+  t.data.resize(v.size() * 4);
+  std::memcpy(t.data.data(), v.data(), t.data.size());
+  return t;
+}
+
+TEST(TfServingRest, EncodeRowAndColumnar) {
+  const float nan = std::nanf("");
+  const float inf = INFINITY;
+  auto one = responseOf({fp32("y", {2, 2}, {1.5f, nan, -inf, 0.1f})});
+  auto row = encodeTfPredictResponse(one, TfPredictFormat::kRow);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(*row, R"({"predictions":[[1.5,NaN],[-Infinity,0.1]]})");
+  auto col = encodeTfPredictResponse(one, TfPredictFormat::kColumnar);
+  ASSERT_TRUE(col.ok());
+  EXPECT_EQ(*col, R"({"outputs":[[1.5,NaN],[-Infinity,0.1]]})");
+
+  backends::Tensor s;
+  s.name = "s";
+  s.dtype = DataType::kBytes;
+  s.shape = {2};
+  const std::string bytes("\x02\0\0\0ok\x01\0\0\0\xff", 11);
+  s.data.assign(bytes.begin(), bytes.end());
+  auto two = responseOf({fp32("y", {2}, {1, 2}), s});
+  auto row2 = encodeTfPredictResponse(two, TfPredictFormat::kRow);
+  ASSERT_TRUE(row2.ok());
+  EXPECT_EQ(*row2, R"({"predictions":[{"y":1,"s":"ok"},{"y":2,"s":{"b64":"/w=="}}]})");
+  auto col2 = encodeTfPredictResponse(two, TfPredictFormat::kColumnar);
+  ASSERT_TRUE(col2.ok());
+  EXPECT_EQ(*col2, R"({"outputs":{"y":[1,2],"s":["ok",{"b64":"/w=="}]}})");
+
+  auto scalar = responseOf({fp32("y", {}, {3})});
+  EXPECT_FALSE(encodeTfPredictResponse(scalar, TfPredictFormat::kRow).ok());
+  EXPECT_EQ(*encodeTfPredictResponse(scalar, TfPredictFormat::kColumnar), R"({"outputs":3})");
+  auto truncated = responseOf({fp32("y", {3}, {1, 2})});
+  EXPECT_EQ(encodeTfPredictResponse(truncated, TfPredictFormat::kColumnar).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+TEST(TfServingRest, HttpStatusMapping) {
+  EXPECT_EQ(tfServingHttpStatus(absl::InvalidArgumentError("")), 400);
+  EXPECT_EQ(tfServingHttpStatus(absl::NotFoundError("")), 404);
+  EXPECT_EQ(tfServingHttpStatus(absl::CancelledError("")), 499);
+  EXPECT_EQ(tfServingHttpStatus(absl::DeadlineExceededError("")), 504);
+  EXPECT_EQ(tfServingHttpStatus(absl::UnavailableError("")), 503);
+  EXPECT_EQ(tfServingHttpStatus(absl::ResourceExhaustedError("")), 429);
+  EXPECT_EQ(tfServingHttpStatus(absl::FailedPreconditionError("")), 400);
+  EXPECT_EQ(tfServingHttpStatus(absl::InternalError("")), 500);
+}
+
+class HandlerTest : public ::testing::Test {
+ protected:
+  HandlerTest() {
+    registry_.add(std::make_unique<backends::IdentityModel>(oneInput()));
+  }
+  HttpResponse call(std::string method, std::string target, std::string body = "") {
+    HttpRequest req;
+    req.method = std::move(method);
+    req.target = std::move(target);
+    req.body = std::move(body);
+    std::promise<HttpResponse> p;
+    auto fut = p.get_future();
+    TfServingRestHandler h(registry_, nullptr);
+    h.handle(std::move(req), [&p](HttpResponse r) { p.set_value(std::move(r)); }, nullptr);
+    EXPECT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+    return fut.get();
+  }
+  backends::ModelRegistry registry_;
+};
+
+TEST_F(HandlerTest, PredictAndStatus) {
+  HttpResponse r = call("POST", "/v1/models/m:predict", R"({"instances":[[1,2,NaN]]})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"predictions":[[1,2,NaN]]})");
+  r = call("POST", "/v1/models/m/versions/1:predict", R"({"inputs":[[1,2,3],[4,5,6]]})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, R"({"outputs":[[1,2,3],[4,5,6]]})");
+  r = call("GET", "/v1/models/m");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body,
+            R"({"model_version_status":[{"version":"1","state":"AVAILABLE","status":{"error_code":"OK","error_message":""}}]})");
+  r = call("GET", "/v1/models/m/versions/1");
+  EXPECT_EQ(r.status, 200);
+}
+
+TEST_F(HandlerTest, Errors) {
+  HttpResponse r = call("POST", "/v1/models/nope:predict", R"({"instances":[[1,2,3]]})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body, R"j({"error":"Servable not found for request: Latest(nope)"})j");
+  r = call("POST", "/v1/models/m/versions/7:predict", R"({"instances":[[1,2,3]]})");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body, R"j({"error":"Servable not found for request: Specific(m, 7)"})j");
+  r = call("GET", "/v1/models/nope");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(r.body, R"({"error":"Could not find any versions of model nope"})");
+  r = call("GET", "/v1/models/m:predict");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, R"({"error":"Malformed request: GET /v1/models/m:predict"})");
+  r = call("POST", "/v1/models/m/versions/x:predict", "{}");
+  EXPECT_EQ(r.status, 400);
+  r = call("POST", "/v1/models/m:classify", "{}");
+  EXPECT_EQ(r.status, 501);
+  r = call("POST", "/v1/models/m:predict", R"({"instances":[[1,2]]})");  // wrong dim
+  EXPECT_EQ(r.status, 400);
+  r = call("POST", "/v1/models/m:predict",
+           R"({"instances":[[1,2,3],[1,2,3],[1,2,3],[1,2,3],[1,2,3],[1,2,3],[1,2,3],[1,2,3],[1,2,3]]})");
+  EXPECT_EQ(r.status, 400);  // over max_batch_size 8
+}
+
+}  // namespace
+}  // namespace infergate::frontend
