@@ -7,12 +7,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "backends/batched_model.h"
+#include "backends/model.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
 #include "spdlog/spdlog.h"
@@ -43,10 +46,39 @@ AfXdpModeOptions AfXdpModeOptions::fromEnvironment() {
   return o;
 }
 
-absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(const config::Config& config,
-                                                         const ListenerFactory& factory,
-                                                         common::MetricsRegistry& registry) {
-  return AfXdpMode::start(config, factory, registry, AfXdpModeOptions::fromEnvironment());
+absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(
+    const config::Config& config, const ListenerFactory& factory,
+    common::MetricsRegistry& registry, const backends::ModelRegistry* models) {
+  return AfXdpMode::start(config, factory, registry, AfXdpModeOptions::fromEnvironment(), models);
+}
+
+void publishOverloadLevels(const backends::ModelRegistry& models,
+                           std::function<absl::Status(int level)> publish) {
+  struct Published {
+    std::mutex mu;
+    std::vector<int> levels;
+    std::function<absl::Status(int)> publish;
+  };
+  auto pub = std::make_shared<Published>();
+  pub->levels.resize(models.models().size());
+  pub->publish = std::move(publish);
+  for (size_t i = 0; i < models.models().size(); ++i) {
+    auto* bm = dynamic_cast<backends::BatchedModel*>(models.models()[i].get());
+    if (bm == nullptr) continue;
+    bm->setOverloadListener([pub, i](int level) {
+      std::lock_guard<std::mutex> lock(pub->mu);
+      pub->levels[i] = level;
+      const int top = *std::max_element(pub->levels.begin(), pub->levels.end());
+      if (absl::Status st = pub->publish(top); !st.ok())
+        spdlog::warn("overload level: {}", st.ToString());
+    });
+  }
+}
+
+void clearOverloadListeners(const backends::ModelRegistry& models) {
+  for (const auto& m : models.models()) {
+    if (auto* bm = dynamic_cast<backends::BatchedModel*>(m.get())) bm->setOverloadListener(nullptr);
+  }
 }
 
 #ifndef INFERGATE_HAVE_XDP
@@ -58,7 +90,8 @@ void AfXdpMode::stop(uint64_t) {}
 absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config&,
                                                            const ListenerFactory&,
                                                            common::MetricsRegistry&,
-                                                           const AfXdpModeOptions&) {
+                                                           const AfXdpModeOptions&,
+                                                           const backends::ModelRegistry*) {
   return absl::UnimplementedError(
       "mode 'afxdp' needs a build with the XDP program and libxdp (cmake -DINFERGATE_WITH_XDP=ON, "
       "with libbpf-dev, libxdp-dev, bpftool and clang installed); use mode: socket");
@@ -199,6 +232,7 @@ struct AfXdpMode::State {
   std::vector<std::unique_ptr<AfXdpReactor>> reactors;
   std::vector<XskDevice*> devices;  // owned by the reactors
   std::shared_ptr<MetricsView> view = std::make_shared<MetricsView>();
+  const backends::ModelRegistry* models = nullptr;  // overload listeners set (cleared at stop)
   std::string interface;
   bool stopped = false;
 };
@@ -210,7 +244,8 @@ AfXdpMode::~AfXdpMode() { stop(0); }
 absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config& c,
                                                            const ListenerFactory& factory,
                                                            common::MetricsRegistry& registry,
-                                                           const AfXdpModeOptions& o) {
+                                                           const AfXdpModeOptions& o,
+                                                           const backends::ModelRegistry* models) {
   const std::string& ifname = c.xdp.interface;
   if (ifname.empty())
     return absl::InvalidArgumentError("xdp.interface is required in mode afxdp");
@@ -307,6 +342,12 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
     st.view->devices = st.devices;
   }
   registry.addCollector([view = st.view](std::string& out) { renderMetrics(*view, out); });
+  if (models != nullptr) {
+    st.models = models;
+    publishOverloadLevels(*models, [f = st.filter.get()](int level) {
+      return f->setOverloadLevel(level);
+    });
+  }
   for (auto& r : st.reactors) r->start();
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",
@@ -323,6 +364,7 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   if (!state_ || state_->stopped) return;
   State& st = *state_;
   st.stopped = true;
+  if (st.models != nullptr) clearOverloadListeners(*st.models);  // before the filter goes
   for (auto& r : st.reactors) r->stop(drain_ms * 1'000'000);
   for (auto& r : st.reactors) r->join();
   {

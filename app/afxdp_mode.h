@@ -11,6 +11,10 @@
 // and only then is the program attached. /metrics gains infergate_tcp_* (per queue) and
 // infergate_afxdp_* (zero-copy gauge, ring kicks, kernel drop counters).
 //
+// Overload publishing: with `models`, every BatchedModel's overload level is published to the
+// program (the same as xdp-filter mode, publishOverloadLevels); the listeners are cleared at
+// stop, before the program goes away.
+//
 // Stop: reactors drain (requests in progress may finish within drain_ms), then every
 // connection is reset, the sockets leave the XSKMAP and are closed, the program is detached.
 //
@@ -21,12 +25,27 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "config/config.h"
 #include "frontend/session.h"
 
+namespace infergate::backends {
+class ModelRegistry;
+}
+
 namespace infergate::app {
+
+// Overload publishing (docs/BATCHING.md "Overload level"), shared by xdp-filter and afxdp mode:
+// every BatchedModel in `models` gets an overload listener; on any change the highest level
+// over the models is passed to `publish` (XdpFilter::setOverloadLevel: the NIC sheds the
+// lowest classes while a model's queues are full). A failed publish is logged. Called from
+// the batchers' threads, serialised here. clearOverloadListeners() removes the listeners
+// (call it before whatever `publish` uses goes away).
+void publishOverloadLevels(const backends::ModelRegistry& models,
+                           std::function<absl::Status(int level)> publish);
+void clearOverloadListeners(const backends::ModelRegistry& models);
 
 // Makes the session factory of a listener (the same factories socket mode uses).
 using ListenerFactory = std::function<frontend::SessionFactory(const config::ListenerConfig&)>;
@@ -46,10 +65,12 @@ struct AfXdpModeOptions {
 
 class AfXdpMode {
  public:
+  // `models` (may be null: no overload publishing) must outlive stop().
   static absl::StatusOr<std::unique_ptr<AfXdpMode>> start(const config::Config& config,
                                                          const ListenerFactory& factory,
                                                          common::MetricsRegistry& registry,
-                                                         const AfXdpModeOptions& options);
+                                                         const AfXdpModeOptions& options,
+                                                         const backends::ModelRegistry* models = nullptr);
   ~AfXdpMode();
   AfXdpMode(const AfXdpMode&) = delete;
   AfXdpMode& operator=(const AfXdpMode&) = delete;
@@ -65,8 +86,8 @@ class AfXdpMode {
 };
 
 // The hook server.cc calls for Mode::kAfXdp (options from the environment).
-absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(const config::Config& config,
-                                                         const ListenerFactory& factory,
-                                                         common::MetricsRegistry& registry);
+absl::StatusOr<std::unique_ptr<AfXdpMode>> startAfXdpMode(
+    const config::Config& config, const ListenerFactory& factory,
+    common::MetricsRegistry& registry, const backends::ModelRegistry* models = nullptr);
 
 }  // namespace infergate::app

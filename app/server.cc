@@ -118,7 +118,7 @@ absl::Status Server::start() {
   if (c.mode == config::Mode::kAfXdp) {  // afxdp: userspace TCP on the interface's queues
     auto m = startAfXdpMode(c, [sessionFactoryFor](const config::ListenerConfig& l) {
       return sessionFactoryFor(l.protocol);
-    }, registry);
+    }, registry, &models_);  // &models_: overload publishing, as in xdp-filter mode
     if (!m.ok()) return m.status();
     xdp_->afxdp = std::move(*m);
   }
@@ -190,19 +190,9 @@ absl::Status Server::start() {
     xdp_->filter->registerMetrics(registry);
     // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes
     // while a batched model's queues are full; the level is the highest over the models.
-    struct Published { std::mutex mu; std::vector<int> levels; };
-    auto pub = std::make_shared<Published>();
-    pub->levels.resize(models_.models().size());
-    for (size_t i = 0; i < models_.models().size(); ++i) {
-      auto* bm = dynamic_cast<backends::BatchedModel*>(models_.models()[i].get());
-      if (bm == nullptr) continue;
-      bm->setOverloadListener([pub, i, f = xdp_->filter.get()](int level) {
-        std::lock_guard<std::mutex> lock(pub->mu);
-        pub->levels[i] = level;
-        const int top = *std::max_element(pub->levels.begin(), pub->levels.end());
-        if (absl::Status st = f->setOverloadLevel(top); !st.ok()) spdlog::warn("overload level: {}", st.ToString());
-      });
-    }
+    publishOverloadLevels(models_, [f = xdp_->filter.get()](int level) {
+      return f->setOverloadLevel(level);
+    });
     spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
                  c.xdp.attach, fmt::join(service_ports, ","),
                  c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
@@ -227,9 +217,7 @@ void Server::stop(uint64_t drain_ms) {
   admin_.reset();
 #ifdef INFERGATE_HAVE_XDP
   if (xdp_ && xdp_->filter) {
-    for (auto& m : models_.models()) {
-      if (auto* bm = dynamic_cast<backends::BatchedModel*>(m.get())) bm->setOverloadListener(nullptr);
-    }
+    clearOverloadListeners(models_);
     xdp_->filter->detach();
     spdlog::info("XDP program detached from {}", config_.xdp.interface);
     xdp_->filter.reset();

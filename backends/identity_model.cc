@@ -11,18 +11,9 @@
 namespace infergate::backends {
 
 IdentityModel::IdentityModel(ModelConfig config)
-    : config_(std::move(config)), has_cost_(config_.cost_fixed_us + config_.cost_per_item_us > 0) {
-  if (has_cost_) worker_ = std::thread([this] { workerLoop(); });
-}
+    : config_(std::move(config)), device_(config_.cost_fixed_us, config_.cost_per_item_us) {}
 
-IdentityModel::~IdentityModel() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
+IdentityModel::~IdentityModel() = default;
 
 InferResponse IdentityModel::compute(InferRequest&& request) const {
   InferResponse resp;
@@ -44,18 +35,6 @@ InferResponse IdentityModel::compute(InferRequest&& request) const {
   return resp;
 }
 
-void IdentityModel::infer(InferRequest request, InferCallback done) {
-  if (!has_cost_) {
-    done(compute(std::move(request)));
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(Job{std::move(request), std::move(done)});
-  }
-  cv_.notify_one();
-}
-
 namespace {
 
 // Sleep most of the time, spin the last stretch: sleeps overshoot by ~50-100 us.
@@ -71,7 +50,33 @@ void busyFor(uint64_t us) {
 
 }  // namespace
 
-void IdentityModel::workerLoop() {
+SimulatedDevice::SimulatedDevice(uint64_t fixed_us, uint64_t per_item_us)
+    : fixed_us_(fixed_us), per_item_us_(per_item_us) {
+  if (fixed_us_ + per_item_us_ > 0) worker_ = std::thread([this] { loop(); });
+}
+
+SimulatedDevice::~SimulatedDevice() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void SimulatedDevice::run(uint64_t items, std::function<void()> job) {
+  if (!worker_.joinable()) {
+    job();
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(Job{items, std::move(job)});
+  }
+  cv_.notify_one();
+}
+
+void SimulatedDevice::loop() {
   for (;;) {
     Job job;
     {
@@ -81,29 +86,26 @@ void IdentityModel::workerLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    uint64_t items = 1;
-    if (config_.max_batch_size > 0 && !job.request.inputs.empty() &&
-        !job.request.inputs[0].shape.empty()) {
-      items = static_cast<uint64_t>(job.request.inputs[0].shape[0]);
-    }
-    busyFor(config_.cost_fixed_us + config_.cost_per_item_us * items);
-    job.done(compute(std::move(job.request)));
+    busyFor(fixed_us_ + per_item_us_ * job.items);
+    job.fn();
   }
+}
+
+void IdentityModel::infer(InferRequest request, InferCallback done) {
+  uint64_t items = 1;
+  if (config_.max_batch_size > 0 && !request.inputs.empty() && !request.inputs[0].shape.empty()) {
+    items = static_cast<uint64_t>(request.inputs[0].shape[0]);
+  }
+  // The job owns the request until the device runs it (std::function needs a copyable
+  // callable, hence the shared_ptr).
+  auto req = std::make_shared<InferRequest>(std::move(request));
+  device_.run(items, [this, req, done = std::move(done)] { done(compute(std::move(*req))); });
 }
 
 IdentityBatchBackend::IdentityBatchBackend(ModelConfig config)
-    : config_(std::move(config)), has_cost_(config_.cost_fixed_us + config_.cost_per_item_us > 0) {
-  if (has_cost_) worker_ = std::thread([this] { workerLoop(); });
-}
+    : config_(std::move(config)), device_(config_.cost_fixed_us, config_.cost_per_item_us) {}
 
-IdentityBatchBackend::~IdentityBatchBackend() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
+IdentityBatchBackend::~IdentityBatchBackend() = default;
 
 BatchOutputs IdentityBatchBackend::outputs(const Batch& batch) const {
   std::vector<BatchTensor> out;
@@ -117,31 +119,8 @@ BatchOutputs IdentityBatchBackend::outputs(const Batch& batch) const {
 }
 
 void IdentityBatchBackend::execute(const Batch& batch, BatchDone done) {
-  if (!has_cost_) {
-    done(outputs(batch));
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(Job{&batch, std::move(done)});
-  }
-  cv_.notify_one();
-}
-
-void IdentityBatchBackend::workerLoop() {
-  for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-      if (jobs_.empty()) return;  // stopping and drained
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
-    }
-    busyFor(config_.cost_fixed_us +
-            config_.cost_per_item_us * static_cast<uint64_t>(std::max<int64_t>(job.batch->size, 1)));
-    job.done(outputs(*job.batch));
-  }
+  const uint64_t items = static_cast<uint64_t>(std::max<int64_t>(batch.size, 1));
+  device_.run(items, [this, &batch, done = std::move(done)] { done(outputs(batch)); });
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -16,6 +17,34 @@
 #include "backends/model.h"
 
 namespace infergate::backends {
+
+// A simulated device stream for the identity cost model: jobs run in FIFO order on one thread,
+// each after the device has been busy for fixed_us + per_item_us x items. With no cost there is
+// no thread and jobs run inline on the caller's thread. The destructor runs every accepted job
+// first.
+class SimulatedDevice {
+ public:
+  SimulatedDevice(uint64_t fixed_us, uint64_t per_item_us);
+  ~SimulatedDevice();
+  SimulatedDevice(const SimulatedDevice&) = delete;
+  SimulatedDevice& operator=(const SimulatedDevice&) = delete;
+
+  void run(uint64_t items, std::function<void()> job);
+
+ private:
+  struct Job {
+    uint64_t items;
+    std::function<void()> fn;
+  };
+  void loop();
+
+  const uint64_t fixed_us_, per_item_us_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
 
 class IdentityModel : public Model {
  public:
@@ -30,19 +59,8 @@ class IdentityModel : public Model {
   InferResponse compute(InferRequest&& request) const;
 
  private:
-  struct Job {
-    InferRequest request;
-    InferCallback done;
-  };
-  void workerLoop();
-
   ModelConfig config_;
-  bool has_cost_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  bool stopping_ = false;
-  std::thread worker_;
+  SimulatedDevice device_;
 };
 
 // The identity model as a batch backend: each output is the input at the same position
@@ -56,20 +74,10 @@ class IdentityBatchBackend : public BatchBackend {
   void execute(const Batch& batch, BatchDone done) override;
 
  private:
-  struct Job {
-    const Batch* batch;
-    BatchDone done;
-  };
   BatchOutputs outputs(const Batch& batch) const;
-  void workerLoop();
 
   ModelConfig config_;
-  bool has_cost_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  bool stopping_ = false;
-  std::thread worker_;
+  SimulatedDevice device_;
 };
 
 // Creates the backend a config names; INVALID_ARGUMENT for an unknown backend.

@@ -300,6 +300,15 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
   }
   const backends::ModelConfig& cfg = model->config();
   if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) return respond(fail(st));
+  {
+    // As the REST path: parameter, then x-infergate-priority metadata, then the ingress tag.
+    absl::StatusOr<int64_t> prio =
+        resolvePriority(req.priority,
+                        call.priority_metadata ? &*call.priority_metadata : nullptr,
+                        call.priority_class, priorityLevelsOf(*model));
+    if (!prio.ok()) return respond(fail(prio.status()));
+    req.priority = *prio;
+  }
   if (call.timeout_ns != 0) {
     const uint64_t us = (call.timeout_ns + 999) / 1000;
     if (req.timeout_us == 0 || us < req.timeout_us) req.timeout_us = us;

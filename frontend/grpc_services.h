@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -41,6 +42,11 @@ struct GrpcCall {
   uint64_t start_ns = 0;     // Loop::nowNs() when the call's headers arrived
   uint64_t deadline_ns = 0;  // from grpc-timeout, on the Loop::nowNs() clock; 0 = none
   uint64_t timeout_ns = 0;   // the grpc-timeout value itself; 0 = none
+  // The `x-infergate-priority` metadata value (kPriorityHeader), as sent; nullopt when absent.
+  std::optional<std::string> priority_metadata;
+  // The ingress tag's priority class 0..3 (Transport::ingressTag() when the call's headers
+  // arrived: xdp-filter and afxdp modes); nullopt without a tag.
+  std::optional<int> priority_class;
   // Set by the service, read by the session when the call ends (metrics).
   int model_index = -1;
 };

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/kserve_rest.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::frontend {
@@ -70,6 +71,14 @@ struct Http2Session::Callbacks {
     s->id = frame->hd.stream_id;
     s->call.stream_id = s->id;
     s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
+    // The ingress tag of the latest request start the transport saw (xdp-filter / afxdp modes;
+    // none in socket mode). The XDP program tags the h2 preface, not each HEADERS frame, so for
+    // gRPC this is the connection's class.
+    if (h.transport_ != nullptr) {
+      if (std::optional<IngressTag> tag = h.transport_->ingressTag()) {
+        s->call.priority_class = tag->priority_class;
+      }
+    }
     ++h.stats_.streams;
     h.streams_[s->id] = std::move(s);
     return 0;
@@ -96,6 +105,8 @@ struct Http2Session::Callbacks {
       s->content_type = v;
     } else if (n == "grpc-timeout") {
       s->grpc_timeout = v;
+    } else if (n == kPriorityHeader) {
+      s->call.priority_metadata = std::string(v);  // validated by the service (resolvePriority)
     }
     return 0;
   }

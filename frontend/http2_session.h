@@ -16,6 +16,9 @@
 //   the batcher and frees its slot. PING is answered by nghttp2. A protocol error (bad preface, bad
 //   frame size, flow-control violation, ...) sends GOAWAY with nghttp2's error code and closes
 //   after the flush; nothing throws.
+// - GrpcCall::priority_metadata is the request's `x-infergate-priority` metadata (kPriorityHeader)
+//   and GrpcCall::priority_class the transport's ingress tag class when HEADERS arrived; the
+//   service resolves the priority from them (resolvePriority).
 // - shutdown(): GOAWAY, in-flight streams complete, then the connection closes.
 //
 // Threading: everything on the transport's loop thread; respond callbacks may come from any

@@ -333,6 +333,35 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 out:
 	if (p.action == XDP_TX) {
 		int len;
+		if (ig_cfg.redirect_xsk && ig_cfg.write_meta) {
+			/* afxdp: the connection lives in userspace's TCP stack, not the kernel's. Hand
+			 * it the original frame flagged IG_TF_REJECTED: the stack sends the RST from its
+			 * own sequence space and frees the connection at once. With no socket bound on
+			 * this queue, fall back to answering with the RST here. */
+			long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
+			if (act == XDP_REDIRECT) {
+				struct ig_tag *meta;
+				tag.rx_ns = bpf_ktime_get_ns();
+				tag.cls = IG_CLASS_NONE;
+				tag.reason = p.reason;
+				tag.verdict = IG_TV_ADMIT;
+				tag.flags = p.tag_flags | IG_TF_REJECTED;
+				tag.magic = IG_TAG_MAGIC;
+				if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)) == 0) {
+					meta = (struct ig_tag *)(long)ctx->data_meta;
+					data = (__u8 *)(long)ctx->data;
+					if ((__u8 *)(meta + 1) <= data) {
+						*meta = tag;
+						ig_count(XDP_REDIRECT, p.reason, frame_len);
+						return XDP_REDIRECT;
+					}
+				}
+				/* no room for the flag: the stack could not tell; answer here */
+			}
+			/* packet pointers do not survive the helper calls: reload them */
+			data = (__u8 *)(long)ctx->data;
+			end = (__u8 *)(long)ctx->data_end;
+		}
 		ig_count(p.action, p.reason, frame_len);
 		len = ig_build_rst(data, end, &p);
 		if (len < 0 || len > 0xffff)

@@ -63,6 +63,9 @@ enum ig_tag_flags {
 	IG_TF_REQUEST_START = 1, /* this segment starts an HTTP request (or the h2 preface) */
 	IG_TF_HTTP2 = 2,
 	IG_TF_FIRST_SEGMENT = 4, /* the first data segment of the connection */
+	IG_TF_REJECTED = 8,      /* afxdp: the program rejected this request start; the frame is
+	                          * redirected to the socket (not answered with XDP_TX) so that
+	                          * userspace's TCP stack resets and frees the connection itself */
 };
 
 /* The priority tag. Written into XDP metadata (in front of the frame, for AF_XDP) and into

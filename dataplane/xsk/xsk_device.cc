@@ -23,6 +23,7 @@
 static_assert(infergate::dataplane::tcp::kVerdictRateLimited == IG_TV_RATE_LIMITED);
 static_assert(infergate::dataplane::tcp::kVerdictOverload == IG_TV_OVERLOAD);
 static_assert(infergate::dataplane::tcp::kTagRequestStart == IG_TF_REQUEST_START);
+static_assert(infergate::dataplane::tcp::kTagRejected == IG_TF_REJECTED);
 
 #ifndef SO_PREFER_BUSY_POLL
 #define SO_PREFER_BUSY_POLL 69

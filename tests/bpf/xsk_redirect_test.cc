@@ -2,7 +2,9 @@
 // private network namespace (unshare at start-up). Needs root; skips with a message otherwise.
 //  - every fixture through BPF_PROG_TEST_RUN with redirect_xsk on: service passes become
 //    XDP_REDIRECT when queue 0 has a socket in the XSKMAP and stay XDP_PASS without one;
-//    every other verdict (drops, RSTs, non-service passes: ARP, ICMP, other ports) is unchanged;
+//    rejected request starts (XDP_TX + RST without a socket) become XDP_REDIRECT of the
+//    original frame tagged IG_TF_REJECTED (userspace's stack sends the RST); every other
+//    verdict (drops, non-service passes: ARP, ICMP, other ports) is unchanged;
 //  - real frames: sent from the peer with an AF_PACKET socket, received by XskDevice (copy
 //    mode on veth) with the program's tag in Frame::meta; ARP is not redirected; frames sent
 //    through XskDevice arrive on the peer byte-exact; every tx frame comes back.
@@ -83,7 +85,14 @@ XskOptions deviceOptions(int xskmap_fd) {
 int expectedWithSocket(const Fixture& f) {
   const bool service_pass = f.action == XDP_PASS &&
                             (f.reason == IG_R_SEGMENT || f.reason == IG_R_SYN || f.reason == IG_R_REQUEST);
-  return service_pass ? XDP_REDIRECT : f.action;
+  // A rejected request start goes to the socket (flagged IG_TF_REJECTED) instead of a RST.
+  return service_pass || f.action == XDP_TX ? XDP_REDIRECT : f.action;
+}
+
+ig_tag metaTag(const RunResult& r) {
+  ig_tag t{};
+  if (r.meta.size() == sizeof t) std::memcpy(&t, r.meta.data(), sizeof t);
+  return t;
 }
 
 TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
@@ -103,7 +112,7 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
   // A socket on queue 0: service passes are redirected, the rest keeps its verdict.
   auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
   ASSERT_TRUE(dev.ok()) << dev.status();
-  int redirected = 0;
+  int redirected = 0, rejected = 0;
   for (const Fixture& fx : fixtures()) {
     if (fx.packet.size() < 14 || fx.first_segment) continue;
     RunResult r = runXdp((*f)->programFd(), fx.packet);
@@ -113,19 +122,29 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
       ++redirected;
       // The tag rides in the metadata in front of the frame (what XskDevice reads).
       ASSERT_EQ(r.meta.size(), sizeof(ig_tag)) << fx.name;
-      ig_tag t;
-      std::memcpy(&t, r.meta.data(), sizeof t);
+      const ig_tag t = metaTag(r);
       EXPECT_EQ(t.magic, IG_TAG_MAGIC) << fx.name;
       EXPECT_EQ(t.reason, fx.reason) << fx.name;
+      const bool want_rejected = fx.action == XDP_TX;
+      EXPECT_EQ((t.flags & IG_TF_REJECTED) != 0, want_rejected) << fx.name;
+      if (want_rejected) {
+        ++rejected;
+        // The original frame, not a RST built over it.
+        EXPECT_EQ(r.out, fx.packet) << fx.name;
+      }
     }
   }
   EXPECT_GT(redirected, 20);
-  // Taken out again: back to XDP_PASS.
+  EXPECT_GT(rejected, 5);
+  // Taken out again: back to XDP_PASS (and the program's own RST for rejected starts).
   ASSERT_TRUE((*f)->removeXsk(0).ok());
   for (const Fixture& fx : fixtures()) {
     if (fx.packet.size() < 14 || fx.first_segment) continue;
     if (expectedWithSocket(fx) != XDP_REDIRECT) continue;
-    EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), fx.packet).retval), XDP_PASS) << fx.name;
+    RunResult r = runXdp((*f)->programFd(), fx.packet);
+    EXPECT_EQ(static_cast<int>(r.retval), fx.action == XDP_TX ? XDP_TX : XDP_PASS) << fx.name;
+    if (fx.action == XDP_TX && !fx.expected_out.empty())
+      EXPECT_EQ(r.out, fx.expected_out) << fx.name << " (the RST)";
   }
 }
 
@@ -159,9 +178,13 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
     ASSERT_TRUE(f.ok()) << f.status();
     auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
     ASSERT_TRUE(dev.ok()) << dev.status();
-    const int want = reject ? XDP_TX : XDP_REDIRECT;
-    EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), buildPacket(mid)).retval), want) << reject;
-    EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), buildPacket(path)).retval), want) << reject;
+    // Both ways the frame goes to the socket; rejected, it carries IG_TF_REJECTED (the
+    // stack resets the connection) instead of being answered with a RST here.
+    for (const PacketSpec& spec : {mid, path}) {
+      RunResult r = runXdp((*f)->programFd(), buildPacket(spec));
+      EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT) << reject;
+      EXPECT_EQ((metaTag(r).flags & IG_TF_REJECTED) != 0, reject) << reject;
+    }
     // The connection's known first data segment is always judged: SYN (seq 4999), then data
     // at 5000 that is not a request line -> RST.
     PacketSpec syn = mid;
@@ -173,10 +196,70 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
     first.sport = 41000;
     first.seq = 5000;
     EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), buildPacket(syn)).retval), XDP_REDIRECT);
-    EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), buildPacket(first)).retval), XDP_TX) << reject;
+    RunResult r = runXdp((*f)->programFd(), buildPacket(first));
+    EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT) << reject;
+    EXPECT_NE(metaTag(r).flags & IG_TF_REJECTED, 0) << reject;
     const XdpCounters c = (*f)->readCounters();
     EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_SEGMENT], reject ? 0u : 2u);
+    EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_BAD_METHOD], reject ? 2u : 1u);
+    EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_BAD_PATH], reject ? 1u : 0u);
+    EXPECT_EQ(c.packets[XDP_TX][IG_R_BAD_METHOD] + c.packets[XDP_TX][IG_R_BAD_PATH], 0u);
   }
+}
+
+TEST(XskRedirect, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
+  SKIP_IF_NEEDED();
+  XdpOptions o = redirectOptions();
+  o.track_flows = true;
+  auto f = XdpFilter::load(o);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  const int prog = (*f)->programFd();
+  // A new connection whose first data segment is not a request start.
+  PacketSpec syn;
+  syn.sport = 42000;
+  syn.seq = 6999;
+  syn.flags = 0x02;
+  PacketSpec bad = syn;
+  bad.seq = 7000;
+  bad.flags = 0x18;  // PSH|ACK
+  bad.payload = "GARBAGE\r\n\r\n";
+  PacketSpec later = bad;
+  later.seq = 7000 + static_cast<uint32_t>(bad.payload.size());
+  later.payload = "GET /v2/health/ready HTTP/1.1\r\n\r\n";
+  ASSERT_EQ(static_cast<int>(runXdp(prog, buildPacket(syn)).retval), XDP_REDIRECT);
+  const std::vector<uint8_t> frame = buildPacket(bad);
+  RunResult r = runXdp(prog, frame);
+  ASSERT_EQ(r.err, 0);
+  EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT);
+  EXPECT_EQ(r.out, frame) << "the original frame, for the stack to answer";
+  ASSERT_EQ(r.meta.size(), sizeof(ig_tag));
+  const ig_tag t = metaTag(r);
+  EXPECT_EQ(t.magic, IG_TAG_MAGIC);
+  EXPECT_NE(t.flags & IG_TF_REJECTED, 0);
+  EXPECT_EQ(t.reason, IG_R_BAD_REQUEST_LINE);
+  // The flow is marked rejected: its later data is dropped here.
+  RunResult l = runXdp(prog, buildPacket(later));
+  EXPECT_EQ(static_cast<int>(l.retval), XDP_DROP);
+  XdpCounters c = (*f)->readCounters();
+  EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_BAD_REQUEST_LINE], 1u);
+  EXPECT_EQ(c.packets[XDP_TX][IG_R_BAD_REQUEST_LINE], 0u);
+  EXPECT_EQ(c.packets[XDP_DROP][IG_R_REJECTED_FLOW], 1u);
+
+  // No socket on the queue: the program answers with the RST itself, as before.
+  ASSERT_TRUE((*f)->removeXsk(0).ok());
+  PacketSpec syn2 = syn, bad2 = bad;
+  syn2.sport = bad2.sport = 42001;
+  EXPECT_EQ(static_cast<int>(runXdp(prog, buildPacket(syn2)).retval), XDP_PASS);
+  RunResult r2 = runXdp(prog, buildPacket(bad2));
+  EXPECT_EQ(static_cast<int>(r2.retval), XDP_TX);
+  ASSERT_GE(r2.out.size(), 14u + 20u + 20u);
+  EXPECT_LT(r2.out.size(), buildPacket(bad2).size()) << "the payload is cut off";
+  EXPECT_NE(r2.out[14 + 20 + 13] & 0x04, 0) << "RST flag";
+  c = (*f)->readCounters();
+  EXPECT_EQ(c.packets[XDP_TX][IG_R_BAD_REQUEST_LINE], 1u);
+  EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_BAD_REQUEST_LINE], 1u);
 }
 
 int packetSocket(const char* ifname) {

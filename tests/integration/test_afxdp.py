@@ -186,6 +186,78 @@ ch.close()
 print(json.dumps(out))
 '''
 
+# Runs in the client namespace: one-copy probes (docs/BATCHING.md "One copy"). argv: mode
+# ("binary" | "grpc"), host, stubs dir. binary: binary-extension requests on one keep-alive
+# connection, one at a time (a small one, one whose 4 KiB id spreads the request over several
+# TCP segments, and the raw binary body); grpc: ModelInfer with raw_input_contents (a small one
+# and one with a 4 KiB id). Prints JSON: how many were answered with the exact tensor, and the
+# tensor bytes sent.
+ONE_COPY_CLIENT = r'''
+import json, socket, struct, sys
+mode, host = sys.argv[1], sys.argv[2]
+raw = struct.pack("<16f", *[float(i) + 0.5 for i in range(16)])
+ok, sent = 0, 0
+if mode == "binary":
+    s = socket.create_connection((host, 8000), timeout=20)
+    def roundtrip(header, body):
+        s.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                  b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n"
+                  % (len(header), len(body)) + body)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(65536)
+        head, body_out = buf.split(b"\r\n\r\n", 1)
+        hdrs = {l.split(b":", 1)[0].strip().lower(): l.split(b":", 1)[1].strip()
+                for l in head.split(b"\r\n")[1:]}
+        n = int(hdrs[b"content-length"])
+        while len(body_out) < n:
+            body_out += s.recv(65536)
+        k = int(hdrs.get(b"inference-header-content-length", b"0"))
+        return head.split(b" ")[1] == b"200" and body_out[k:] == raw
+    for rid in ("small", "x" * 4096):
+        header = json.dumps({"id": rid, "inputs": [{"name": "INPUT0", "datatype": "FP32",
+                             "shape": [1, 16], "parameters": {"binary_data_size": len(raw)}}],
+                             "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+        ok += roundtrip(header, header + raw)
+        sent += len(raw)
+    ok += roundtrip(b"", raw)  # the raw binary body (Inference-Header-Content-Length: 0)
+    sent += len(raw)
+    s.close()
+else:
+    sys.path.insert(0, sys.argv[3])
+    import grpc
+    import grpc_service_pb2 as pb, grpc_service_pb2_grpc as svc
+    ch = grpc.insecure_channel("%s:8001" % host, options=[("grpc.enable_http_proxy", 0)])
+    stub = svc.GRPCInferenceServiceStub(ch)
+    for rid in ("small", "x" * 4096):
+        req = pb.ModelInferRequest(model_name="identity", id=rid)
+        inp = req.inputs.add()
+        inp.name, inp.datatype = "INPUT0", "FP32"
+        inp.shape.extend([1, 16])
+        req.raw_input_contents.append(raw)
+        r = stub.ModelInfer(req, timeout=10)
+        ok += r.id == rid and r.raw_output_contents[0] == raw
+        sent += len(raw)
+    ch.close()
+print(json.dumps({"ok": ok, "sent": sent}))
+'''
+
+ONE_COPY_COUNTERS = ("request_bytes", "slot_bytes", "bytes_copied", "staged_bytes", "compacted_bytes")
+
+
+# Runs in the client namespace: a NEW connection whose first segment is a malformed request
+# start (a method the program does not admit). Prints "reset", "eof" or the bytes answered.
+REJECT_CLIENT = r'''
+import socket, sys
+s = socket.create_connection((sys.argv[1], 8000), timeout=10)
+s.sendall(b"BREW /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+try:
+    d = s.recv(4096)
+    print("eof" if not d else repr(d))
+except ConnectionResetError:
+    print("reset")
+'''
+
 
 def start_gateway(net, name="gw", reactors=1, env=None, expect_start=True, xdp_extra=""):
     cfg = os.path.join(net.tmp, name + ".yaml")
@@ -348,6 +420,44 @@ class AfXdpTest(unittest.TestCase):
             rc = stop(p)
         self.assertEqual(rc, 0, open(log).read()[-3000:])
 
+    def test_rejected_request_start_is_reset_by_our_stack(self):
+        # The program rejects a malformed request start on a new connection: in afxdp mode it
+        # redirects the original frame flagged IG_TF_REJECTED (instead of answering with a RST
+        # itself), and our TCP stack sends the RST and frees the connection at once.
+        net = self.net
+        p, log = start_gateway(net, name="rej")
+        try:
+            r = self.curl_infer()  # a normal connection first: the stack is up, ARP resolved
+            self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+
+            def conns():
+                return metric(net, "infergate_tcp_connections")
+
+            deadline = time.time() + 5
+            while conns() != 0 and time.time() < deadline:  # curl's connection winds down
+                time.sleep(0.1)
+            conns_before = conns()
+            rejected_before = metric(net, "infergate_tcp_xdp_rejected_total")
+            rst_before = metric(net, "infergate_tcp_rst_out_total")
+            r = net.run_client(["/usr/bin/python3", "-c", REJECT_CLIENT, net.gw_ip], timeout=30,
+                               check=False)
+            self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+            self.assertEqual(r.stdout.strip(), "reset", r.stdout + r.stderr)
+            self.assertEqual(metric(net, "infergate_tcp_xdp_rejected_total") - rejected_before, 1)
+            self.assertGreaterEqual(metric(net, "infergate_tcp_rst_out_total") - rst_before, 1)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="redirect",
+                                    reason="bad_method"), 1)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", verdict="tx",
+                                    reason="bad_method"), 0)
+            # Freed at once: no connection of ours is left (the gauge is back where it was).
+            self.assertEqual(conns(), conns_before)
+            # The gateway still serves.
+            r = self.curl_infer()
+            self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+        finally:
+            rc = stop(p)
+        self.assertEqual(rc, 0, open(log).read()[-3000:])
+
     def test_grpc_model_infer(self):
         # python grpcio over the kernel's TCP -> XDP -> AF_XDP -> our TCP -> Http2Session/gRPC.
         stubs = tempfile.mkdtemp(prefix="ig-afxdp-grpc-")
@@ -370,6 +480,54 @@ class AfXdpTest(unittest.TestCase):
                 self.assertEqual(res, {"ready": True, "infer_ok": 20, "big_exact": True})
                 self.assertGreaterEqual(metric(net, "infergate_tcp_accepted_total"), 1)
                 self.assertEqual(metric(net, "infergate_tcp_drops_total", reason="bad_tcp_checksum"), 0)
+            finally:
+                rc = stop(p)
+            self.assertEqual(rc, 0, open(log).read()[-3000:])
+        finally:
+            shutil.rmtree(stubs, ignore_errors=True)
+
+    def test_binary_and_grpc_raw_are_one_copy(self):
+        # docs/BATCHING.md "One copy", in afxdp mode: the request body our TCP stack delivered
+        # (from AF_XDP frames) is decoded once into the batched `identity` model's slots, the
+        # batch runs from there: request_bytes == slot_bytes == bytes_copied, nothing staged or
+        # compacted (the same counters tests/integration/test_one_copy.py checks in socket mode).
+        net = self.net
+
+        def counters():
+            return {c: metric(net, "infergate_batcher_%s_total" % c, model="identity")
+                    for c in ONE_COPY_COUNTERS}
+
+        def run_and_check(args, what, want_ok):
+            before = counters()
+            r = net.run_client(["/usr/bin/python3", "-c", ONE_COPY_CLIENT] + args,
+                               timeout=60, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:] + open(log).read()[-2000:])
+            res = json.loads(r.stdout)
+            self.assertEqual(res["ok"], want_ok, (what, res))
+            after = counters()
+            d = {c: after[c] - before[c] for c in ONE_COPY_COUNTERS}
+            print("\n[afxdp one copy %s] %s" % (what, d), file=sys.stderr)
+            self.assertEqual(d["request_bytes"], res["sent"], (what, d))
+            self.assertEqual(d["slot_bytes"], d["request_bytes"], (what, d))
+            self.assertEqual(d["bytes_copied"], d["request_bytes"], (what, d))  # ratio exactly 1
+            self.assertEqual(d["staged_bytes"], 0, (what, d))
+            self.assertEqual(d["compacted_bytes"], 0, (what, d))
+
+        stubs = tempfile.mkdtemp(prefix="ig-afxdp-onecopy-")
+        try:
+            p, log = start_gateway(net, name="onecopy")
+            try:
+                run_and_check(["binary", net.gw_ip], "binary extension", 3)
+                proto_dir = os.path.join(harness.ARGS.source, "frontend", "proto")
+                gen = subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
+                                      "-I/usr/include", "--python_out=" + stubs,
+                                      "--grpc_python_out=" + stubs,
+                                      os.path.join(proto_dir, "grpc_service.proto")],
+                                     capture_output=True, text=True)
+                if gen.returncode != 0:
+                    raise unittest.SkipTest("grpc_tools.protoc failed (binary path checked): "
+                                            + gen.stderr[-500:])
+                run_and_check(["grpc", net.gw_ip, stubs], "grpc raw_input_contents", 2)
             finally:
                 rc = stop(p)
             self.assertEqual(rc, 0, open(log).read()[-3000:])

@@ -210,6 +210,34 @@ class KServeGrpcTest(unittest.TestCase):
         self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("raw_input_contents", cm.exception.details())
 
+    def test_priority_metadata(self):
+        # x-infergate-priority as gRPC metadata (docs/BATCHING.md "Priority"): a level is
+        # accepted and the call answered; anything but a non-negative integer is refused with
+        # INVALID_ARGUMENT before the request is queued; the KServe parameter wins over it.
+        import grpc
+        vals = [float(i) + 0.25 for i in range(16)]
+        for level in ("1", "0", "7"):
+            r = self.stub.ModelInfer(identity_request(self.pb, vals),
+                                     metadata=(("x-infergate-priority", level),))
+            self.assertEqual(list(struct.unpack("<16f", r.raw_output_contents[0])), vals, level)
+        for bad in ("urgent", "-1", "1.5"):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.stub.ModelInfer(identity_request(self.pb, vals),
+                                     metadata=(("x-infergate-priority", bad),))
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, bad)
+            self.assertIn("x-infergate-priority must be a non-negative integer, got '%s'" % bad,
+                          cm.exception.details())
+        req = identity_request(self.pb, vals)
+        req.parameters["priority"].int64_param = 1
+        r = self.stub.ModelInfer(req, metadata=(("x-infergate-priority", "urgent"),))
+        self.assertEqual(list(struct.unpack("<16f", r.raw_output_contents[0])), vals)
+        # In a stream the bad value is that request's error_message and the stream goes on.
+        def reqs():
+            yield identity_request(self.pb, vals)
+        got = list(self.stub.ModelStreamInfer(reqs(), metadata=(("x-infergate-priority", "x"),)))
+        self.assertEqual(len(got), 1)
+        self.assertIn("x-infergate-priority", got[0].error_message)
+
     def test_deadline_exceeded(self):
         import grpc
         req = self.pb.ModelInferRequest(model_name="slow")

@@ -1,0 +1,231 @@
+// gRPC priority sources (docs/BATCHING.md "Priority"): the Http2Session hands the
+// x-infergate-priority metadata and the transport's ingress tag to the service in GrpcCall, and
+// InferenceGrpcServices::modelInfer resolves them like the REST path: the KServe `priority`
+// parameter, else the metadata, else the tag's class, else the model's default level; a bad
+// metadata value is INVALID_ARGUMENT and nothing is queued.
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/batched_model.h"
+#include "backends/batcher.h"
+#include "backends/model.h"
+#include "frontend/grpc_framing.h"
+#include "frontend/grpc_inference_service.h"
+#include "frontend/http2_session.h"
+#include "grpc_service.pb.h"
+
+namespace infergate::frontend {
+namespace {
+
+// --- Http2Session fills GrpcCall from the metadata and the ingress tag --------------------
+
+class FakeLoop : public Loop {
+ public:
+  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
+  bool inLoopThread() const override { return true; }
+  uint64_t nowNs() const override { return 1'000'000'000; }
+  int index() const override { return 0; }
+  std::deque<std::function<void()>> posted;
+};
+
+class TaggingTransport : public Transport {
+ public:
+  void send(std::string_view bytes) override { out.append(bytes); }
+  void closeAfterFlush() override {}
+  void pauseReading(bool) override {}
+  Loop& loop() override { return loop_; }
+  size_t pendingBytes() const override { return 0; }
+  std::optional<IngressTag> ingressTag() override { return tag; }
+  FakeLoop loop_;
+  std::string out;
+  std::optional<IngressTag> tag;
+};
+
+class CapturingServices : public GrpcServices {
+ public:
+  GrpcMethod resolve(std::string_view) const override {
+    GrpcMethod m;
+    m.id = 0;
+    return m;
+  }
+  void call(const GrpcMethod&, GrpcCall& call, std::string_view, GrpcRespond respond) override {
+    calls.push_back(call);
+    GrpcReply r;
+    appendGrpcMessage(r.framed, "ok");
+    respond(std::move(r));
+  }
+  std::vector<GrpcCall> calls;
+};
+
+std::string frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
+  std::string f;
+  const uint32_t n = static_cast<uint32_t>(payload.size());
+  f += static_cast<char>(n >> 16);
+  f += static_cast<char>(n >> 8);
+  f += static_cast<char>(n);
+  f += static_cast<char>(type);
+  f += static_cast<char>(flags);
+  f += static_cast<char>(stream >> 24);
+  f += static_cast<char>(stream >> 16);
+  f += static_cast<char>(stream >> 8);
+  f += static_cast<char>(stream);
+  f.append(payload);
+  return f;
+}
+
+// HPACK literal without indexing, new name, lengths < 127.
+std::string literal(std::string_view n, std::string_view v) {
+  std::string s(1, '\0');
+  s += static_cast<char>(n.size());
+  s.append(n);
+  s += static_cast<char>(v.size());
+  s.append(v);
+  return s;
+}
+
+std::string requestHeaders(std::string_view extra = {}) {
+  return literal(":method", "POST") + literal(":scheme", "http") +
+         literal(":path", "/inference.GRPCInferenceService/ModelInfer") +
+         literal(":authority", "x") + literal("content-type", "application/grpc") +
+         literal("te", "trailers") + std::string(extra);
+}
+
+struct SessionFixture : ::testing::Test {
+  void SetUp() override {
+    session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+    const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, "");
+    session->onData(preface.data(), preface.size());
+  }
+  void call(uint32_t id, std::string_view extra_headers) {
+    std::string msg;
+    appendGrpcMessage(msg, "m");
+    const std::string bytes = frame(1, 4, id, requestHeaders(extra_headers)) + frame(0, 1, id, msg);
+    session->onData(bytes.data(), bytes.size());
+  }
+  Http2SessionOptions options;  // the session keeps a reference
+  TaggingTransport transport;
+  CapturingServices services;
+  std::shared_ptr<Http2Session> session;
+};
+
+TEST_F(SessionFixture, MetadataAndTagReachTheCall) {
+  call(1, {});
+  IngressTag t;
+  t.priority_class = 3;
+  transport.tag = t;
+  call(3, literal("x-infergate-priority", "2"));
+  call(5, literal("x-infergate-priority", "urgent"));
+  ASSERT_EQ(services.calls.size(), 3u);
+  // No metadata, no tag (socket mode).
+  EXPECT_FALSE(services.calls[0].priority_metadata.has_value());
+  EXPECT_FALSE(services.calls[0].priority_class.has_value());
+  // Metadata as sent (validated by the service, not the session), the tag's class.
+  EXPECT_EQ(services.calls[1].priority_metadata, std::optional<std::string>("2"));
+  EXPECT_EQ(services.calls[1].priority_class, std::optional<int>(3));
+  EXPECT_EQ(services.calls[2].priority_metadata, std::optional<std::string>("urgent"));
+}
+
+// --- InferenceGrpcServices resolves the priority ----------------------------------------
+
+// A batch backend that records each batch's request levels and answers with an error.
+class RecordingBackend : public backends::BatchBackend {
+ public:
+  explicit RecordingBackend(std::vector<uint32_t>* levels) : levels_(levels) {}
+  void execute(const backends::Batch& batch, backends::BatchDone done) override {
+    for (const auto& r : batch.requests) levels_->push_back(r->level);
+    done(absl::InternalError("recorded"));
+  }
+
+ private:
+  std::vector<uint32_t>* levels_;
+};
+
+class GrpcPriorityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backends::ModelConfig c;
+    c.name = "m";
+    c.version = "1";
+    c.max_batch_size = 8;
+    c.inputs = {{"IN", backends::DataType::kInt32, {1}}};
+    c.outputs = {{"OUT", backends::DataType::kInt32, {1}}};
+    backends::BatchingConfig b;
+    b.priority_levels = 4;
+    auto m = backends::BatchedModel::create(c, b, std::make_unique<RecordingBackend>(&levels_),
+                                            nullptr, nullptr);
+    ASSERT_TRUE(m.ok()) << m.status();
+    registry_.add(std::move(*m));
+    services_ = std::make_unique<InferenceGrpcServices>(registry_, ServerInfo{}, nullptr);
+  }
+
+  // One ModelInfer (or one ModelStreamInfer message); returns the reply.
+  GrpcReply send(int64_t param, std::optional<std::string> metadata, std::optional<int> tag_class,
+                 bool stream = false) {
+    inference::ModelInferRequest m;
+    m.set_model_name("m");
+    auto* in = m.add_inputs();
+    in->set_name("IN");
+    in->set_datatype("INT32");
+    in->add_shape(1);
+    in->add_shape(1);
+    const int32_t v = 7;
+    m.add_raw_input_contents(std::string(reinterpret_cast<const char*>(&v), 4));
+    if (param != 0) (*m.mutable_parameters())["priority"].set_int64_param(param);
+    GrpcCall call;
+    call.priority_metadata = std::move(metadata);
+    call.priority_class = tag_class;
+    const GrpcMethod method = services_->resolve(
+        stream ? "/inference.GRPCInferenceService/ModelStreamInfer"
+               : "/inference.GRPCInferenceService/ModelInfer");
+    std::promise<GrpcReply> reply;
+    std::future<GrpcReply> f = reply.get_future();
+    services_->call(method, call, m.SerializeAsString(),
+                    [&](GrpcReply r) { reply.set_value(std::move(r)); });
+    return f.get();
+  }
+
+  std::vector<uint32_t> levels_;
+  backends::ModelRegistry registry_;
+  std::unique_ptr<InferenceGrpcServices> services_;
+};
+
+TEST_F(GrpcPriorityTest, LevelFollowsTheDocumentedOrder) {
+  // The recording backend answers INTERNAL: each call reached the batcher.
+  EXPECT_EQ(send(2, "1", 0).code, absl::StatusCode::kInternal);               // parameter
+  EXPECT_EQ(send(0, "3", 0).code, absl::StatusCode::kInternal);               // metadata over tag
+  EXPECT_EQ(send(0, std::nullopt, 1).code, absl::StatusCode::kInternal);      // class 1 -> 2
+  EXPECT_EQ(send(0, std::nullopt, 3).code, absl::StatusCode::kInternal);      // class 3 -> 4
+  EXPECT_EQ(send(0, std::nullopt, std::nullopt).code, absl::StatusCode::kInternal);  // default 4
+  EXPECT_EQ(send(0, "0", 0).code, absl::StatusCode::kInternal);               // 0: tag decides
+  EXPECT_EQ(send(0, "1", std::nullopt, /*stream=*/true).code, absl::StatusCode::kOk);  // stream
+  EXPECT_EQ(levels_, (std::vector<uint32_t>{2, 3, 2, 4, 4, 1, 1}));
+}
+
+TEST_F(GrpcPriorityTest, BadMetadataIsInvalidArgumentAndNotQueued) {
+  GrpcReply r = send(0, "urgent", std::nullopt);
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.message.find("x-infergate-priority"), std::string::npos) << r.message;
+  EXPECT_NE(r.message.find("urgent"), std::string::npos) << r.message;
+  // In a stream the error is the response message's error_message and the stream goes on.
+  r = send(0, "-1", std::nullopt, /*stream=*/true);
+  EXPECT_EQ(r.code, absl::StatusCode::kOk);
+  inference::ModelStreamInferResponse sm;
+  ASSERT_GE(r.framed.size(), kGrpcPrefixBytes);
+  ASSERT_TRUE(sm.ParseFromString(r.framed.substr(kGrpcPrefixBytes)));
+  EXPECT_NE(sm.error_message().find("x-infergate-priority"), std::string::npos);
+  // The parameter wins: the bad metadata is not looked at.
+  EXPECT_EQ(send(1, "urgent", std::nullopt).code, absl::StatusCode::kInternal);
+  EXPECT_EQ(levels_, (std::vector<uint32_t>{1}));
+}
+
+}  // namespace
+}  // namespace infergate::frontend
