@@ -18,6 +18,7 @@
 #include "backends/batched_model.h"
 #include "backends/batcher.h"
 #include "backends/model.h"
+#include "tests/unit/frontend/fake_transport.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_inference_service.h"
 #include "frontend/http2_session.h"
@@ -28,27 +29,7 @@ namespace {
 
 // --- Http2Session fills GrpcCall from the metadata and the ingress tag --------------------
 
-class FakeLoop : public Loop {
- public:
-  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
-  bool inLoopThread() const override { return true; }
-  uint64_t nowNs() const override { return 1'000'000'000; }
-  int index() const override { return 0; }
-  std::deque<std::function<void()>> posted;
-};
-
-class TaggingTransport : public Transport {
- public:
-  void send(std::string_view bytes) override { out.append(bytes); }
-  void closeAfterFlush() override {}
-  void pauseReading(bool) override {}
-  Loop& loop() override { return loop_; }
-  size_t pendingBytes() const override { return 0; }
-  std::optional<IngressTag> ingressTag() override { return tag; }
-  FakeLoop loop_;
-  std::string out;
-  std::optional<IngressTag> tag;
-};
+using TaggingTransport = testing::FakeTransport;  // its `tag` is what ingressTag() returns
 
 class CapturingServices : public GrpcServices {
  public:

@@ -9,41 +9,14 @@
 #include <map>
 #include <thread>
 
+#include "tests/unit/frontend/fake_transport.h"
 #include "frontend/http2_session.h"
 
 namespace infergate::frontend {
 namespace {
 
-class FakeLoop : public Loop {
- public:
-  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
-  bool inLoopThread() const override { return std::this_thread::get_id() == owner; }
-  uint64_t nowNs() const override { return now; }
-  int index() const override { return 0; }
-  void runPosted() {
-    while (!posted.empty()) {
-      auto fn = std::move(posted.front());
-      posted.pop_front();
-      fn();
-    }
-  }
-  std::deque<std::function<void()>> posted;
-  uint64_t now = 1'000'000'000;
-  std::thread::id owner = std::this_thread::get_id();
-};
-
-class FakeTransport : public Transport {
- public:
-  void send(std::string_view bytes) override { out.append(bytes); }
-  void closeAfterFlush() override { closed = true; }
-  void pauseReading(bool p) override { paused = p; }
-  Loop& loop() override { return loop_; }
-  size_t pendingBytes() const override { return 0; }
-  FakeLoop loop_;
-  std::string out;
-  bool closed = false;
-  bool paused = false;
-};
+using testing::FakeLoop;
+using testing::FakeTransport;
 
 // "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
 // "/t.S/Stream" is client-streaming and echoes each message.

@@ -1,0 +1,48 @@
+#pragma once
+// A fake loop and transport for driving frontend sessions in unit tests: what the session sends
+// accumulates in `out`; posted work waits in `posted` until runPosted().
+
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "frontend/session.h"
+
+namespace infergate::frontend::testing {
+
+class FakeLoop : public Loop {
+ public:
+  void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
+  bool inLoopThread() const override { return std::this_thread::get_id() == owner; }
+  uint64_t nowNs() const override { return now; }
+  int index() const override { return 0; }
+  void runPosted() {
+    while (!posted.empty()) {
+      auto fn = std::move(posted.front());
+      posted.pop_front();
+      fn();
+    }
+  }
+  std::deque<std::function<void()>> posted;
+  uint64_t now = 1'000'000'000;
+  std::thread::id owner = std::this_thread::get_id();
+};
+
+class FakeTransport : public Transport {
+ public:
+  void send(std::string_view bytes) override { out.append(bytes); }
+  void closeAfterFlush() override { closed = true; }
+  void pauseReading(bool p) override { paused = p; }
+  Loop& loop() override { return loop_; }
+  size_t pendingBytes() const override { return 0; }
+  std::optional<IngressTag> ingressTag() override { return tag; }
+  FakeLoop loop_;
+  std::string out;
+  bool closed = false;
+  bool paused = false;
+  std::optional<IngressTag> tag;
+};
+
+}  // namespace infergate::frontend::testing
