@@ -96,3 +96,32 @@ class VethPair:
 
     def run_client(self, cmd, check=True, **kw):
         return sh(["ip", "netns", "exec", self.client_ns] + list(cmd), check=check, **kw)
+
+
+# One ICMP echo request over a raw socket (ping(8) may not be installed); run in a namespace as
+# `/usr/bin/python3 -c PING_SCRIPT <address>`: prints "reply" or "no reply".
+PING_SCRIPT = r'''
+import socket, struct, sys, time
+def csum(b):
+    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
+    while t >> 16:
+        t = (t & 0xffff) + (t >> 16)
+    return ~t & 0xffff
+s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+s.settimeout(1)
+body = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 1) + b"infergate-ping!!"
+pkt = body[:2] + struct.pack("!H", csum(body)) + body[4:]
+for _ in range(3):
+    s.sendto(pkt, (sys.argv[1], 0))
+    deadline = time.time() + 1
+    while time.time() < deadline:
+        try:
+            data, addr = s.recvfrom(2048)
+        except socket.timeout:
+            break
+        icmp = data[(data[0] & 15) * 4:]
+        if addr[0] == sys.argv[1] and icmp[0] == 0 and icmp[4:6] == b"\x12\x34":
+            print("reply")
+            sys.exit(0)
+print("no reply")
+'''

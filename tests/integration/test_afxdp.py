@@ -98,32 +98,8 @@ s.close()
 print(json.dumps(out))
 '''
 
-# One ICMP echo request over a raw socket (ping(8) may not be installed): "reply" or "no reply".
-PING = r'''
-import socket, struct, sys, time
-def csum(b):
-    t = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while t >> 16:
-        t = (t & 0xffff) + (t >> 16)
-    return ~t & 0xffff
-s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
-s.settimeout(1)
-body = struct.pack("!BBHHH", 8, 0, 0, 0x1234, 1) + b"infergate-ping!!"
-pkt = body[:2] + struct.pack("!H", csum(body)) + body[4:]
-for _ in range(3):
-    s.sendto(pkt, (sys.argv[1], 0))
-    deadline = time.time() + 1
-    while time.time() < deadline:
-        try:
-            data, addr = s.recvfrom(2048)
-        except socket.timeout:
-            break
-        icmp = data[(data[0] & 15) * 4:]
-        if addr[0] == sys.argv[1] and icmp[0] == 0 and icmp[4:6] == b"\x12\x34":
-            print("reply")
-            sys.exit(0)
-print("no reply")
-'''
+PING = netns.PING_SCRIPT
+
 
 
 # Runs in the client namespace: N requests on one keep-alive connection; prints the statuses.
