@@ -16,7 +16,6 @@ namespace infergate::dataplane {
 AfXdpReactor::AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device)
     : options_(std::move(options)), device_(std::move(device)) {
   options_.tcp.index = options_.index;
-  evfd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   now_ns_ = common::monotonicNs();
   stack_ = std::make_unique<tcp::TcpStack>(options_.tcp, *device_,
                                            [] { return common::monotonicNs(); }, this);
@@ -26,7 +25,6 @@ AfXdpReactor::~AfXdpReactor() {
   stop(0);
   join();
   stack_.reset();
-  if (evfd_ >= 0) close(evfd_);
 }
 
 absl::Status AfXdpReactor::listen(uint16_t port, frontend::SessionFactory factory) {
@@ -56,30 +54,9 @@ bool AfXdpReactor::inLoopThread() const {
   return thread_id_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
-void AfXdpReactor::post(std::function<void()> fn) {
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> lock(post_mu_);
-    was_empty = posted_.empty();
-    posted_.push_back(std::move(fn));
-  }
-  if (was_empty && evfd_ >= 0) {
-    const uint64_t one = 1;
-    // Pairs with the read of evfd_ in run(): ends a poll(2) sleep.
-    [[maybe_unused]] ssize_t n = write(evfd_, &one, sizeof one);
-  }
-}
+void AfXdpReactor::post(std::function<void()> fn) { posted_.post(std::move(fn)); }
 
-bool AfXdpReactor::runPosted() {
-  {
-    std::lock_guard<std::mutex> lock(post_mu_);
-    if (posted_.empty()) return false;
-    running_.swap(posted_);
-  }
-  for (auto& fn : running_) fn();
-  running_.clear();
-  return true;
-}
+bool AfXdpReactor::runPosted() { return posted_.runAll(); }
 
 bool AfXdpReactor::allIdle() {
   for (const auto& w : sessions_) {
@@ -107,7 +84,7 @@ void AfXdpReactor::run() {
   uint64_t last_compact = common::monotonicNs();
   bool draining = false;
   uint64_t drain_deadline = 0;
-  pollfd pfds[2] = {{device_->fd(), POLLIN, 0}, {evfd_, POLLIN, 0}};
+  pollfd pfds[2] = {{device_->fd(), POLLIN, 0}, {posted_.fd(), POLLIN, 0}};
   for (;;) {
     now_ns_ = common::monotonicNs();
     if (stop_requested_.load(std::memory_order_relaxed) && !draining) {
@@ -143,10 +120,7 @@ void AfXdpReactor::run() {
     }
     device_->kick();  // the fill ring may ask for a wakeup before we sleep
     const int rc = poll(pfds, 2, sleep_ms);
-    if (rc > 0 && (pfds[1].revents & POLLIN)) {
-      uint64_t v;
-      [[maybe_unused]] ssize_t r = read(evfd_, &v, sizeof v);
-    }
+    if (rc > 0 && (pfds[1].revents & POLLIN)) posted_.clearWakeup();
   }
   stack_->abortAll();
   device_->kick();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dataplane/post_queue.h"
 #include "dataplane/tcp/tcp_stack.h"
 #include "dataplane/xsk/pollable_device.h"
 #include "frontend/session.h"
@@ -75,14 +76,11 @@ class AfXdpReactor final : public frontend::Loop {
   AfXdpReactorOptions options_;
   std::unique_ptr<PollableDevice> device_;
   std::unique_ptr<tcp::TcpStack> stack_;
-  int evfd_ = -1;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   uint64_t now_ns_ = 0;
 
-  std::mutex post_mu_;  // guards posted_ (cross-thread completions only, not the packet path)
-  std::vector<std::function<void()>> posted_;
-  std::vector<std::function<void()>> running_;
+  PostQueue posted_;  // cross-thread completions (off the packet path)
   std::atomic<bool> stop_requested_{false};
   std::atomic<uint64_t> drain_ns_{0};
   // Sessions made on this reactor (for draining): weak, compacted every session tick.

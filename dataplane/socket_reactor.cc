@@ -117,11 +117,10 @@ struct SocketReactor::Conn final : frontend::Transport {
 
 SocketReactor::SocketReactor(ReactorOptions options) : options_(std::move(options)) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
-  evfd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = evfd_;
-  epoll_ctl(epfd_, EPOLL_CTL_ADD, evfd_, &ev);
+  ev.data.fd = posted_.fd();
+  epoll_ctl(epfd_, EPOLL_CTL_ADD, posted_.fd(), &ev);
   now_ns_ = common::monotonicNs();
 }
 
@@ -131,7 +130,6 @@ SocketReactor::~SocketReactor() {
   for (Listener& l : listeners_) {
     if (l.fd >= 0) close(l.fd);
   }
-  close(evfd_);
   close(epfd_);
 }
 
@@ -165,28 +163,9 @@ bool SocketReactor::inLoopThread() const {
   return thread_id_.load(std::memory_order_relaxed) == std::this_thread::get_id();
 }
 
-void SocketReactor::post(std::function<void()> fn) {
-  bool was_empty;
-  {
-    std::lock_guard<std::mutex> lock(post_mu_);
-    was_empty = posted_.empty();
-    posted_.push_back(std::move(fn));
-  }
-  if (was_empty) {
-    const uint64_t one = 1;
-    // Pairs with the read of evfd_ in run(): wakes epoll_wait.
-    [[maybe_unused]] ssize_t n = write(evfd_, &one, sizeof one);
-  }
-}
+void SocketReactor::post(std::function<void()> fn) { posted_.post(std::move(fn)); }
 
-void SocketReactor::runPosted() {
-  std::vector<std::function<void()>> batch;
-  {
-    std::lock_guard<std::mutex> lock(post_mu_);
-    batch.swap(posted_);
-  }
-  for (auto& fn : batch) fn();
-}
+void SocketReactor::runPosted() { posted_.runAll(); }
 
 void SocketReactor::run() {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
@@ -225,9 +204,8 @@ void SocketReactor::run() {
     now_ns_ = common::monotonicNs();
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
-      if (fd == evfd_) {
-        uint64_t v;
-        [[maybe_unused]] ssize_t r = read(evfd_, &v, sizeof v);
+      if (fd == posted_.fd()) {
+        posted_.clearWakeup();
         continue;
       }
       bool is_listener = false;

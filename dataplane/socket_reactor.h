@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/post_queue.h"
 #include "frontend/server_metrics.h"
 #include "frontend/session.h"
 
@@ -93,7 +94,6 @@ class SocketReactor final : public frontend::Loop {
 
   ReactorOptions options_;
   int epfd_ = -1;
-  int evfd_ = -1;
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
   uint64_t now_ns_ = 0;
@@ -103,8 +103,7 @@ class SocketReactor final : public frontend::Loop {
   std::vector<Conn*> dirty_;
   std::vector<int> to_destroy_;
 
-  std::mutex post_mu_;  // guards posted_ (off the packet path: cross-thread completions only)
-  std::vector<std::function<void()>> posted_;
+  PostQueue posted_;  // cross-thread completions (off the packet path)
   std::atomic<bool> stop_requested_{false};
   std::atomic<uint64_t> drain_ns_{0};
   bool draining_ = false;
