@@ -157,17 +157,22 @@ class Gateway:
 
     def metric(self, name, **labels):
         """Sum of the samples of `name` whose labels include `labels`."""
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if line.startswith("#"):
-                continue
-            m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
-            if not m or m.group(1) != name:
-                continue
-            got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
-            if all(got.get(k) == v for k, v in labels.items()):
-                total += float(m.group(4))
-        return total
+        return parse_metric(self.metrics(), name, **labels)
+
+
+def parse_metric(text, name, **labels):
+    """Sum of the samples of `name` in Prometheus text `text` whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(3) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            total += float(m.group(4))
+    return total
 
 
 def connect(port, timeout=10):

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import unittest
 import uuid
 
 
@@ -125,3 +126,32 @@ for _ in range(3):
             sys.exit(0)
 print("no reply")
 '''
+
+
+class VethTestCase(unittest.TestCase):
+    """A test case whose every test gets a fresh VethPair (self.net, with self.net.tmp a
+    temporary folder); the class skips with a message without root or namespaces."""
+
+    tmp_prefix = "ig-netns-"
+
+    @classmethod
+    def setUpClass(cls):
+        why = have_root_and_netns()
+        if why:
+            raise unittest.SkipTest(why)
+
+    def setUp(self):
+        self.tmpdir = tempfile.TemporaryDirectory(prefix=self.tmp_prefix)
+        self.net = VethPair().__enter__()
+        self.net.tmp = self.tmpdir.name
+
+    def tearDown(self):
+        self.net.__exit__(None, None, None)
+        self.tmpdir.cleanup()
+
+
+def gateway_metric(net, name, admin_port=8002, **labels):
+    """Sum of a metric's samples from the gateway's admin listener inside net's namespace."""
+    import harness  # the sibling module; imported late so netns.py stays usable on its own
+    text = net.run_gw(["curl", "-s", "http://127.0.0.1:%d/metrics" % admin_port]).stdout
+    return harness.parse_metric(text, name, **labels)

@@ -263,34 +263,11 @@ def stop(p):
 
 
 def metric(net, name, **labels):
-    text = net.run_gw(["curl", "-s", "http://127.0.0.1:8002/metrics"]).stdout
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(r"(\w+)(?:\{(.*)\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        got = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        if all(got.get(k) == v for k, v in labels.items()):
-            total += float(m.group(3))
-    return total
+    return netns.gateway_metric(net, name, **labels)
 
 
-class AfXdpTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        why = netns.have_root_and_netns()
-        if why:
-            raise unittest.SkipTest(why)
-
-    def setUp(self):
-        import tempfile
-        self.tmpdir = tempfile.TemporaryDirectory(prefix="ig-afxdp-")
-        self.net = netns.VethPair().__enter__()
-        self.net.tmp = self.tmpdir.name
-
-    def tearDown(self):
-        self.net.__exit__(None, None, None)
-        self.tmpdir.cleanup()
+class AfXdpTest(netns.VethTestCase):
+    tmp_prefix = "ig-afxdp-"
 
     def curl_infer(self):
         r = self.net.run_client(["curl", "-sS", "--max-time", "10", "-d", BODY,
