@@ -84,6 +84,38 @@ static __always_inline long send_copy(struct __sk_buff *skb)
 	return err;
 }
 
+/* True when the packet carries L4 payload. Only such packets are held back or used to release a
+ * held one: at the egress hook a TCP data segment's checksum is still partial (finished after
+ * TC by the stack or the device), while the kernel's own control replies (RSTs, TIME_WAIT
+ * ACKs) carry a complete one; swapping bytes between the two kinds would yield a frame with a
+ * wrong checksum, which the receiver counts as corruption, not reordering. */
+static __always_inline int has_payload(struct __sk_buff *skb, __u16 ethertype, __u8 l4)
+{
+	__u32 l3_len, l4_off;
+	__u8 b[2];
+
+	if (l4 != IPPROTO_TCP)
+		return 1;
+	if (ethertype == bpf_htons(ETH_P_IP)) {
+		__u16 tot;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, b, 1) ||
+		    bpf_skb_load_bytes(skb, ETH_HLEN + 2, &tot, 2))
+			return 0;
+		l4_off = (b[0] & 0xf) * 4;
+		l3_len = bpf_ntohs(tot);
+	} else {
+		__u16 plen;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 4, &plen, 2))
+			return 0;
+		l4_off = 40;
+		l3_len = 40 + bpf_ntohs(plen);
+	}
+	if (l4_off < 20 || l4_off > 60 ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN + l4_off + 12, b, 1))
+		return 0;
+	return l3_len > l4_off + (__u32)((b[0] >> 4) * 4);
+}
+
 /* Sends Q (the current packet), then the held frame; the caller steals the original. Returns
  * 0 when Q left (the original must then be stolen), <0 when nothing was sent. */
 static __always_inline long release_after(struct __sk_buff *skb, struct ig_impair_held *held)
@@ -152,7 +184,8 @@ int ig_impair(struct __sk_buff *skb)
 	if (decision == IG_IMP_HOLD) {
 		__u32 len = skb->len;
 
-		if (len < ETH_HLEN || len > IG_IMPAIR_MAX_HELD || skb->gso_segs > 1) {
+		if (len < ETH_HLEN || len > IG_IMPAIR_MAX_HELD || skb->gso_segs > 1 ||
+		    !has_payload(skb, ethertype, l4)) {
 			count(IG_IMP_HOLD_SKIPPED);
 		} else if (__sync_val_compare_and_swap(&held->state, IG_IMP_HELD_EMPTY,
 						       IG_IMP_HELD_FILLING) == IG_IMP_HELD_EMPTY) {
@@ -180,7 +213,7 @@ int ig_impair(struct __sk_buff *skb)
 
 	/* Release a held frame right behind this packet. */
 	if (held->state == IG_IMP_HELD_FULL && held->ethertype == ethertype && held->l4_proto == l4 &&
-	    skb->gso_segs <= 1 &&
+	    skb->gso_segs <= 1 && has_payload(skb, ethertype, l4) &&
 	    __sync_val_compare_and_swap(&held->state, IG_IMP_HELD_FULL, IG_IMP_HELD_RELEASING) ==
 		    IG_IMP_HELD_FULL) {
 		long err = release_after(skb, held);
