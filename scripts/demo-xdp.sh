@@ -14,24 +14,8 @@ while [ $# -gt 0 ]; do
 done
 [ "$(id -u)" -eq 0 ] || { echo "demo-xdp: needs root (network namespaces, XDP)" >&2; exit 1; }
 BIN=$PWD/build/app/infergate
-TAG=$$
-GW=ig-demo-gw-$TAG; CL=ig-demo-cl-$TAG; GIF=igdg$TAG; CIF=igdc$TAG
-GW_IP=10.232.$((TAG % 250)).1; CL_IP=10.232.$((TAG % 250)).2
-WORK=$(mktemp -d /tmp/infergate-demo.XXXXXX)
-cleanup() {
-  [ -n "${GW_PID:-}" ] && kill -TERM "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
-  ip netns del "$GW" 2>/dev/null || true
-  ip netns del "$CL" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-ip netns add "$GW"; ip netns add "$CL"
-ip link add "$GIF" netns "$GW" type veth peer name "$CIF" netns "$CL"
-ip -n "$GW" addr add "$GW_IP/24" dev "$GIF"; ip -n "$CL" addr add "$CL_IP/24" dev "$CIF"
-for ns in "$GW" "$CL"; do ip -n "$ns" link set lo up; done
-ip -n "$GW" link set "$GIF" up; ip -n "$CL" link set "$CIF" up
-# XDP_TX frames reach a veth peer only with GRO on there.
-ip netns exec "$CL" ethtool -K "$CIF" gro on tx off >/dev/null 2>&1 || true
+source scripts/lib/demo-netns.sh  # cwd is the repository root (see above)
+demo_netns_setup igd 232
 
 cat >"$WORK/gw.yaml" <<YAML
 mode: xdp-filter
