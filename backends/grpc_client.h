@@ -34,7 +34,11 @@ inline constexpr char kMethodCudaShmRegister[] =
     "/inference.GRPCInferenceService/CudaSharedMemoryRegister";
 inline constexpr char kMethodCudaShmUnregister[] =
     "/inference.GRPCInferenceService/CudaSharedMemoryUnregister";
+inline constexpr char kMethodCudaShmStatus[] =
+    "/inference.GRPCInferenceService/CudaSharedMemoryStatus";
 inline constexpr char kMethodPredict[] = "/tensorflow.serving.PredictionService/Predict";
+inline constexpr char kMethodTfModelMetadata[] =
+    "/tensorflow.serving.PredictionService/GetModelMetadata";
 inline constexpr char kMethodTfModelStatus[] = "/tensorflow.serving.ModelService/GetModelStatus";
 
 // Result of a unary call: status, the response bytes (one contiguous buffer; views into it stay

@@ -360,7 +360,7 @@ int tfDataType(DataType t) {
     case DataType::kFp16: return 19;
     case DataType::kUint32: return 22;
     case DataType::kUint64: return 23;
-    case DataType::kBytes: return 0;
+    case DataType::kBytes: return 7;  // DT_STRING (string_val)
   }
   return 0;
 }
@@ -371,6 +371,42 @@ std::optional<DataType> fromTfDataType(int tf) {
     if (tf != 0 && tfDataType(t) == tf) return t;
   }
   return std::nullopt;
+}
+
+std::string tfDataTypeName(int tf) {
+  // Indexed by number (frontend/proto/tf_tensor.proto).
+  static constexpr const char* kNames[] = {
+      "DT_INVALID",  "DT_FLOAT",   "DT_DOUBLE",     "DT_INT32",   "DT_UINT8",    "DT_INT16",
+      "DT_INT8",     "DT_STRING",  "DT_COMPLEX64",  "DT_INT64",   "DT_BOOL",     "DT_QINT8",
+      "DT_QUINT8",   "DT_QINT32",  "DT_BFLOAT16",   "DT_QINT16",  "DT_QUINT16",  "DT_UINT16",
+      "DT_COMPLEX128", "DT_HALF",  "DT_RESOURCE",   "DT_VARIANT", "DT_UINT32",   "DT_UINT64"};
+  if (tf >= 0 && tf < static_cast<int>(std::size(kNames))) return kNames[tf];
+  return fmt::format("DT_{}", tf);
+}
+
+namespace {
+// Appends the well-formed prefix of a BYTES buffer's elements; true when it is all of it.
+bool bytesElements(const uint8_t* data, size_t size, std::vector<std::string_view>& out) {
+  size_t off = 0;
+  while (off < size) {
+    if (size - off < 4) return false;
+    uint32_t len = static_cast<uint32_t>(data[off]) | static_cast<uint32_t>(data[off + 1]) << 8 |
+                   static_cast<uint32_t>(data[off + 2]) << 16 |
+                   static_cast<uint32_t>(data[off + 3]) << 24;
+    off += 4;
+    if (len > size - off) return false;
+    out.emplace_back(reinterpret_cast<const char*>(data + off), len);
+    off += len;
+  }
+  return true;
+}
+}  // namespace
+
+std::optional<std::vector<std::string_view>> splitBytesTensor(const uint8_t* data, size_t size) {
+  std::vector<std::string_view> out;
+  if (size > 0 && data == nullptr) return std::nullopt;
+  if (!bytesElements(data, size, out)) return std::nullopt;
+  return out;
 }
 
 void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
@@ -390,7 +426,9 @@ void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& input
   putString(m, 1, ms);
   // Each map entry: {key=1, value=2: TensorProto{dtype=1, tensor_shape=2, tensor_content=4}};
   // the content is the last field of the entry, so the entry is header + external bytes.
+  // BYTES: TensorProto{dtype=7, tensor_shape=2, string_val=8 per element}, all in meta.
   std::string tp, shape, dim;
+  std::vector<std::string_view> strings;
   size_t from = 0;  // start of the meta bytes not yet in a piece
   for (const InferInput& in : inputs) {
     shape.clear();
@@ -404,10 +442,21 @@ void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& input
     tp.clear();
     putVarintField(tp, 1, static_cast<uint64_t>(tfDataType(in.dtype)));
     putString(tp, 2, shape);
-    // tensor_content tag + length; then the bytes (external).
-    putTag(tp, 4, kLen);
-    putVarint(tp, in.bytes);
-    const size_t tp_total = tp.size() + in.bytes;
+    size_t external = in.bytes;
+    if (in.dtype == DataType::kBytes) {
+      external = 0;
+      strings.clear();
+      if (in.bytes > 0 && in.data != nullptr) bytesElements(in.data, in.bytes, strings);
+      for (std::string_view e : strings) {
+        putString(tp, 8, e);
+        out.raw_bytes += e.size();
+      }
+    } else {
+      // tensor_content tag + length; then the bytes (external).
+      putTag(tp, 4, kLen);
+      putVarint(tp, in.bytes);
+    }
+    const size_t tp_total = tp.size() + external;
     std::string key;
     putString(key, 1, in.name);
     const size_t entry_total = key.size() + 1 + varintSize(tp_total) + tp_total;
@@ -417,40 +466,63 @@ void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& input
     putTag(m, 2, kLen);
     putVarint(m, tp_total);
     m += tp;
-    closeMetaPiece(out, from);
-    from = m.size();
-    addExternal(out, in.data, in.bytes);
+    if (external > 0) {
+      closeMetaPiece(out, from);
+      from = m.size();
+      addExternal(out, in.data, external);
+    }
   }
   for (std::string_view f : output_filter) putString(m, 3, f);
   closeMetaPiece(out, from);
 }
 
 namespace {
-absl::StatusOr<InferResponseOutput> decodeTensorProto(std::string_view msg) {
-  InferResponseOutput o;
+constexpr int kTfString = 7;  // DT_STRING
+
+// TensorShapeProto{dim=2: {size=1}, unknown_rank=3}.
+bool decodeTfShape(std::string_view msg, std::vector<int64_t>& dims, bool* unknown_rank) {
+  Reader s(msg);
+  while (s.next()) {
+    if (s.field() == 3 && s.wireType() == kVarint) {
+      if (unknown_rank != nullptr) *unknown_rank = s.varint() != 0;
+      continue;
+    }
+    if (s.field() != 2 || s.wireType() != kLen) continue;
+    Reader d(s.bytes());
+    int64_t size = 0;
+    while (d.next()) {
+      if (d.field() == 1 && d.wireType() == kVarint) size = static_cast<int64_t>(d.varint());
+    }
+    if (d.error()) return false;
+    dims.push_back(size);
+  }
+  return !s.error();
+}
+
+struct DecodedTensor {
+  InferResponseOutput out;
+  bool is_string = false;                // DT_STRING: `strings`, not tensor_content
+  std::vector<std::string_view> strings;  // string_val, views into the message
+};
+
+absl::StatusOr<DecodedTensor> decodeTensorProto(std::string_view msg) {
+  DecodedTensor t;
+  InferResponseOutput& o = t.out;
   Reader r(msg);
   bool has_content = false;
   while (r.next()) {
     if (r.field() == 1 && r.wireType() == kVarint) {
-      std::optional<DataType> t = fromTfDataType(static_cast<int>(r.varint()));
-      o.datatype = t ? std::string(dataTypeName(*t)) : fmt::format("DT_{}", r.varint());
+      std::optional<DataType> dt = fromTfDataType(static_cast<int>(r.varint()));
+      o.datatype = dt ? std::string(dataTypeName(*dt)) : fmt::format("DT_{}", r.varint());
+      t.is_string = r.varint() == kTfString;
     } else if (r.field() == 2 && r.wireType() == kLen) {
-      Reader s(r.bytes());
-      while (s.next()) {
-        if (s.field() != 2 || s.wireType() != kLen) continue;
-        Reader d(s.bytes());
-        int64_t size = 0;
-        while (d.next()) {
-          if (d.field() == 1 && d.wireType() == kVarint) size = static_cast<int64_t>(d.varint());
-        }
-        if (d.error()) return malformed("TensorShapeProto");
-        o.shape.push_back(size);
-      }
-      if (s.error()) return malformed("TensorShapeProto");
+      if (!decodeTfShape(r.bytes(), o.shape, nullptr)) return malformed("TensorShapeProto");
     } else if (r.field() == 4 && r.wireType() == kLen) {
       o.raw = r.data();
       o.raw_bytes = r.size();
       has_content = true;
+    } else if (r.field() == 8 && r.wireType() == kLen) {
+      t.strings.push_back(r.bytes());
     } else if (r.field() >= 5 && r.field() <= 17) {
       return absl::UnimplementedError(
           "TF Serving returned a tensor in typed fields (e.g. float_val); infergate reads "
@@ -458,13 +530,29 @@ absl::StatusOr<InferResponseOutput> decodeTensorProto(std::string_view msg) {
     }
   }
   if (r.error()) return malformed("TensorProto");
-  if (!has_content) o.raw = reinterpret_cast<const uint8_t*>("");  // empty tensor
-  return o;
+  if (!t.strings.empty() && !t.is_string) {
+    return absl::InternalError(
+        fmt::format("TF Serving returned string_val in a {} tensor", o.datatype));
+  }
+  if (t.is_string) {
+    if (has_content) {
+      return absl::InternalError("TF Serving returned a DT_STRING tensor as tensor_content");
+    }
+    const std::optional<uint64_t> n = elementCount(o.shape);
+    if (!n || *n != t.strings.size()) {
+      return absl::InternalError(fmt::format(
+          "TF Serving returned {} string_val for a DT_STRING tensor of shape {}",
+          t.strings.size(), shapeToString(o.shape)));
+    }
+  } else if (!has_content) {
+    o.raw = reinterpret_cast<const uint8_t*>("");  // empty tensor
+  }
+  return t;
 }
-}  // namespace
 
-absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::string_view msg) {
-  std::vector<InferResponseOutput> outs;
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredict(std::string_view msg,
+                                                               std::string* string_storage) {
+  std::vector<DecodedTensor> ts;
   Reader r(msg);
   while (r.next()) {
     if (r.field() != 1 || r.wireType() != kLen) continue;
@@ -476,13 +564,62 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::stri
       if (e.field() == 2 && e.wireType() == kLen) value = e.bytes();
     }
     if (e.error()) return malformed("PredictResponse");
-    absl::StatusOr<InferResponseOutput> o = decodeTensorProto(value);
-    if (!o.ok()) return o.status();
-    o->name = std::move(key);
-    outs.push_back(std::move(*o));
+    absl::StatusOr<DecodedTensor> t = decodeTensorProto(value);
+    if (!t.ok()) return t.status();
+    t->out.name = std::move(key);
+    ts.push_back(std::move(*t));
   }
   if (r.error()) return malformed("PredictResponse");
+  // DT_STRING outputs: one copy into BYTES layout (4-byte LE length + bytes per element).
+  size_t total = 0;
+  bool any_string = false;
+  for (const DecodedTensor& t : ts) {
+    if (!t.is_string) continue;
+    any_string = true;
+    for (std::string_view s : t.strings) total += 4 + s.size();
+  }
+  if (any_string && string_storage == nullptr) {
+    return absl::UnimplementedError("TF Serving returned a DT_STRING output");
+  }
+  std::vector<size_t> offsets(ts.size(), 0), lengths(ts.size(), 0);
+  if (any_string) {
+    std::string& st = *string_storage;
+    st.clear();
+    st.reserve(total);
+    for (size_t i = 0; i < ts.size(); ++i) {
+      if (!ts[i].is_string) continue;
+      offsets[i] = st.size();
+      for (std::string_view s : ts[i].strings) {
+        const uint32_t n = static_cast<uint32_t>(s.size());
+        const char len[4] = {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),
+                             static_cast<char>((n >> 16) & 0xff),
+                             static_cast<char>((n >> 24) & 0xff)};
+        st.append(len, 4);
+        st.append(s.data(), s.size());
+      }
+      lengths[i] = st.size() - offsets[i];
+    }
+  }
+  std::vector<InferResponseOutput> outs;
+  outs.reserve(ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].is_string) {
+      ts[i].out.raw = reinterpret_cast<const uint8_t*>(string_storage->data()) + offsets[i];
+      ts[i].out.raw_bytes = lengths[i];
+    }
+    outs.push_back(std::move(ts[i].out));
+  }
   return outs;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(
+    std::string_view msg, std::string& string_storage) {
+  return decodePredict(msg, &string_storage);
+}
+
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::string_view msg) {
+  return decodePredict(msg, nullptr);
 }
 
 std::string encodeGetModelStatus(const TfModelSpec& spec) {
@@ -512,6 +649,142 @@ absl::Status decodeModelStatus(std::string_view msg) {
   if (r.error()) return malformed("GetModelStatusResponse");
   if (!any) return absl::UnavailableError("no version of the model is AVAILABLE");
   return absl::OkStatus();
+}
+
+std::string encodeGetModelMetadata(const TfModelSpec& spec) {
+  std::string ms;
+  putString(ms, 1, spec.name);
+  if (spec.version >= 0) {
+    std::string v;
+    putVarintField(v, 1, static_cast<uint64_t>(spec.version));
+    putString(ms, 2, v);
+  }
+  std::string out;
+  putString(out, 1, ms);
+  putString(out, 2, "signature_def");
+  return out;
+}
+
+namespace {
+// TensorInfo{name=1, dtype=2, tensor_shape=3, coo_sparse=4, composite_tensor=5}.
+bool decodeTfTensorInfo(std::string_view msg, TfTensorInfo& t) {
+  Reader r(msg);
+  bool has_shape = false;
+  while (r.next()) {
+    if (r.field() == 1 && r.wireType() == kLen) {
+      t.tensor_name = std::string(r.bytes());
+    } else if (r.field() == 2 && r.wireType() == kVarint) {
+      t.dtype = static_cast<int>(r.varint());
+    } else if (r.field() == 3 && r.wireType() == kLen) {
+      has_shape = true;
+      t.shape.clear();
+      if (!decodeTfShape(r.bytes(), t.shape, &t.unknown_rank)) return false;
+    }
+  }
+  if (!has_shape) t.unknown_rank = true;
+  return !r.error();
+}
+
+// One map<string, TensorInfo> entry {key=1, value=2} into `out` (a repeated key replaces).
+bool decodeTfTensorInfoEntry(std::string_view entry, std::vector<TfTensorInfo>& out) {
+  Reader e(entry);
+  TfTensorInfo t;
+  std::string_view value;
+  while (e.next()) {
+    if (e.field() == 1 && e.wireType() == kLen) t.alias = std::string(e.bytes());
+    if (e.field() == 2 && e.wireType() == kLen) value = e.bytes();
+  }
+  if (e.error() || !decodeTfTensorInfo(value, t)) return false;
+  for (TfTensorInfo& x : out) {
+    if (x.alias == t.alias) {
+      x = std::move(t);
+      return true;
+    }
+  }
+  out.push_back(std::move(t));
+  return true;
+}
+
+// SignatureDef{inputs=1, outputs=2, method_name=3}.
+bool decodeTfSignatureDef(std::string_view msg, TfSignatureDef& s) {
+  Reader r(msg);
+  while (r.next()) {
+    if (r.wireType() != kLen) continue;
+    if (r.field() == 1 && !decodeTfTensorInfoEntry(r.bytes(), s.inputs)) return false;
+    if (r.field() == 2 && !decodeTfTensorInfoEntry(r.bytes(), s.outputs)) return false;
+    if (r.field() == 3) s.method_name = std::string(r.bytes());
+  }
+  return !r.error();
+}
+
+// Splits a map entry {key=1, value=2}; false when malformed.
+bool mapEntry(std::string_view entry, std::string_view& key, std::string_view& value) {
+  Reader e(entry);
+  key = {};
+  value = {};
+  while (e.next()) {
+    if (e.field() == 1 && e.wireType() == kLen) key = e.bytes();
+    if (e.field() == 2 && e.wireType() == kLen) value = e.bytes();
+  }
+  return !e.error();
+}
+}  // namespace
+
+absl::StatusOr<std::vector<TfSignatureDef>> decodeGetModelMetadata(std::string_view msg) {
+  // GetModelMetadataResponse{model_spec=1, metadata=2: map<string, Any>}.
+  std::string_view any;
+  bool found = false;
+  Reader r(msg);
+  while (r.next()) {
+    if (r.field() != 2 || r.wireType() != kLen) continue;
+    std::string_view key, value;
+    if (!mapEntry(r.bytes(), key, value)) return malformed("GetModelMetadataResponse");
+    if (key == "signature_def") {
+      any = value;
+      found = true;
+    }
+  }
+  if (r.error()) return malformed("GetModelMetadataResponse");
+  if (!found) {
+    return absl::InternalError("GetModelMetadataResponse has no \"signature_def\" metadata");
+  }
+  // google.protobuf.Any{type_url=1, value=2}.
+  std::string_view type_url, value;
+  Reader a(any);
+  while (a.next()) {
+    if (a.field() == 1 && a.wireType() == kLen) type_url = a.bytes();
+    if (a.field() == 2 && a.wireType() == kLen) value = a.bytes();
+  }
+  if (a.error()) return malformed("GetModelMetadataResponse signature_def Any");
+  constexpr std::string_view kType = "tensorflow.serving.SignatureDefMap";
+  const size_t slash = type_url.rfind('/');
+  if (type_url.substr(slash == std::string_view::npos ? 0 : slash + 1) != kType) {
+    return absl::InternalError(fmt::format(
+        "GetModelMetadataResponse signature_def is a '{}', not a {}", std::string(type_url),
+        std::string(kType)));
+  }
+  // SignatureDefMap{signature_def=1: map<string, SignatureDef>}.
+  std::vector<TfSignatureDef> sigs;
+  Reader m(value);
+  while (m.next()) {
+    if (m.field() != 1 || m.wireType() != kLen) continue;
+    std::string_view key, def;
+    if (!mapEntry(m.bytes(), key, def)) return malformed("SignatureDefMap");
+    TfSignatureDef s;
+    s.key = std::string(key);
+    if (!decodeTfSignatureDef(def, s)) return malformed("SignatureDef");
+    bool replaced = false;
+    for (TfSignatureDef& x : sigs) {
+      if (x.key == s.key) {
+        x = std::move(s);
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) sigs.push_back(std::move(s));
+  }
+  if (m.error()) return malformed("SignatureDefMap");
+  return sigs;
 }
 
 }  // namespace infergate::backends::wire

@@ -148,23 +148,59 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::s
 
 // --- TF Serving ---------------------------------------------------------------------------------
 
-// tensorflow.DataType of a KServe datatype; 0 (DT_INVALID) when TF has none (e.g. BYTES, which
-// TF Serving carries as string_val, not tensor_content).
+// tensorflow.DataType of a KServe datatype (BYTES: DT_STRING = 7, carried as string_val, not
+// tensor_content); 0 (DT_INVALID) when TF has none.
 int tfDataType(DataType t);
 std::optional<DataType> fromTfDataType(int tf);
+// "DT_FLOAT", "DT_STRING", ...; "DT_<n>" for a number this file does not name.
+std::string tfDataTypeName(int tf);
+
+// The elements of a BYTES tensor buffer (each a 4-byte little-endian length, then that many
+// bytes: backends/tensor.h) as views into it; nullopt unless the buffer is exactly such a
+// sequence.
+std::optional<std::vector<std::string_view>> splitBytesTensor(const uint8_t* data, size_t size);
 
 struct TfModelSpec {
   std::string_view name;
   int64_t version = -1;  // < 0: latest
   std::string_view signature_name;
 };
-// PredictRequest with tensor_content; pieces as for ModelInfer (tensor bytes referenced).
+// PredictRequest with tensor_content; pieces as for ModelInfer (tensor bytes referenced). BYTES
+// inputs go as DT_STRING string_val, one field per element, copied into `meta` (check their
+// buffers with splitBytesTensor first: a malformed one is sent as its well-formed prefix).
 void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
                    const std::vector<std::string_view>& output_filter, ModelInferEncoding& out);
-// PredictResponse outputs (map order) with tensor_content views into `msg`.
+// PredictResponse outputs (map order) with tensor_content views into `msg`. DT_STRING outputs
+// (string_val) are laid out as BYTES buffers (4-byte length + bytes per element) in
+// `string_storage`, which the views then point into: keep it, and `msg`, alive while the
+// outputs are used. The one-argument form refuses DT_STRING outputs.
+absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(
+    std::string_view msg, std::string& string_storage);
 absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::string_view msg);
 // GetModelStatusRequest{model_spec=1}; decodeModelStatus: OK when some version is AVAILABLE.
 std::string encodeGetModelStatus(const TfModelSpec& spec);
 absl::Status decodeModelStatus(std::string_view msg);
+
+// GetModelMetadataRequest{model_spec=1, metadata_field=2: "signature_def"}.
+std::string encodeGetModelMetadata(const TfModelSpec& spec);
+// A TensorInfo of a SignatureDef (tensorflow/core/protobuf/meta_graph.proto).
+struct TfTensorInfo {
+  std::string alias;           // the map key: the name Predict requests use
+  std::string tensor_name;     // TensorInfo.name=1, the graph tensor (for messages)
+  int dtype = 0;               // tensorflow.DataType, TensorInfo.dtype=2
+  std::vector<int64_t> shape;  // TensorShapeProto dims (-1: unknown size)
+  bool unknown_rank = false;   // TensorShapeProto.unknown_rank=3 (or no shape at all)
+};
+struct TfSignatureDef {
+  std::string key;  // signature name, e.g. serving_default
+  std::vector<TfTensorInfo> inputs;
+  std::vector<TfTensorInfo> outputs;
+  std::string method_name;
+};
+// GetModelMetadataResponse{metadata=2: map<string, Any>}: metadata["signature_def"] must be an
+// Any{type_url=1 ".../tensorflow.serving.SignatureDefMap", value=2} whose SignatureDefMap{
+// signature_def=1: map<string, SignatureDef{inputs=1, outputs=2, method_name=3}>} is returned,
+// in wire order. INTERNAL for a malformed message or a missing / differently typed entry.
+absl::StatusOr<std::vector<TfSignatureDef>> decodeGetModelMetadata(std::string_view msg);
 
 }  // namespace infergate::backends::wire

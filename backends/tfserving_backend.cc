@@ -6,6 +6,99 @@
 
 namespace infergate::backends {
 
+namespace {
+
+std::string tfShapeText(const wire::TfTensorInfo& t) {
+  return t.unknown_rank ? std::string("unknown rank") : shapeToString(t.shape);
+}
+
+std::string aliases(const std::vector<wire::TfTensorInfo>& ts) {
+  std::string out;
+  for (const auto& t : ts) out += (out.empty() ? "" : ", ") + t.alias;
+  return out.empty() ? "none" : out;
+}
+
+// Can a signature's shape `have` serve requests the config allows (`want`)? As the triton
+// adapter: a signature -1 takes anything, a configured -1 needs a signature -1.
+bool tfShapeServes(const std::vector<int64_t>& want, const wire::TfTensorInfo& have) {
+  if (have.unknown_rank) return true;
+  if (want.size() != have.shape.size()) return false;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (have.shape[i] == -1) continue;
+    if (want[i] != have.shape[i]) return false;
+  }
+  return true;
+}
+
+void compareTfTensors(const ModelConfig& config, std::string_view signature,
+                      const std::vector<TensorSpec>& specs,
+                      const std::vector<wire::TfTensorInfo>& have, const char* kind,
+                      const char* one, bool extra_is_error, std::vector<std::string>& diffs) {
+  std::vector<bool> used(have.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
+    const wire::TfTensorInfo* m = nullptr;
+    for (size_t j = 0; j < have.size(); ++j) {
+      if (have[j].alias == s.name) {
+        m = &have[j];
+        used[j] = true;
+      }
+    }
+    if (m == nullptr) {
+      diffs.push_back(fmt::format(
+          "{}[{}] '{}' is configured but signature '{}' has no such {} (it has: {})", kind, i,
+          s.name, std::string(signature), one, aliases(have)));
+      continue;
+    }
+    if (m->dtype != wire::tfDataType(s.dtype)) {
+      diffs.push_back(fmt::format("{}[{}] '{}': datatype {} ({}) configured, the backend has {}",
+                                  kind, i, s.name, dataTypeName(s.dtype),
+                                  wire::tfDataTypeName(wire::tfDataType(s.dtype)),
+                                  wire::tfDataTypeName(m->dtype)));
+    }
+    const std::vector<int64_t> want = config.fullShape(s);
+    if (!tfShapeServes(want, *m)) {
+      diffs.push_back(fmt::format("{}[{}] '{}': shape {} configured (with the batch dimension), "
+                                  "the backend has {}",
+                                  kind, i, s.name, shapeToString(want), tfShapeText(*m)));
+    }
+  }
+  if (!extra_is_error) return;
+  for (size_t j = 0; j < have.size(); ++j) {
+    if (used[j]) continue;
+    diffs.push_back(fmt::format(
+        "signature '{}' also needs {} '{}' ({} {}), which is not configured",
+        std::string(signature), one, have[j].alias, wire::tfDataTypeName(have[j].dtype),
+        tfShapeText(have[j])));
+  }
+}
+
+}  // namespace
+
+absl::Status compareTfSignature(const ModelConfig& config, std::string_view signature_name,
+                                const std::vector<wire::TfSignatureDef>& signatures) {
+  const wire::TfSignatureDef* sig = nullptr;
+  for (const auto& s : signatures) {
+    if (s.key == signature_name) sig = &s;
+  }
+  if (sig == nullptr) {
+    std::string have;
+    for (const auto& s : signatures) have += (have.empty() ? "'" : ", '") + s.key + "'";
+    return absl::FailedPreconditionError(fmt::format(
+        "signature '{}' not found (the model has: {}; set tfserving.signature_name)",
+        std::string(signature_name), have.empty() ? std::string("none") : have));
+  }
+  std::vector<std::string> diffs;
+  compareTfTensors(config, signature_name, config.inputs, sig->inputs, "inputs", "input", true,
+                   diffs);
+  compareTfTensors(config, signature_name, config.outputs, sig->outputs, "outputs", "output",
+                   false, diffs);
+  if (diffs.empty()) return absl::OkStatus();
+  std::string all;
+  for (const std::string& d : diffs) all += (all.empty() ? "" : "; ") + d;
+  return absl::FailedPreconditionError(all);
+}
+
 TfServingClient::TfServingClient(const ModelConfig& config, const RemoteBackendConfig& remote,
                                  std::string address)
     : config_(config),
@@ -35,7 +128,34 @@ absl::Status TfServingClient::probe(bool fresh) {
                                               absl::StatusCodeToString(r.status.code()),
                                               std::string(r.status.message())));
   }
-  return wire::decodeModelStatus(r.body);
+  absl::Status ready = wire::decodeModelStatus(r.body);
+  if (!ready.ok() || !fresh || !remote_.validate_metadata) return ready;
+  return validateMetadata();
+}
+
+absl::Status TfServingClient::validateMetadata() {
+  GrpcResult r = grpc_.callSync(kMethodTfModelMetadata, wire::encodeGetModelMetadata(spec()),
+                                remote_.health_check_timeout_ms);
+  if (r.status.code() == absl::StatusCode::kUnimplemented) {
+    return absl::FailedPreconditionError(fmt::format(
+        "model '{}': {} does not implement GetModelMetadata ({}); set "
+        "tfserving.validate_metadata: false to skip the signature check",
+        config_.name, grpc_.address(), std::string(r.status.message())));
+  }
+  if (!r.status.ok()) {
+    return absl::UnavailableError(fmt::format("GetModelMetadata '{}': {}: {}", model_name_,
+                                              absl::StatusCodeToString(r.status.code()),
+                                              std::string(r.status.message())));
+  }
+  absl::StatusOr<std::vector<wire::TfSignatureDef>> sigs = wire::decodeGetModelMetadata(r.body);
+  if (!sigs.ok()) return sigs.status();
+  absl::Status cmp = compareTfSignature(config_, remote_.signature_name, *sigs);
+  if (!cmp.ok()) {
+    return absl::FailedPreconditionError(fmt::format(
+        "model '{}': the backend model '{}' at {} does not match the configuration: {}",
+        config_.name, model_name_, grpc_.address(), std::string(cmp.message())));
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -50,8 +170,18 @@ void TfServingClient::send(const Batch& batch, const SendOptions& options, SendD
   for (size_t i = 0; i < batch.inputs.size(); ++i) {
     const BatchTensor& t = batch.inputs[i];
     if (t.dtype == DataType::kBytes) {
-      done(absl::UnimplementedError("the tfserving backend does not send BYTES tensors"), false);
-      return;
+      // Elements must be exactly the buffer (the frontends built it; checked before encoding).
+      const std::optional<std::vector<std::string_view>> elems =
+          wire::splitBytesTensor(t.data, t.bytes);
+      const std::optional<uint64_t> n = elementCount(t.shape);
+      if (!elems || !n || elems->size() != *n) {
+        done(absl::InvalidArgumentError(fmt::format(
+                 "BYTES input '{}' of shape {}: the batch buffer does not hold exactly that "
+                 "many length-prefixed elements",
+                 t.name, shapeToString(t.shape))),
+             false);
+        return;
+      }
     }
     inputs[i] = {t.name, t.dtype, &t.shape, t.data, t.bytes, {}, 0};
   }
@@ -64,8 +194,10 @@ void TfServingClient::send(const Batch& batch, const SendOptions& options, SendD
                  done(r.status, r.not_sent);
                  return;
                }
+               // DT_STRING outputs are laid out here; it lives until `done` returns.
+               std::string strings;
                absl::StatusOr<std::vector<wire::InferResponseOutput>> outs =
-                   wire::decodePredictResponse(r.body);
+                   wire::decodePredictResponse(r.body, strings);
                if (!outs.ok()) {
                  done(outs.status(), false);
                  return;

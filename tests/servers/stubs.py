@@ -18,7 +18,7 @@ def generate(out_dir=None):
         atexit.register(shutil.rmtree, out_dir, True)
     proto_dir = os.path.join(SOURCE, "frontend", "proto")
     files = [os.path.join(proto_dir, f) for f in ("grpc_service.proto", "tf_tensor.proto", "tf_predict.proto")]
-    files += [os.path.join(HERE, f) for f in ("kserve_shm.proto", "tf_model_status.proto")]
+    files += [os.path.join(HERE, f) for f in ("kserve_shm.proto", "tf_model_status.proto", "tf_metadata.proto")]
     subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I", proto_dir, "-I", HERE,
                     "--python_out=" + out_dir] + files, check=True)
     if out_dir not in sys.path:
