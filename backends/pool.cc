@@ -50,12 +50,24 @@ struct Pool::Endpoint {
   common::Counter* ejections = nullptr;
   common::Counter* ok = nullptr;
   std::map<int, common::Counter*> errors;  // by gRPC code; registered on first use (error path)
+  // Queue depth (nullptr source: no metrics URL). The reading is written by the metrics thread
+  // and read by pickLocked(), both under mu_.
+  std::unique_ptr<QueueDepthSource> depth;
+  uint64_t depth_value = 0;     // the server's queue depth at depth_at_ns
+  uint64_t depth_at_ns = 0;     // 0: no reading
+  uint64_t scrape_errors = 0;
+  bool scrape_failing = false;  // last scrape failed (logged once per episode)
+  bool depth_missing_logged = false;
+  common::Gauge* depth_gauge = nullptr;  // -1 when there is no fresh reading
+  common::Counter* scrape_errors_counter = nullptr;
 };
 
 Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
-           std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics)
+           std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics,
+           std::vector<std::unique_ptr<QueueDepthSource>> queue_depth)
     : model_(std::move(model)), kind_(std::move(kind)), config_(std::move(config)),
       metrics_(metrics) {
+  config_.metrics_interval_ms = std::max<uint64_t>(config_.metrics_interval_ms, 10);
   for (size_t i = 0; i < clients.size(); ++i) {
     auto e = std::make_unique<Endpoint>();
     e->index = i;
@@ -76,6 +88,45 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
                                  "Batches a backend endpoint answered successfully", l);
     }
     endpoints_.push_back(std::move(e));
+  }
+  if (queue_depth.empty()) {
+    // Triton's pending-request gauge for the backend's name of the model.
+    const std::string backend_model = config_.model_name.empty() ? model_ : config_.model_name;
+    const uint64_t timeout_ms = std::max<uint64_t>(
+        std::min(config_.metrics_interval_ms, config_.health_check_timeout_ms), 1);
+    for (size_t i = 0; i < endpoints_.size() && i < config_.metrics_urls.size(); ++i) {
+      if (config_.metrics_urls[i].empty()) continue;
+      absl::StatusOr<HttpUrl> url = parseHttpUrl(config_.metrics_urls[i]);
+      if (!url.ok()) {  // the config loader validates URLs: only a hand-built config gets here
+        spdlog::error("model '{}': ignoring the metrics URL of {} endpoint {}: {}", model_, kind_,
+                      endpoints_[i]->client->address(), std::string(url.status().message()));
+        continue;
+      }
+      endpoints_[i]->depth = makeTritonQueueDepthSource(*std::move(url), backend_model,
+                                                        config_.model_version, timeout_ms);
+    }
+  } else {
+    for (size_t i = 0; i < endpoints_.size() && i < queue_depth.size(); ++i) {
+      endpoints_[i]->depth = std::move(queue_depth[i]);
+    }
+  }
+  for (auto& e : endpoints_) {
+    if (e->depth == nullptr) continue;
+    has_queue_depth_ = true;
+    if (metrics_ != nullptr) {
+      const common::Labels l = {{"model", model_}, {"endpoint", e->client->address()}};
+      e->depth_gauge = &metrics_->gauge(
+          "infergate_backend_queue_depth",
+          "The server's own queue depth at the endpoint (pending requests for the model, from "
+          "its metrics); -1 when there is no fresh reading",
+          l);
+      e->depth_gauge->set(-1);
+      e->scrape_errors_counter = &metrics_->counter(
+          "infergate_backend_metrics_scrape_errors_total",
+          "Failed scrapes of an endpoint's metrics URL (refused, timeout, HTTP status, "
+          "unparsable)",
+          l);
+    }
   }
   if (metrics_ != nullptr) {
     const common::Labels l = {{"model", model_}};
@@ -102,6 +153,7 @@ Pool::~Pool() {
     p.done(absl::UnavailableError(fmt::format("model '{}' is shutting down", model_)));
   }
   if (health_.joinable()) health_.join();
+  if (metrics_thread_.joinable()) metrics_thread_.join();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [this] { return inflight_ == 0; });
@@ -150,6 +202,7 @@ absl::Status Pool::start(bool require_ready) {
     spdlog::warn("model '{}': {} endpoint(s) not ready at start-up: {}", model_, kind_, problems);
   }
   health_ = std::thread([this] { healthLoop(); });
+  if (has_queue_depth_) metrics_thread_ = std::thread([this] { metricsLoop(); });
   return absl::OkStatus();
 }
 
@@ -209,6 +262,73 @@ void Pool::healthLoop() {
   }
 }
 
+bool Pool::freshLocked(const Endpoint& e, uint64_t now_ns) const {
+  return e.depth_at_ns != 0 && now_ns >= e.depth_at_ns &&
+         now_ns - e.depth_at_ns <= 3 * config_.metrics_interval_ms * 1'000'000;
+}
+
+uint64_t Pool::loadLocked(const Endpoint& e, uint64_t now_ns) const {
+  return e.inflight + (freshLocked(e, now_ns) ? e.depth_value : 0);
+}
+
+void Pool::scrapeOne(Endpoint& e) {
+  if (e.depth == nullptr) return;
+  absl::StatusOr<std::optional<double>> r = e.depth->read();  // blocking, without the lock
+  const uint64_t now = common::monotonicNs();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!r.ok()) {
+    ++e.scrape_errors;
+    if (e.scrape_errors_counter != nullptr) e.scrape_errors_counter->inc();
+    if (!e.scrape_failing) {
+      spdlog::warn(
+          "model '{}': cannot read the queue depth of {} endpoint {} from {}: {} (picking uses "
+          "in-flight batches only once the last reading is stale; health is unaffected)",
+          model_, kind_, e.client->address(), e.depth->url(), std::string(r.status().message()));
+    }
+    e.scrape_failing = true;
+  } else {
+    if (e.scrape_failing) {
+      spdlog::info("model '{}': queue depth of {} endpoint {} readable again from {}", model_,
+                   kind_, e.client->address(), e.depth->url());
+    }
+    e.scrape_failing = false;
+    if (!r->has_value()) {
+      e.depth_at_ns = 0;  // no reading: in-flight batches only
+      if (!e.depth_missing_logged) {
+        spdlog::warn("model '{}': {} has no {} sample for the model; {} endpoint {} is picked on "
+                     "in-flight batches only",
+                     model_, e.depth->url(), kTritonPendingMetric, kind_, e.client->address());
+        e.depth_missing_logged = true;
+      }
+    } else {
+      e.depth_missing_logged = false;
+      // Negative, NaN (not returned) or absurd values are clamped: the value is untrusted.
+      const double v = **r;
+      e.depth_value = v > 0 ? static_cast<uint64_t>(std::min(v, 1e9) + 0.5) : 0;
+      e.depth_at_ns = now;
+    }
+  }
+  if (e.depth_gauge != nullptr) {
+    e.depth_gauge->set(freshLocked(e, now) ? static_cast<int64_t>(e.depth_value) : -1);
+  }
+}
+
+void Pool::scrapeAll() {
+  for (auto& e : endpoints_) scrapeOne(*e);
+}
+
+void Pool::metricsLoop() {
+  const auto interval = std::chrono::milliseconds(config_.metrics_interval_ms);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    const auto next = std::chrono::steady_clock::now() + interval;
+    lock.unlock();
+    scrapeAll();
+    lock.lock();
+    cv_.wait_until(lock, next, [this] { return stopping_; });
+  }
+}
+
 Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   *all_busy = false;
   // Candidates: healthy, untried, below the concurrency limit.
@@ -235,9 +355,11 @@ Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   if (cand[0] == nullptr) return nullptr;
   *all_busy = false;
   if (cand[1] == nullptr) return cand[0];
-  if (cand[0]->inflight != cand[1]->inflight) {
-    return cand[0]->inflight < cand[1]->inflight ? cand[0] : cand[1];
-  }
+  // Load: our in-flight batches, plus the server's queue depth where a fresh reading exists.
+  const uint64_t now = has_queue_depth_ ? common::monotonicNs() : 0;
+  const uint64_t l0 = loadLocked(*cand[0], now);
+  const uint64_t l1 = loadLocked(*cand[1], now);
+  if (l0 != l1) return l0 < l1 ? cand[0] : cand[1];
   return (rng_ & 1) ? cand[0] : cand[1];
 }
 
@@ -421,10 +543,13 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
 
 std::vector<Pool::EndpointStatus> Pool::status() const {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t now = common::monotonicNs();
   std::vector<EndpointStatus> out;
   for (auto& e : endpoints_) {
     out.push_back({e->client->address(), e->state, e->inflight, e->batches, e->failures,
-                   e->reason});
+                   e->reason,
+                   freshLocked(*e, now) ? static_cast<int64_t>(e->depth_value) : -1,
+                   e->scrape_errors});
   }
   return out;
 }

@@ -3,8 +3,12 @@
 // Serving, and the endpoint pool every remote adapter runs on. docs/BACKENDS.md has the rules.
 //
 // Pool: a BatchBackend over several endpoints of one model. Each batch goes to one endpoint,
-// chosen by power-of-two-choices on outstanding batches among the healthy endpoints below their
-// concurrency limit (batches wait in a FIFO when every healthy endpoint is at its limit).
+// chosen by power-of-two-choices on load among the healthy endpoints below their concurrency
+// limit (batches wait in a FIFO when every healthy endpoint is at its limit). Load is our
+// outstanding batches at the endpoint, plus, when the endpoint has a metrics URL and a fresh
+// reading (at most 3 metrics intervals old), the server's own queue depth
+// (nv_inference_pending_request_count for the model, scraped by the pool's metrics thread).
+// Ties are broken at random. Scrape failures are counted and logged; they never change health.
 // Health: an active probe per endpoint every health_check_interval_ms (the protocol client's
 // probe(): ServerReady + ModelReady for Triton), plus passive ejection after
 // eject_after_failures consecutive failed batches, for ejection_ms, after which a passing probe
@@ -15,7 +19,9 @@
 // the call's deadline is the latest of them (and request_timeout_ms at most).
 //
 // Threading: execute() from the batcher's dispatcher; completions on gRPC threads; one health
-// thread per pool. State is behind one mutex per pool, taken a few times per batch.
+// thread per pool, and one metrics thread when an endpoint has a metrics URL (scrapes have their
+// own cadence and must not delay probes, nor a hung probe age the readings). State is behind
+// one mutex per pool, taken a few times per batch; scrapes and probes run without it.
 
 #include <condition_variable>
 #include <cstdint>
@@ -29,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "backends/batched_model.h"
+#include "backends/queue_metrics.h"
 
 namespace infergate::common {
 class MetricsRegistry;
@@ -56,8 +63,15 @@ struct RemoteBackendConfig {
   uint32_t eject_after_failures = 3;    // consecutive failed batches (0 = never eject)
   uint64_t ejection_ms = 5000;
   SharedMemoryKind shared_memory = SharedMemoryKind::kNone;  // Triton only
+  uint32_t cuda_device = 0;             // shared_memory: cuda: the GPU holding the regions
   bool validate_metadata = true;        // compare the backend's metadata with inputs/outputs
+                                        // (Triton: ModelMetadata; TF Serving: signature_def)
   uint64_t max_message_bytes = 256ull << 20;
+  // Queue-depth aware picking (Triton): the Prometheus metrics URL of each endpoint, parallel to
+  // `endpoints` (shorter, or an empty string: no metrics for that endpoint), and how often
+  // each is scraped (a scrape has that long, at most health_check_timeout_ms, to finish).
+  std::vector<std::string> metrics_urls;
+  uint64_t metrics_interval_ms = 500;
 };
 
 std::string_view sharedMemoryKindName(SharedMemoryKind k);  // "none" | "system" | "cuda"
@@ -97,17 +111,23 @@ class Pool : public BatchBackend {
     uint32_t inflight;
     uint64_t batches;
     uint64_t failures;
-    std::string reason;  // why not healthy
+    std::string reason;     // why not healthy
+    int64_t queue_depth;    // the server's fresh queue-depth reading; -1: none (or stale)
+    uint64_t scrape_errors; // failed metrics scrapes
   };
 
   // `model`: for messages and metric labels; `kind`: "triton" | "tfserving". `metrics` nullptr:
-  // none.
+  // none. `queue_depth`: where each endpoint's queue depth comes from (parallel to `clients`,
+  // nullptr entries: none); empty: built from config.metrics_urls (Triton's
+  // nv_inference_pending_request_count for config.model_name, or `model` when that is empty,
+  // and config.model_version when set).
   Pool(std::string model, std::string kind, RemoteBackendConfig config,
-       std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics);
+       std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics,
+       std::vector<std::unique_ptr<QueueDepthSource>> queue_depth = {});
   ~Pool() override;  // answers queued batches, waits for in-flight ones, stops the health thread
 
   // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
-  // health thread. `require_ready`: an error naming each endpoint's problem when none became
+  // health thread (and the metrics thread when an endpoint has a queue-depth source). `require_ready`: an error naming each endpoint's problem when none became
   // healthy; otherwise the pool starts anyway (batches fail fast until one is ready).
   absl::Status start(bool require_ready);
 
@@ -116,6 +136,9 @@ class Pool : public BatchBackend {
   std::vector<EndpointStatus> status() const;
   // One health round now, on the calling thread (tests).
   void probeAll();
+  // One metrics round now, on the calling thread (tests): scrapes every endpoint that has a
+  // queue-depth source.
+  void scrapeAll();
   static std::string_view stateName(State s);
 
  private:
@@ -135,6 +158,12 @@ class Pool : public BatchBackend {
   std::string unavailableMessageLocked() const;
   void healthLoop();
   void probeOne(Endpoint& e);
+  void metricsLoop();
+  void scrapeOne(Endpoint& e);
+  // Our in-flight batches at `e` plus the server's queue depth when the reading is fresh at
+  // `now_ns`. Lock held.
+  uint64_t loadLocked(const Endpoint& e, uint64_t now_ns) const;
+  bool freshLocked(const Endpoint& e, uint64_t now_ns) const;
 
   std::string model_;
   std::string kind_;
@@ -143,6 +172,7 @@ class Pool : public BatchBackend {
   common::Counter* retries_ = nullptr;
   common::Counter* no_endpoint_ = nullptr;
   common::MetricsRegistry* metrics_;
+  bool has_queue_depth_ = false;  // some endpoint has a queue-depth source (set in the ctor)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;  // health thread wake-up and in-flight drain
@@ -151,6 +181,7 @@ class Pool : public BatchBackend {
   bool stopping_ = false;
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;
+  std::thread metrics_thread_;
 };
 
 }  // namespace infergate::backends

@@ -945,13 +945,15 @@ class Loader {
           {"endpoints", "model_name", "model_version", "max_concurrency", "channels",
            "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "shared_memory",
-           "validate_metadata", "max_message_bytes"}));
+           "cuda_device", "validate_metadata", "max_message_bytes", "metrics_port",
+           "metrics_interval_ms"}));
     } else {
       IG_CONFIG_TRY(checkMap(
           n, path,
           {"endpoints", "model_name", "model_version", "signature_name", "max_concurrency",
            "channels", "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
-           "startup_timeout_ms", "eject_after_failures", "ejection_ms", "max_message_bytes"}));
+           "startup_timeout_ms", "eject_after_failures", "ejection_ms", "validate_metadata",
+           "max_message_bytes"}));
     }
     const std::string epath = join(path, "endpoints");
     YAML::Node eps = n["endpoints"];
@@ -959,9 +961,33 @@ class Loader {
       return err(epath, "at least one endpoint (host:port) is required");
     }
     IG_CONFIG_TRY(checkSeq(eps, epath));
+    // Triton: an endpoint is "host:port" or {address: "host:port", metrics_url: "http://..."};
+    // metrics_port gives the others http://<host>:<metrics_port>/metrics.
+    int64_t metrics_port = 0;
+    if (YAML::Node v = n["metrics_port"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "metrics_port"), 1, 65535, metrics_port));
+    }
     for (size_t i = 0; i < eps.size(); ++i) {
       std::string ep;
-      IG_CONFIG_TRY(readString(eps[i], at(epath, i), ep));
+      std::string metrics_url;
+      if (backend == "triton" && eps[i].IsMap()) {
+        const std::string ipath = at(epath, i);
+        IG_CONFIG_TRY(checkMap(eps[i], ipath, {"address", "metrics_url"}));
+        if (!eps[i]["address"].IsDefined()) {
+          return err(ipath, "address (host:port) is required");
+        }
+        IG_CONFIG_TRY(readString(eps[i]["address"], join(ipath, "address"), ep));
+        if (YAML::Node u = eps[i]["metrics_url"]; u.IsDefined()) {
+          const std::string upath = join(ipath, "metrics_url");
+          IG_CONFIG_TRY(readString(u, upath, metrics_url));
+          if (absl::StatusOr<backends::HttpUrl> url = backends::parseHttpUrl(metrics_url);
+              !url.ok()) {
+            return err(upath, std::string(url.status().message()));
+          }
+        }
+      } else {
+        IG_CONFIG_TRY(readString(eps[i], at(epath, i), ep));
+      }
       const size_t colon = ep.rfind(':');
       int64_t port = 0;
       auto [p, ec] = colon == std::string::npos
@@ -975,6 +1001,18 @@ class Loader {
       }
       for (const std::string& prev : out.endpoints) {
         if (prev == ep) return err(at(epath, i), fmt::format("duplicate endpoint '{}'", ep));
+      }
+      if (metrics_url.empty() && metrics_port != 0) {
+        metrics_url = fmt::format("http://{}:{}/metrics", ep.substr(0, colon), metrics_port);
+        if (absl::StatusOr<backends::HttpUrl> url = backends::parseHttpUrl(metrics_url);
+            !url.ok()) {  // e.g. a host name that is not a URL host
+          return err(join(path, "metrics_port"),
+                     fmt::format("endpoint '{}': {}", ep, std::string(url.status().message())));
+        }
+      }
+      if (!metrics_url.empty()) {
+        out.metrics_urls.resize(out.endpoints.size());
+        out.metrics_urls.push_back(std::move(metrics_url));
       }
       out.endpoints.push_back(std::move(ep));
     }
@@ -1036,6 +1074,16 @@ class Loader {
       out.shared_memory = kind == "system" ? backends::SharedMemoryKind::kSystem
                           : kind == "cuda" ? backends::SharedMemoryKind::kCuda
                                            : backends::SharedMemoryKind::kNone;
+    }
+    if (YAML::Node v = n["metrics_interval_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "metrics_interval_ms"), 10, 60000,
+                               out.metrics_interval_ms));
+    }
+    if (YAML::Node v = n["cuda_device"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "cuda_device"), 0, 1023, out.cuda_device));
+      if (out.shared_memory != backends::SharedMemoryKind::kCuda) {
+        return err(join(path, "cuda_device"), "only used with shared_memory: cuda");
+      }
     }
     return absl::OkStatus();
   }

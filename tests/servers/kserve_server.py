@@ -14,6 +14,10 @@ latency and failure injection, and a control service (JSON over raw bytes):
 
 Usage: kserve_server.py --port 0 --model identity --input INPUT0:FP32:-1,16 --output OUTPUT0:FP32:-1,16
 Prints "PORT <n>" on stdout once serving.
+
+--metrics-port N: also serves Triton-style GET /metrics (http.server, a thread) with
+nv_inference_pending_request_count{model="<model>",version="1"} = ModelInfer calls in progress
++ "pending_bias" (Control/Set {"pending_bias": 1000}); prints "METRICS_PORT <n>" after PORT.
 """
 import argparse
 import json
@@ -31,6 +35,80 @@ stubs.generate()
 import grpc  # noqa: E402
 import grpc_service_pb2 as pb  # noqa: E402
 import kserve_shm_pb2 as shm_pb  # noqa: E402
+import cuda_shm  # noqa: E402
+
+
+# --- Triton-style /metrics (--metrics-port), for infergate's queue-depth aware picking ---------
+class QueueDepth:
+    """nv_inference_pending_request_count as this server reports it: ModelInfer calls in progress
+    (waiting or executing in a handler) plus `pending_bias` (Control/Set {"pending_bias": n})."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.active = 0
+        self.done = 0
+        self.pending_bias = 0
+        self.scrapes = 0
+
+    def counted(self, fn):
+        def wrapper(req, ctx):
+            with self.lock:
+                self.active += 1
+            try:
+                return fn(req, ctx)
+            finally:
+                with self.lock:
+                    self.active -= 1
+                    self.done += 1
+        return wrapper
+
+    def page(self, model):
+        with self.lock:
+            self.scrapes += 1
+            pending, done = self.active + self.pending_bias, self.done
+        esc = model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return (
+            "# HELP nv_inference_request_success Number of successful inference requests, all batch sizes\n"
+            "# TYPE nv_inference_request_success counter\n"
+            'nv_inference_request_success{model="%s",version="1"} %d\n'
+            "# HELP nv_inference_pending_request_count Instantaneous number of pending requests awaiting execution per-model.\n"
+            "# TYPE nv_inference_pending_request_count gauge\n"
+            'nv_inference_pending_request_count{model="%s",version="1"} %d\n'
+            'nv_inference_pending_request_count{model="%s_other",version="1"} 1000000\n'
+            "# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)\n"
+            "# TYPE nv_gpu_utilization gauge\n"
+            'nv_gpu_utilization{gpu_uuid="GPU-00000000-0000-0000-0000-000000000000"} 0\n'
+            % (esc, done, esc, pending, esc))
+
+
+QUEUE = QueueDepth()
+
+
+def serve_metrics(port, model):
+    """Serves GET /metrics on 127.0.0.1:port (0: any) from a thread; returns the port."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):
+            if self.path != "/metrics":
+                body, code = b"not found\n", 404
+            else:
+                body, code = QUEUE.page(model).encode(), 200
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd.server_address[1]
 
 
 def parse_tensor(spec):
@@ -48,9 +126,12 @@ class State:
         self.ready = True
         self.hang_ms = 0
         self.regions = {}  # name -> (key, offset, size, mmap)
+        self.cuda_regions = {}  # name -> (device_id, size, cuda_shm region)
         self.stats = {"infer_requests": 0, "infer_request_bytes": [], "raw_input_bytes": 0,
                       "shm_input_bytes": 0, "shm_output_bytes": 0, "ids": [], "priorities": [],
-                      "timeouts": [], "batch_sizes": [], "registers": 0, "unregisters": 0}
+                      "timeouts": [], "batch_sizes": [], "registers": 0, "unregisters": 0,
+                      "cuda_registers": 0, "cuda_unregisters": 0, "cuda_input_bytes": 0,
+                      "cuda_output_bytes": 0}
 
 
 def param_value(p):
@@ -77,7 +158,7 @@ def make_server(args):
 
     def server_metadata(req, ctx):
         return pb.ServerMetadataResponse(name="kserve_test_server", version="1",
-                                         extensions=["system_shared_memory", "binary_tensor_data"])
+                                         extensions=["system_shared_memory", "cuda_shared_memory", "binary_tensor_data"])
 
     def model_metadata(req, ctx):
         if req.name != args.model:
@@ -91,6 +172,11 @@ def make_server(args):
 
     def region_bytes(name, offset, size, ctx):
         reg = st.regions.get(name)
+        if reg is None and name in st.cuda_regions:
+            dev, rsize, region = st.cuda_regions[name]
+            if offset + size > rsize:
+                abort(ctx, "INVALID_ARGUMENT", "shared memory region '%s' too small" % name)
+            return region, offset
         if reg is None:
             abort(ctx, "INVALID_ARGUMENT",
                   "Unable to find system shared memory region: '%s'" % name)
@@ -132,7 +218,7 @@ def make_server(args):
                 mm, pos = region_bytes(name, off, size, ctx)
                 datas.append(bytes(mm[pos:pos + size]))
                 with st.lock:
-                    st.stats["shm_input_bytes"] += size
+                    st.stats["cuda_input_bytes" if name in st.cuda_regions else "shm_input_bytes"] += size
             else:
                 if raw_i >= len(req.raw_input_contents):
                     abort(ctx, "INVALID_ARGUMENT", "input '%s' has no data" % t.name)
@@ -163,7 +249,7 @@ def make_server(args):
                 out.parameters["shared_memory_region"].string_param = name
                 out.parameters["shared_memory_byte_size"].int64_param = len(datas[i])
                 with st.lock:
-                    st.stats["shm_output_bytes"] += len(datas[i])
+                    st.stats["cuda_output_bytes" if name in st.cuda_regions else "shm_output_bytes"] += len(datas[i])
             else:
                 resp.raw_output_contents.append(datas[i])
         # raw_output_contents must pair with outputs: only allowed when no output used shm
@@ -210,6 +296,44 @@ def make_server(args):
                 s.name, s.key, s.offset, s.byte_size = n, key, off, size
         return r
 
+    def cuda_register(req, ctx):
+        with st.lock:
+            if req.name in st.cuda_regions:
+                abort(ctx, "ALREADY_EXISTS", "shared memory region '%s' already in manager" % req.name)
+        try:
+            region = cuda_shm.open_region(req.raw_handle, req.device_id, req.byte_size,
+                                          args.cuda_emulation)
+        except cuda_shm.CudaError as e:
+            abort(ctx, "INVALID_ARGUMENT", "failed to register CUDA shared memory region '%s': %s"
+                  % (req.name, e))
+        with st.lock:
+            st.cuda_regions[req.name] = (req.device_id, req.byte_size, region)
+            st.stats["cuda_registers"] += 1
+        return shm_pb.CudaSharedMemoryRegisterResponse()
+
+    def cuda_unregister(req, ctx):
+        with st.lock:
+            names = [req.name] if req.name else list(st.cuda_regions)
+            for n in names:
+                reg = st.cuda_regions.pop(n, None)
+                if reg is not None:
+                    reg[2].close()
+                    st.stats["cuda_unregisters"] += 1
+        return shm_pb.CudaSharedMemoryUnregisterResponse()
+
+    def cuda_status(req, ctx):
+        r = shm_pb.CudaSharedMemoryStatusResponse()
+        with st.lock:
+            if req.name and req.name not in st.cuda_regions:
+                abort(ctx, "INVALID_ARGUMENT",
+                      "Unable to find cuda shared memory region: '%s'" % req.name)
+            for n, (dev, size, _) in st.cuda_regions.items():
+                if req.name and n != req.name:
+                    continue
+                s = r.regions[n]
+                s.name, s.device_id, s.byte_size = n, dev, size
+        return r
+
     def infer_deserializer(b):
         with st.lock:
             st.stats["infer_request_bytes"].append(len(b))
@@ -230,10 +354,19 @@ def make_server(args):
         "SystemSharedMemoryRegister": unary(shm_register, shm_pb.SystemSharedMemoryRegisterRequest),
         "SystemSharedMemoryUnregister": unary(shm_unregister, shm_pb.SystemSharedMemoryUnregisterRequest),
         "SystemSharedMemoryStatus": unary(shm_status, shm_pb.SystemSharedMemoryStatusRequest),
+        "CudaSharedMemoryRegister": unary(cuda_register, shm_pb.CudaSharedMemoryRegisterRequest),
+        "CudaSharedMemoryUnregister": unary(cuda_unregister, shm_pb.CudaSharedMemoryUnregisterRequest),
+        "CudaSharedMemoryStatus": unary(cuda_status, shm_pb.CudaSharedMemoryStatusRequest),
     }
+
+    handlers["ModelInfer"] = unary(QUEUE.counted(model_infer), pb.ModelInferRequest,
+                                   infer_deserializer)  # counted for /metrics
 
     def ctl_set(req, ctx):
         cfg = json.loads(req or b"{}")
+        if "pending_bias" in cfg:
+            with QUEUE.lock:
+                QUEUE.pending_bias = int(cfg["pending_bias"])
         with st.lock:
             for k in ("latency_ms", "fail_next", "fail_code", "ready", "hang_ms"):
                 if k in cfg:
@@ -244,6 +377,7 @@ def make_server(args):
         with st.lock:
             s = dict(st.stats)
             s["regions"] = sorted(st.regions)
+            s["cuda_regions"] = sorted(st.cuda_regions)
             return json.dumps(s).encode()
 
     ctl = {
@@ -269,6 +403,11 @@ def main():
     ap.add_argument("--output", action="append", default=[])
     ap.add_argument("--latency-ms", type=float, default=0)
     ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--metrics-port", type=int, default=None,
+                    help="also serve Triton-style GET /metrics on 127.0.0.1:PORT (0: any); "
+                         "prints METRICS_PORT <n> after PORT <n>")
+    ap.add_argument("--cuda-emulation", action="store_true",
+                    help="accept infergate's emulated CUDA handles (tests without a GPU)")
     args = ap.parse_args()
     if not args.input:
         args.input = ["INPUT0:FP32:-1,16"]
@@ -277,6 +416,8 @@ def main():
     server, port = make_server(args)
     server.start()
     print("PORT %d" % port, flush=True)
+    if args.metrics_port is not None:
+        print("METRICS_PORT %d" % serve_metrics(args.metrics_port, args.model), flush=True)
     server.wait_for_termination()
 
 

@@ -1,14 +1,23 @@
 // Pool (backends/pool.h) over fake endpoint clients: power-of-two-choices, concurrency limits
 // with queueing, retry of batches that never left, 503 naming the endpoint for batches that
 // were sent and failed (no retry), passive ejection and re-admission by probe, fast failure
-// when nothing is healthy, deadlines forwarded.
+// when nothing is healthy, deadlines forwarded; queue-depth aware picking over fake
+// queue-depth sources (the pick follows the reported depth, stale or missing readings and failed
+// scrapes fall back to in-flight batches, concurrency limits still hold).
 #include "backends/pool.h"
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -68,20 +77,73 @@ class FakeClient : public EndpointClient {
   std::shared_ptr<FakeState> s_;
 };
 
+// A queue-depth source returning what the test sets.
+struct FakeDepthState {
+  std::mutex mu;
+  absl::StatusOr<std::optional<double>> next = std::optional<double>();
+  int reads = 0;
+  void set(absl::StatusOr<std::optional<double>> v) {
+    std::lock_guard<std::mutex> l(mu);
+    next = std::move(v);
+  }
+};
+
+class FakeDepth : public QueueDepthSource {
+ public:
+  explicit FakeDepth(std::shared_ptr<FakeDepthState> s) : s_(std::move(s)) {}
+  const std::string& url() const override { return url_; }
+  absl::StatusOr<std::optional<double>> read() override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    ++s_->reads;
+    return s_->next;
+  }
+
+ private:
+  std::shared_ptr<FakeDepthState> s_;
+  std::string url_ = "http://fake:1/metrics";
+};
+
 struct Fixture {
   std::vector<std::shared_ptr<FakeState>> st;
+  std::vector<std::shared_ptr<FakeDepthState>> depth;  // with_depth: one per endpoint
   std::unique_ptr<Pool> pool;
   common::MetricsRegistry metrics;
-  Fixture(int n, RemoteBackendConfig cfg = {}) {
+  Fixture(int n, RemoteBackendConfig cfg = {}, bool with_depth = false) {
+    std::vector<std::unique_ptr<QueueDepthSource>> sources;
     std::vector<std::unique_ptr<EndpointClient>> clients;
     for (int i = 0; i < n; ++i) {
       st.push_back(std::make_shared<FakeState>());
       cfg.endpoints.push_back("ep" + std::to_string(i));
       clients.push_back(std::make_unique<FakeClient>("ep" + std::to_string(i), st.back()));
+      if (with_depth) {
+        depth.push_back(std::make_shared<FakeDepthState>());
+        sources.push_back(std::make_unique<FakeDepth>(depth.back()));
+      }
     }
     cfg.health_check_interval_ms = 3600 * 1000;  // probes only when the test asks
     cfg.startup_timeout_ms = 0;
-    pool = std::make_unique<Pool>("m", "triton", cfg, std::move(clients), &metrics);
+    pool = std::make_unique<Pool>("m", "triton", cfg, std::move(clients), &metrics,
+                                  std::move(sources));
+  }
+  // Answers every held call (repeatedly, until nothing is held) so the pool can be destroyed.
+  void drain() {
+    for (int round = 0; round < 16; ++round) {
+      bool any = false;
+      for (auto& s : st) {
+        std::deque<EndpointClient::SendDone> h;
+        {
+          std::lock_guard<std::mutex> l(s->mu);
+          h.swap(s->held);
+        }
+        any = any || !h.empty();
+        for (auto& x : h) x(std::vector<BatchTensor>{}, false);
+      }
+      if (!any) return;
+    }
+  }
+  int sends(int i) {
+    std::lock_guard<std::mutex> l(st[i]->mu);
+    return st[i]->sends;
   }
 };
 
@@ -267,6 +329,197 @@ TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
   EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(late.status.message(), "Request timeout expired");
   EXPECT_EQ(f.st[0]->sends, 1);
+}
+
+// --- Queue-depth aware picking --------------------------------------------------------------
+// These tests make endpoints healthy with probeAll() instead of start(), so no health or metrics
+// thread runs: readings change only when the test calls scrapeAll().
+
+TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 100;
+  Fixture f(2, cfg, /*with_depth=*/true);
+  f.pool->probeAll();
+  for (auto& s : f.st) s->hold = true;
+  f.depth[0]->set(std::optional<double>(5));
+  f.depth[1]->set(std::optional<double>(0));
+  f.pool->scrapeAll();
+  EXPECT_EQ(f.pool->status()[0].queue_depth, 5);
+  EXPECT_EQ(f.pool->status()[1].queue_depth, 0);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_queue_depth", {{"model", "m"}, {"endpoint", "ep0"}}), 5);
+  Batch b;
+  std::vector<Result> r(12);
+  // Load = in-flight + server queue: ep1 (0+k) wins until it reaches ep0's 5.
+  for (int i = 0; i < 5; ++i) f.pool->execute(b, collect(r[i]));
+  EXPECT_EQ(f.sends(0), 0);
+  EXPECT_EQ(f.sends(1), 5);
+  // Then they alternate around equal load: 5 + 12 = 17 split 8/9 (in-flight alone: 6/6).
+  for (int i = 5; i < 12; ++i) f.pool->execute(b, collect(r[i]));
+  EXPECT_GE(f.sends(0), 3);
+  EXPECT_LE(f.sends(0), 4);
+  EXPECT_EQ(f.sends(0) + f.sends(1), 12);
+  // The server's queue moves to the other endpoint: new batches follow it.
+  f.depth[0]->set(std::optional<double>(0));
+  f.depth[1]->set(std::optional<double>(40));
+  f.pool->scrapeAll();
+  const int before0 = f.sends(0);
+  for (int i = 0; i < 10; ++i) {
+    Result x;
+    f.pool->execute(b, collect(x));
+  }
+  EXPECT_EQ(f.sends(0), before0 + 10);
+  f.drain();
+  for (auto& x : r) EXPECT_TRUE(x.status.ok()) << x.status;
+}
+
+TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 1000;
+  Fixture f(3, cfg, true);
+  f.pool->probeAll();
+  for (auto& s : f.st) s->hold = true;
+  f.depth[0]->set(std::optional<double>(500));
+  f.depth[1]->set(std::optional<double>(0));
+  f.depth[2]->set(std::optional<double>(3));
+  f.pool->scrapeAll();
+  Batch b;
+  for (int i = 0; i < 200; ++i) {
+    Result x;
+    f.pool->execute(b, collect(x));
+  }
+  // Power of two choices: whichever pair is drawn, ep0 (500 + 0) loses to ep1/ep2 (<= 203).
+  EXPECT_EQ(f.sends(0), 0);
+  EXPECT_EQ(f.sends(1) + f.sends(2), 200);
+  EXPECT_GT(f.sends(1), f.sends(2));
+  f.drain();
+}
+
+TEST(PoolQueueDepth, ConcurrencyLimitStillHolds) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 2;
+  Fixture f(2, cfg, true);
+  f.pool->probeAll();
+  for (auto& s : f.st) s->hold = true;
+  f.depth[0]->set(std::optional<double>(100));
+  f.depth[1]->set(std::optional<double>(0));
+  f.pool->scrapeAll();
+  Batch b;
+  std::vector<Result> r(5);
+  for (auto& x : r) f.pool->execute(b, collect(x));
+  // ep1 fills its 2 slots, then the deep-queued ep0 is the only one with room; the 5th waits.
+  EXPECT_EQ(f.sends(1), 2);
+  EXPECT_EQ(f.sends(0), 2);
+  EXPECT_EQ(r[4].calls.load(), 0);
+  f.drain();
+  for (auto& x : r) EXPECT_EQ(x.calls.load(), 1);
+}
+
+TEST(PoolQueueDepth, StaleReadingsAreIgnored) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 100;
+  cfg.metrics_interval_ms = 20;  // a reading is fresh for 60 ms
+  Fixture f(2, cfg, true);
+  f.pool->probeAll();
+  for (auto& s : f.st) s->hold = true;
+  f.depth[0]->set(std::optional<double>(100));
+  f.depth[1]->set(std::optional<double>(0));
+  f.pool->scrapeAll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
+  Batch b;
+  for (int i = 0; i < 8; ++i) {
+    Result x;
+    f.pool->execute(b, collect(x));
+  }
+  // In-flight batches alone: power of two choices over two endpoints keeps them level.
+  EXPECT_EQ(f.sends(0), 4);
+  EXPECT_EQ(f.sends(1), 4);
+  f.drain();
+}
+
+TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
+  RemoteBackendConfig cfg;
+  cfg.max_concurrency = 100;
+  Fixture f(2, cfg, true);
+  f.pool->probeAll();
+  for (auto& s : f.st) s->hold = true;
+  // A reading, then a failing scrape: the last reading stays in use while fresh.
+  f.depth[0]->set(std::optional<double>(50));
+  f.pool->scrapeAll();
+  f.depth[0]->set(absl::UnavailableError("GET http://fake:1/metrics: connect: Connection refused"));
+  f.pool->scrapeAll();
+  f.pool->scrapeAll();
+  EXPECT_EQ(f.pool->status()[0].scrape_errors, 2u);
+  EXPECT_EQ(f.pool->status()[0].queue_depth, 50);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep0"}}), 2);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
+  Batch b;
+  {
+    Result x;
+    f.pool->execute(b, collect(x));
+  }
+  EXPECT_EQ(f.sends(1), 1);
+  // Health stays with the probes.
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
+  f.drain();
+  // The page has no sample for the model (ep0) or the scrape fails (ep1): no reading, so
+  // picking is on in-flight batches alone (level), errors counted, both endpoints healthy.
+  f.depth[0]->set(std::optional<double>());
+  f.depth[1]->set(absl::DeadlineExceededError("no response within 500 ms"));
+  f.pool->scrapeAll();
+  EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_queue_depth", {{"model", "m"}, {"endpoint", "ep0"}}), -1);
+  EXPECT_EQ(f.pool->status()[1].scrape_errors, 1u);
+  const int s0 = f.sends(0), s1 = f.sends(1);
+  for (int i = 0; i < 8; ++i) {
+    Result x;
+    f.pool->execute(b, collect(x));
+  }
+  EXPECT_EQ(f.sends(0) - s0, 4);
+  EXPECT_EQ(f.sends(1) - s1, 4);
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
+  EXPECT_EQ(f.pool->status()[1].state, Pool::State::kHealthy);
+  f.drain();
+}
+
+TEST(PoolQueueDepth, WithoutMetricsURLsNothingIsScrapedOrExposed) {
+  Fixture f(2);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.pool->scrapeAll();
+  EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
+  EXPECT_EQ(f.metrics.renderPrometheus().find("infergate_backend_queue_depth"), std::string::npos);
+  EXPECT_EQ(f.metrics.renderPrometheus().find("scrape_errors"), std::string::npos);
+}
+
+TEST(PoolQueueDepth, MetricsThreadScrapesTheConfiguredURL) {
+  // A URL nobody listens on, built into a Triton source from the config: the metrics thread
+  // scrapes it every interval, counts the refusals, and the endpoint keeps serving.
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  RemoteBackendConfig cfg;
+  cfg.metrics_interval_ms = 10;
+  cfg.metrics_urls = {fmt::format("http://127.0.0.1:{}/metrics", ntohs(a.sin_port))};
+  Fixture f(2, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (f.pool->status()[0].scrape_errors < 3 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(f.pool->status()[0].scrape_errors, 3u);
+  EXPECT_EQ(f.pool->status()[1].scrape_errors, 0u);  // no URL for ep1
+  EXPECT_GE(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep0"}}), 3);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), -1);
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
+  Batch b;
+  Result x;
+  f.pool->execute(b, collect(x));
+  EXPECT_TRUE(x.status.ok()) << x.status;
 }
 
 }  // namespace

@@ -572,6 +572,59 @@ TEST(ConfigTest, TritonBackendKeys) {
   EXPECT_EQ(m.dynamic_batching->max_inflight_batches, 6u);
 }
 
+TEST(ConfigTest, TritonCudaSharedMemoryKeys) {
+  std::string text = oneModel(kTritonModel);
+  const std::string from = "shared_memory: system";
+  text.replace(text.find(from), from.size(), "shared_memory: cuda\n      cuda_device: 3");
+  absl::StatusOr<Config> c = loadConfigString(text, "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->models[0].remote->shared_memory, backends::SharedMemoryKind::kCuda);
+  EXPECT_EQ(c->models[0].remote->cuda_device, 3u);
+}
+
+TEST(ConfigTest, TritonQueueDepthKeys) {
+  // Strings and maps mixed; metrics_port fills in the URL of entries without one.
+  absl::StatusOr<Config> c = loadConfigString(oneModel(R"yaml(name: r
+    backend: triton
+    inputs:  [{name: IN, datatype: FP32, shape: [4]}]
+    outputs: [{name: OUT, datatype: FP32, shape: [4]}]
+    triton:
+      endpoints:
+        - 10.0.0.5:8001
+        - {address: "10.0.0.6:8001", metrics_url: "http://10.0.0.6:9102/custom/metrics"}
+        - {address: "[::1]:8011"}
+      metrics_port: 8002
+      metrics_interval_ms: 250)yaml"),
+                                              "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const backends::RemoteBackendConfig& r = *c->models[0].remote;
+  EXPECT_EQ(r.endpoints,
+            (std::vector<std::string>{"10.0.0.5:8001", "10.0.0.6:8001", "[::1]:8011"}));
+  EXPECT_EQ(r.metrics_urls,
+            (std::vector<std::string>{"http://10.0.0.5:8002/metrics",
+                                      "http://10.0.0.6:9102/custom/metrics",
+                                      "http://[::1]:8002/metrics"}));
+  EXPECT_EQ(r.metrics_interval_ms, 250u);
+
+  // Without metrics_port only the entries that name a URL have one; the default interval.
+  c = loadConfigString(oneModel(R"yaml(name: r
+    backend: triton
+    inputs:  [{name: IN, datatype: FP32, shape: [4]}]
+    outputs: [{name: OUT, datatype: FP32, shape: [4]}]
+    triton:
+      endpoints: ["h:1", {address: "h:2", metrics_url: "http://h:8002/metrics"}, "h:3"])yaml"),
+                       "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->models[0].remote->metrics_urls,
+            (std::vector<std::string>{"", "http://h:8002/metrics"}));
+  EXPECT_EQ(c->models[0].remote->metrics_interval_ms, 500u);
+
+  // The plain form keeps working and has no metrics.
+  c = loadConfigString(oneModel(kTritonModel), "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->models[0].remote->metrics_urls.empty());
+}
+
 TEST(ConfigTest, TfServingBackendKeys) {
   absl::StatusOr<Config> c = loadConfigString(oneModel(R"yaml(name: t
     backend: tfserving
@@ -603,6 +656,12 @@ TEST(ConfigTest, RemoteBackendErrors) {
        "t.yaml: models[0].triton.endpoints[1]: duplicate endpoint 'h:1'"},
       {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], shared_memory: gpu}",
        "t.yaml: models[0].triton.shared_memory: unknown shared memory kind 'gpu' (expected one of none, system, cuda)"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], cuda_device: 1}",
+       "t.yaml: models[0].triton.cuda_device: only used with shared_memory: cuda"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], shared_memory: cuda, cuda_device: -1}",
+       "t.yaml: models[0].triton.cuda_device: must be between 0 and 1023, got -1"},
+      {"name: r\n    backend: tfserving" + io + "\n    tfserving: {endpoints: [\"h:1\"], shared_memory: system}",
+       "t.yaml: models[0].tfserving.shared_memory: unknown key 'shared_memory'"},
       {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], signature_name: x}",
        "t.yaml: models[0].triton.signature_name: unknown key 'signature_name'"},
       {"name: r\n    backend: tfserving" + io + "\n    tfserving: {endpoints: [\"h:1\"], model_version: latest}",
@@ -611,6 +670,37 @@ TEST(ConfigTest, RemoteBackendErrors) {
        "t.yaml: models[0].triton: settings for backend 'triton' but the model's backend is 'identity'"},
       {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], max_concurrency: 0}",
        "t.yaml: models[0].triton.max_concurrency: must be between 1 and 4096, got 0"},
+      // Queue-depth aware picking: metrics URLs, metrics_port, metrics_interval_ms.
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: \"h:1\", metrics_url: \"https://h:8002/metrics\"}]}",
+       "t.yaml: models[0].triton.endpoints[0].metrics_url: unsupported scheme 'https' in 'https://h:8002/metrics' (only http:// is supported)"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: \"h:1\", metrics_url: \"http://h/metrics\"}]}",
+       "t.yaml: models[0].triton.endpoints[0].metrics_url: URL 'http://h/metrics' has no port"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\", {address: \"h:2\", metrics_url: \"http://h:99999/metrics\"}]}",
+       "t.yaml: models[0].triton.endpoints[1].metrics_url: invalid port '99999'"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: \"h:1\", metrics_url: \"http://h:8002/a b\"}]}",
+       "t.yaml: models[0].triton.endpoints[0].metrics_url: URL 'http://h:8002/a b' contains a space"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: \"h:1\", metrics_url: [x]}]}",
+       "t.yaml: models[0].triton.endpoints[0].metrics_url: expected a string"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{metrics_url: \"http://h:8002/metrics\"}]}",
+       "t.yaml: models[0].triton.endpoints[0]: address (host:port) is required"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: \"h:1\", metrics: \"http://h:8002/\"}]}",
+       "t.yaml: models[0].triton.endpoints[0].metrics: unknown key 'metrics' (expected one of address, metrics_url)"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [{address: localhost}]}",
+       "t.yaml: models[0].triton.endpoints[0]: invalid endpoint 'localhost' (expected host:port"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\", {address: \"h:1\"}]}",
+       "t.yaml: models[0].triton.endpoints[1]: duplicate endpoint 'h:1'"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], metrics_port: 0}",
+       "t.yaml: models[0].triton.metrics_port: must be between 1 and 65535, got 0"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h!x:1\"], metrics_port: 8002}",
+       "t.yaml: models[0].triton.metrics_port: endpoint 'h!x:1': invalid host 'h!x'"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], metrics_interval_ms: 5}",
+       "t.yaml: models[0].triton.metrics_interval_ms: must be between 10 and 60000, got 5"},
+      {"name: r\n    backend: triton" + io + "\n    triton: {endpoints: [\"h:1\"], metrics_interval_ms: 60001}",
+       "t.yaml: models[0].triton.metrics_interval_ms: must be between 10 and 60000, got 60001"},
+      {"name: r\n    backend: tfserving" + io + "\n    tfserving: {endpoints: [\"h:1\"], metrics_port: 8002}",
+       "t.yaml: models[0].tfserving.metrics_port: unknown key 'metrics_port'"},
+      {"name: r\n    backend: tfserving" + io + "\n    tfserving: {endpoints: [{address: \"h:1\"}]}",
+       "t.yaml: models[0].tfserving.endpoints[0]: expected a string"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<Config> r = loadConfigString(oneModel(c.model), "t.yaml");
