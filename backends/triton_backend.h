@@ -14,8 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "backends/batched_model.h"
+#include "backends/device_region.h"
 #include "backends/grpc_client.h"
 #include "backends/grpc_client_wire.h"
+#include "backends/pinned_memory.h"
 #include "backends/pool.h"
 #include "backends/shm_region.h"
 
@@ -31,9 +33,15 @@ namespace infergate::backends {
 absl::Status compareMetadata(const ModelConfig& config, const wire::ModelMetadata& md);
 
 // The shared memory a Triton backend's endpoints share: one region, a slot per in-flight batch,
-// each slot holding every input's batch buffer and every fixed-size output.
+// each slot holding every input's batch buffer and every fixed-size output. System shared
+// memory: a POSIX shm region the batch buffers are copied into. CUDA shared memory: a device
+// region the batch buffers are copied into on the slot's stream, with a pinned host staging
+// area (same slot layout) that outputs are copied back to.
 struct TritonShm {
-  std::unique_ptr<ShmRegion> region;
+  SharedMemoryKind kind = SharedMemoryKind::kSystem;
+  std::unique_ptr<ShmRegion> region;      // kSystem
+  std::unique_ptr<DeviceRegion> device;   // kCuda
+  PinnedRegion staging;                   // kCuda
   std::unique_ptr<ShmSlots> slots;
   std::string name;                     // region name registered at the servers
   std::vector<size_t> input_offset;     // within a slot
@@ -65,8 +73,14 @@ class TritonClient : public EndpointClient {
   common::Counter* shm_bytes_ = nullptr;   // tensor bytes passed through shared memory
 };
 
+// The shared memory of a triton backend with `remote.shared_memory` system or cuda (cuda: the
+// emulation when cudaShmEmulationRequested()): regions sized for `slots` in-flight batches.
+absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& config,
+                                                           uint32_t slots);
+
 // The triton backend of `config` (config.remote set, backend "triton"): clients, pool, start-up
-// checks. `max_inflight_batches`: shared memory slots. FAILED_PRECONDITION for a metadata
+// checks. `max_inflight_batches`: the batcher's limit (shared memory gets twice as many slots, see
+// the .cc). FAILED_PRECONDITION for a metadata
 // mismatch, UNAVAILABLE when no endpoint is ready within startup_timeout_ms.
 absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(const ModelConfig& config,
                                                                   uint32_t max_inflight_batches,
