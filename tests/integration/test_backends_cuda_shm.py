@@ -14,33 +14,21 @@ Two ways to run the same protocol:
 """
 import os
 import sys
-import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-import test_backends as tb  # noqa: E402
+import backend_fixture as bf  # noqa: E402
+from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401 (unittest's module fixtures)
 
 ROWS = 64  # bytes of one [16] FP32 row
 
 
-def setUpModule():
-    tb.setUpModule()
-
-
-def tearDownModule():
-    tb.tearDownModule()
-
-
-class CudaShmTestBase(unittest.TestCase):
-    """BackendTest's helpers without its tests."""
+class CudaShmTestBase(bf.BackendTestCase):
+    """The fixture's helpers, with INFERGATE_CUDA_SHM_EMULATION set (emulated) or unset."""
     emulated = True
-    server = tb.BackendTest.server
-    start_gateway = tb.BackendTest.start_gateway
-    load = tb.BackendTest.load
 
     def setUp(self):
-        tb.BackendTest.setUp(self)
+        super().setUp()
         self.saved_env = os.environ.get("INFERGATE_CUDA_SHM_EMULATION")
         if self.emulated:
             os.environ["INFERGATE_CUDA_SHM_EMULATION"] = "1"
@@ -48,7 +36,7 @@ class CudaShmTestBase(unittest.TestCase):
             os.environ.pop("INFERGATE_CUDA_SHM_EMULATION", None)
 
     def tearDown(self):
-        tb.BackendTest.tearDown(self)
+        super().tearDown()
         if self.saved_env is None:
             os.environ.pop("INFERGATE_CUDA_SHM_EMULATION", None)
         else:
@@ -58,7 +46,7 @@ class CudaShmTestBase(unittest.TestCase):
         return self.server("--cuda-emulation") if self.emulated else self.server()
 
     def cuda_yaml(self, endpoints):
-        return tb.model_yaml(endpoints=endpoints, extra="      shared_memory: cuda")
+        return bf.model_yaml(endpoints=endpoints, extra="      shared_memory: cuda")
 
     def check_no_tensor_bytes_over_grpc(self, servers, rows):
         total_in = total_out = 0
@@ -84,16 +72,8 @@ class CudaShmTestBase(unittest.TestCase):
         self.load(4, 20)  # asserts every output equals its input, byte for byte
         self.check_no_tensor_bytes_over_grpc((a, b), 4 * 20)
         # A restarted server has forgotten the region: it is registered again, traffic resumes.
-        a.kill()
-        a.start()
-        deadline = time.time() + 10
-        while time.time() < deadline and not a.control("Stats")["cuda_regions"]:
-            time.sleep(0.1)
-        self.assertEqual(len(a.control("Stats")["cuda_regions"]), 1)
-        self.load(4, 10)
-        # Shutdown unregisters the region at every server.
-        self.assertEqual(self.gw.stop(), 0)
-        self.gw = None
+        self.restart_reregisters(a, "cuda_regions")
+        # Shutdown (at its end) unregisters the region at every server.
         for s in (a, b):
             st = s.control("Stats")
             self.assertEqual(st["cuda_regions"], [], st)
@@ -111,7 +91,7 @@ class EmulatedCudaShmTest(CudaShmTestBase):
         # overlap all the time (the batcher sends the next batch as soon as one completes).
         # Every batch must still find a free slot (no raw_input_contents fallback).
         a = self.cuda_server()
-        self.start_gateway(tb.model_yaml(endpoints=[a.address], batching="",
+        self.start_gateway(bf.model_yaml(endpoints=[a.address], batching="",
                                          extra="      shared_memory: cuda"))
         self.load(12, 40)
         self.check_no_tensor_bytes_over_grpc((a,), 12 * 40)

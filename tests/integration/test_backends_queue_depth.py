@@ -9,131 +9,21 @@ more batches by chance is below 1e-7; without dynamic_batching each request is o
 refuses connections leaves its endpoint healthy and serving, with the scrape errors counted in
 infergate's /metrics and the gauge at -1; metrics_port fills in the URL of plain endpoints.
 """
-import json
 import os
-import re
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-
-SERVERS = None  # tests/servers
-STUBS = None    # generated Python messages, shared by the test servers
-grpc = None
+import backend_fixture as bf  # noqa: E402
+from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401 (unittest's module fixtures)
 
 
-def setUpModule():
-    global SERVERS, STUBS, grpc
-    SERVERS = os.path.join(harness.ARGS.source, "tests", "servers")
-    try:
-        import grpc as g  # noqa: F401
-        import grpc_tools  # noqa: F401
-    except ImportError as e:
-        raise unittest.SkipTest("needs python3-grpcio and python3-grpc-tools: %s" % e)
-    grpc = g
-    sys.path.insert(0, SERVERS)
-    import stubs
-    STUBS = tempfile.TemporaryDirectory(prefix="infergate-stubs-")
-    os.environ["INFERGATE_STUBS_DIR"] = STUBS.name
-    stubs.generate(STUBS.name)
-
-
-def tearDownModule():
-    if STUBS is not None:
-        STUBS.cleanup()
-
-
-class Server:
-    """kserve_server.py with --metrics-port 0."""
-
-    def __init__(self, *args):
-        script = os.path.join(SERVERS, "kserve_server.py")
-        self.proc = subprocess.Popen(
-            ["/usr/bin/python3", script, "--port", "0", "--metrics-port", "0", "--model", "remote"]
-            + list(args), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        ports = {}
-        for _ in range(2):
-            m = re.match(r"(PORT|METRICS_PORT) (\d+)", self.proc.stdout.readline() or "")
-            if m:
-                ports[m.group(1)] = int(m.group(2))
-        if set(ports) != {"PORT", "METRICS_PORT"}:
-            self.kill()
-            raise RuntimeError("test server did not start: %r" % ports)
-        self.port, self.metrics_port = ports["PORT"], ports["METRICS_PORT"]
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self.proc.stdout.close()
-
-    @property
-    def address(self):
-        return "127.0.0.1:%d" % self.port
-
-    @property
-    def metrics_url(self):
-        return "http://127.0.0.1:%d/metrics" % self.metrics_port
-
-    def control(self, method, body=None):
-        ch = grpc.insecure_channel(self.address)
-        try:
-            fn = ch.unary_unary("/infergate.test.Control/" + method)
-            return json.loads(fn(json.dumps(body or {}).encode(), timeout=5))
-        finally:
-            ch.close()
-
-    def batches(self):
-        return self.control("Stats")["infer_requests"]
-
-
-def gateway_config(endpoints_yaml, extra=""):
-    return """
-mode: socket
-reactors: 2
-listeners:
-  - {name: http, address: 127.0.0.1, port: 0, protocol: http}
-admin: {address: 127.0.0.1, port: 0}
-logging: {level: info, access_log: false}
-models:
-  - name: remote
-    version: "1"
-    backend: triton
-    max_batch_size: 8
-    inputs:
-      - {name: INPUT0, datatype: FP32, shape: [16]}
-    outputs:
-      - {name: OUTPUT0, datatype: FP32, shape: [16]}
-    triton:
-      endpoints:
-%s
-      max_concurrency: 8
-      health_check_interval_ms: 100
-      health_check_timeout_ms: 500
-      startup_timeout_ms: 5000
-      metrics_interval_ms: 50
-%s
-""" % (endpoints_yaml, extra)
-
-
-def infer(port, values):
-    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
-                                   "data": values}]}).encode()
-    s = harness.connect(port, timeout=10)
-    try:
-        s.sendall(("POST /v2/models/remote/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                   "application/json\r\nContent-Length: %d\r\n\r\n" % len(body)).encode() + body)
-        status, _, payload, _ = harness.read_response(s)
-        return status, json.loads(payload or b"{}")
-    finally:
-        s.close()
+def model(endpoints, extra=""):
+    """The triton model `remote`, without dynamic batching (each request is one batch)."""
+    return bf.model_yaml(endpoints=endpoints, batching="", ejection_ms=None, startup_timeout_ms=5000,
+                         extra="      max_concurrency: 8\n      metrics_interval_ms: 50\n" + extra)
 
 
 def refused_port():
@@ -144,42 +34,14 @@ def refused_port():
     return port
 
 
-class QueueDepthTest(unittest.TestCase):
-    def setUp(self):
-        self.servers = []
-        self.gw = None
+def batches(server):
+    return server.control("Stats")["infer_requests"]
 
-    def tearDown(self):
-        if self.gw is not None:
-            self.gw.stop()
-        for s in self.servers:
-            s.kill()
 
+class QueueDepthTest(bf.BackendTestCase):
     def server(self, *args):
-        s = Server(*args)
-        self.servers.append(s)
-        return s
-
-    def load(self, clients, per_client):
-        """Closed-loop clients; every answer must be 200 with the identity output."""
-        errors = []
-
-        def client(c):
-            for i in range(per_client):
-                vals = [float(c * 1000 + i) + k / 16.0 for k in range(16)]
-                try:
-                    st, body = infer(self.gw.port, vals)
-                    if st != 200 or body["outputs"][0]["data"] != vals:
-                        errors.append((st, body))
-                except Exception as e:  # noqa: BLE001
-                    errors.append((-1, repr(e)))
-
-        ts = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        self.assertEqual(errors, [])
+        """kserve_server.py with --metrics-port 0."""
+        return super().server(*args, metrics_port=0)
 
     def wait_metric(self, pred, name, timeout=10, **labels):
         deadline = time.time() + timeout
@@ -191,34 +53,31 @@ class QueueDepthTest(unittest.TestCase):
             time.sleep(0.05)
         self.fail("%s%r stayed at %r" % (name, labels, v))
 
+    def check_traffic_avoids_bias(self, a, b, on):
+        """Once infergate reads the bias on server `on` ("a" or "b") and none on the other, 8x40
+        requests: at least 40 batches, 90% of them at the other server."""
+        biased, other = (a, b) if on == "a" else (b, a)
+        self.wait_metric(lambda v: v == 1000, "infergate_backend_queue_depth", endpoint=biased.address)
+        self.wait_metric(lambda v: 0 <= v < 1000, "infergate_backend_queue_depth",
+                         endpoint=other.address)
+        a0, b0 = batches(a), batches(b)
+        self.load(8, 40)
+        da, db = batches(a) - a0, batches(b) - b0
+        print("bias on %s: a=%d b=%d batches" % (on, da, db))
+        self.assertGreaterEqual(da + db, 40)
+        self.assertGreaterEqual(db if on == "a" else da, 0.9 * (da + db), (da, db))
+
     def test_traffic_follows_the_servers_queue_depth(self):
         a, b = self.server("--latency-ms", "3"), self.server("--latency-ms", "3")
         a.control("Set", {"pending_bias": 1000})
-        eps = "\n".join('        - {address: "%s", metrics_url: "%s"}' % (s.address, s.metrics_url)
-                        for s in (a, b))
-        self.gw = harness.Gateway(config_text=gateway_config(eps))
-        self.wait_metric(lambda v: v == 1000, "infergate_backend_queue_depth", endpoint=a.address)
-        self.wait_metric(lambda v: 0 <= v < 1000, "infergate_backend_queue_depth",
-                         endpoint=b.address)
-        a0, b0 = a.batches(), b.batches()
-        self.load(8, 40)
-        da, db = a.batches() - a0, b.batches() - b0
-        print("bias on a: a=%d b=%d batches" % (da, db))
-        self.assertGreaterEqual(da + db, 40)
-        self.assertGreaterEqual(db, 0.9 * (da + db), (da, db))
+        self.start_gateway(model(['{address: "%s", metrics_url: "%s"}' % (s.address, s.metrics_url)
+                                  for s in (a, b)]))
+        self.check_traffic_avoids_bias(a, b, "a")
 
         # Swap the bias: the traffic moves to a.
         a.control("Set", {"pending_bias": 0})
         b.control("Set", {"pending_bias": 1000})
-        self.wait_metric(lambda v: v == 1000, "infergate_backend_queue_depth", endpoint=b.address)
-        self.wait_metric(lambda v: 0 <= v < 1000, "infergate_backend_queue_depth",
-                         endpoint=a.address)
-        a0, b0 = a.batches(), b.batches()
-        self.load(8, 40)
-        da, db = a.batches() - a0, b.batches() - b0
-        print("bias on b: a=%d b=%d batches" % (da, db))
-        self.assertGreaterEqual(da + db, 40)
-        self.assertGreaterEqual(da, 0.9 * (da + db), (da, db))
+        self.check_traffic_avoids_bias(a, b, "b")
         self.assertEqual(self.gw.metric("infergate_backend_metrics_scrape_errors_total",
                                         model="remote"), 0)
 
@@ -226,16 +85,15 @@ class QueueDepthTest(unittest.TestCase):
         a, b = self.server(), self.server()
         dead = "http://127.0.0.1:%d/metrics" % refused_port()
         # a: a URL that refuses connections; b: a plain entry, its URL from metrics_port.
-        eps = ('        - {address: "%s", metrics_url: "%s"}\n        - "%s"'
-               % (a.address, dead, b.address))
-        self.gw = harness.Gateway(config_text=gateway_config(
-            eps, extra="      metrics_port: %d" % b.metrics_port))
+        self.start_gateway(model(['{address: "%s", metrics_url: "%s"}' % (a.address, dead),
+                                  '"%s"' % b.address],
+                                 extra="      metrics_port: %d" % b.metrics_port))
         self.wait_metric(lambda v: v >= 3, "infergate_backend_metrics_scrape_errors_total",
                          endpoint=a.address)
         self.wait_metric(lambda v: v >= 0, "infergate_backend_queue_depth", endpoint=b.address)
-        a0 = a.batches()
+        a0 = batches(a)
         self.load(4, 20)
-        self.assertGreater(a.batches() - a0, 0)  # still picked (on in-flight batches)
+        self.assertGreater(batches(a) - a0, 0)  # still picked (on in-flight batches)
         self.assertEqual(self.gw.metric("infergate_backend_healthy", endpoint=a.address), 1)
         self.assertEqual(self.gw.metric("infergate_backend_queue_depth", endpoint=a.address), -1)
         self.assertEqual(self.gw.metric("infergate_backend_metrics_scrape_errors_total",

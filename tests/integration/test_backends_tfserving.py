@@ -9,64 +9,27 @@ naming every difference; BYTES tensors make a REST JSON round trip through batch
 string_val (the server saw the strings); FP32 through batching comes back value for value, with
 batches of more than one request.
 
-Reuses test_backends.py's test-server process wrapper and config builders.
+Uses backend_fixture.py's test-server process wrapper, config builders and clients.
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import threading
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-import test_backends as tb  # noqa: E402  (TestServer, model_yaml, gateway_config, infer)
-
-
-def setUpModule():
-    tb.setUpModule()
-
-
-def tearDownModule():
-    tb.tearDownModule()
+import backend_fixture as bf  # noqa: E402
+from backend_fixture import infer, post_json  # noqa: E402
+from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401 (unittest's module fixtures)
 
 
 def tf_model(endpoints, dtype="FP32", extra=""):
-    return tb.model_yaml(backend="tfserving", endpoints=endpoints, dtype=dtype, extra=extra)
+    return bf.model_yaml(backend="tfserving", endpoints=endpoints, dtype=dtype, extra=extra)
 
 
-def post_json(port, model, body):
-    data = json.dumps(body).encode()
-    s = harness.connect(port)
-    try:
-        s.sendall(("POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %d\r\n\r\n" % (model, len(data))).encode() + data)
-        status, _, payload, _ = harness.read_response(s)
-        return status, json.loads(payload or b"{}")
-    finally:
-        s.close()
-
-
-class TfServingTest(unittest.TestCase):
-    def setUp(self):
-        self.servers = []
-        self.gw = None
-
-    def tearDown(self):
-        if self.gw is not None:
-            self.gw.stop()
-        for s in self.servers:
-            s.kill()
-
+class TfServingTest(bf.BackendTestCase):
     def server(self, *args):
-        s = tb.TestServer("tfserving", args=args)
-        self.servers.append(s)
-        return s
-
-    def start_gateway(self, models):
-        self.gw = harness.Gateway(config_text=tb.gateway_config(models))
-        return self.gw
+        return super().server(*args, kind="tfserving")
 
     def refused(self, models):
         """Runs infergate with `models`, expecting it to refuse to start: (exit status, stderr,
@@ -75,7 +38,7 @@ class TfServingTest(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="infergate-it-") as d:
             path = os.path.join(d, "infergate.yaml")
             with open(path, "w") as f:
-                f.write(tb.gateway_config(models))
+                f.write(bf.gateway_config(models))
             p = subprocess.run([harness.ARGS.binary, "run", "-c", path], capture_output=True,
                                text=True, timeout=20)
         return p.returncode, p.stderr, p.stdout
@@ -85,7 +48,7 @@ class TfServingTest(unittest.TestCase):
         a = self.server()
         self.start_gateway(tf_model([a.address]))
         self.assertGreaterEqual(a.control("Stats")["metadata_requests"], 1)
-        st, body = tb.infer(self.gw.port, "remote", [1.0] * 16)
+        st, body = infer(self.gw.port, "remote", [1.0] * 16)
         self.assertEqual(st, 200, body)
 
     def test_validate_metadata_false_skips_the_check(self):
@@ -120,7 +83,7 @@ class TfServingTest(unittest.TestCase):
                       "tfserving.signature_name)", text)
         # Naming the advertised signature makes it start.
         self.start_gateway(tf_model([a.address], extra="      signature_name: predict_v2"))
-        st, body = tb.infer(self.gw.port, "remote", [2.0] * 16)
+        st, body = infer(self.gw.port, "remote", [2.0] * 16)
         self.assertEqual(st, 200, body)
         self.assertEqual(set(a.control("Stats")["signatures"]), {"predict_v2"})
 
@@ -129,21 +92,14 @@ class TfServingTest(unittest.TestCase):
         a = self.server("--input", "INPUT0:BYTES:-1,16", "--output", "OUTPUT0:BYTES:-1,16",
                         "--latency-ms", "5")
         self.start_gateway(tf_model([a.address], dtype="BYTES"))
-        results, lock = [], threading.Lock()
 
-        def client(c):
-            for i in range(8):
-                vals = ["c%d-i%d-e%d" % (c, i, k) + "x" * k for k in range(15)] + [""]
-                st, body = post_json(self.gw.port, "remote", {"inputs": [
-                    {"name": "INPUT0", "shape": [1, 16], "datatype": "BYTES", "data": vals}]})
-                with lock:
-                    results.append((st, body, vals))
+        def call(c, i):
+            vals = ["c%d-i%d-e%d" % (c, i, k) + "x" * k for k in range(15)] + [""]
+            st, body = post_json(self.gw.port, "remote", {"inputs": [
+                {"name": "INPUT0", "shape": [1, 16], "datatype": "BYTES", "data": vals}]})
+            return st, body, vals
 
-        ts = [threading.Thread(target=client, args=(c,)) for c in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        results = bf.run_clients(4, 8, call)
         self.assertEqual(len(results), 32)
         for st, body, vals in results:
             self.assertEqual(st, 200, body)
@@ -161,23 +117,7 @@ class TfServingTest(unittest.TestCase):
     def test_fp32_round_trip_through_batching(self):
         a = self.server("--latency-ms", "5")
         self.start_gateway(tf_model([a.address]))
-        results, lock = [], threading.Lock()
-
-        def client(c):
-            for i in range(10):
-                vals = [float(c * 1000 + i) + k / 16.0 for k in range(16)]
-                st, body = tb.infer(self.gw.port, "remote", vals)
-                with lock:
-                    results.append((st, body, vals))
-
-        ts = [threading.Thread(target=client, args=(c,)) for c in range(6)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        for st, body, vals in results:
-            self.assertEqual(st, 200, body)
-            self.assertEqual(body["outputs"][0]["data"], vals)
+        self.load(6, 10)  # every answer 200 with its values (and the output's name)
         stats = a.control("Stats")
         self.assertEqual(sum(stats["batch_sizes"]), 60)
         self.assertGreater(max(stats["batch_sizes"]), 1, stats["batch_sizes"])

@@ -10,130 +10,66 @@ B configured with a different datatype or shape is refused at start-up with a me
 the difference and A's address; A stopped -> B answers 503 naming A well under the request
 timeout; A started again on the same port -> B serves again.
 """
-import json
 import os
-import re
 import struct
 import sys
-import tempfile
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+import backend_fixture as bf  # noqa: E402
 
 pb = None    # grpc_service_pb2, generated in setUpModule
-grpc = None
-STUBS = None
-MISSING = None  # why the tests cannot run here (each test skips with it)
+
+REQUEST_TIMEOUT_S = 30.0  # B's request_timeout_ms below
 
 
 def setUpModule():
     # Skips are per test: harness.main() reports "skipped" (77) only when tests ran and all
     # skipped, and a module-level skip runs none (exit 0).
-    global pb, grpc, STUBS, MISSING
-    try:
-        import grpc as grpc_mod  # noqa: F401
-        import grpc_tools  # noqa: F401
-    except ImportError as e:
-        MISSING = "needs python3-grpcio and python3-grpc-tools: %s" % e
-        return
-    grpc = grpc_mod
-    sys.path.insert(0, os.path.join(harness.ARGS.source, "tests", "servers"))
-    import stubs
-    STUBS = tempfile.TemporaryDirectory(prefix="infergate-stubs-")
-    stubs.generate(STUBS.name)
-    import grpc_service_pb2
-    pb = grpc_service_pb2
+    global pb
+    bf.set_up_stubs(skip_per_test=True)
+    if not bf.MISSING:
+        import grpc_service_pb2
+        pb = grpc_service_pb2
 
 
 def tearDownModule():
-    if STUBS is not None:
-        STUBS.cleanup()
+    bf.tear_down_stubs()
 
 
-# A: the backend. `{grpc_port}` is 0 on the first start, then the port it got (a restart reuses it).
-A_CONFIG = """
-mode: socket
-reactors: 1
-listeners:
-  - {{name: http, address: 127.0.0.1, port: 0, protocol: http}}
-  - {{name: grpc, address: 127.0.0.1, port: {grpc_port}, protocol: grpc}}
-admin: {{address: 127.0.0.1, port: 0}}
-logging: {{level: info, access_log: false}}
-models:
+# A: the backend, the in-process identity model. `grpc_port` is 0 on the first start, then the
+# port it got (a restart reuses it).
+A_MODEL = """
   - name: identity
     version: "1"
     backend: identity
     max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
+    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
+    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
 """
-
-# B: the front. The model is called 'remote' here and 'identity' at A (triton.model_name).
-B_CONFIG = """
-mode: socket
-reactors: 2
-listeners:
-  - {{name: http, address: 127.0.0.1, port: 0, protocol: http}}
-  - {{name: grpc, address: 127.0.0.1, port: 0, protocol: grpc}}
-admin: {{address: 127.0.0.1, port: 0}}
-logging: {{level: info, access_log: false}}
-models:
-  - name: remote
-    version: "1"
-    backend: triton
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: {dtype}, shape: {shape}}}]
-    outputs: [{{name: OUTPUT0, datatype: {dtype}, shape: {shape}}}]
-    triton:
-      endpoints: ["{endpoint}"]
-      model_name: identity
-      shared_memory: none
-      health_check_interval_ms: 100
-      health_check_timeout_ms: 500
-      startup_timeout_ms: 3000
-      request_timeout_ms: 30000
-      ejection_ms: 500
-    dynamic_batching: {{max_queue_delay_us: 2000}}
-"""
-
-REQUEST_TIMEOUT_S = 30.0  # B's request_timeout_ms above
 
 
 def start_a(grpc_port=0):
-    gw = harness.Gateway(config_text=A_CONFIG.format(grpc_port=grpc_port))
-    m = re.search(r"listener 'grpc' on [^ ]+:(\d+)", gw.read_log())
-    assert m, gw.read_log()
-    gw.grpc_port = int(m.group(1))
-    return gw
+    return bf.start_gateway(A_MODEL, reactors=1, grpc_port=grpc_port)
 
 
 def start_b(endpoint, dtype="FP32", shape="[16]"):
-    gw = harness.Gateway(config_text=B_CONFIG.format(endpoint=endpoint, dtype=dtype, shape=shape))
-    m = re.search(r"listener 'grpc' on [^ ]+:(\d+)", gw.read_log())
-    assert m, gw.read_log()
-    gw.grpc_port = int(m.group(1))
-    return gw
+    """B: the front. The model is called 'remote' here and 'identity' at A (triton.model_name)."""
+    return bf.start_gateway(bf.model_yaml(endpoints=['"%s"' % endpoint], dtype=dtype, shape=shape,
+                                          extra="      model_name: identity\n      shared_memory: none\n"
+                                                "      request_timeout_ms: %d" % (REQUEST_TIMEOUT_S * 1000)),
+                            grpc_port=0)
 
 
 def rest_infer(port, values, model="remote"):
-    body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
-                                   "data": values}]}).encode()
-    s = harness.connect(port, timeout=REQUEST_TIMEOUT_S + 10)
-    try:
-        s.sendall(("POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %d\r\n\r\n" % (model, len(body))).encode() + body)
-        status, _, payload, _ = harness.read_response(s)
-        return status, json.loads(payload or b"{}")
-    finally:
-        s.close()
+    return bf.infer(port, model, values, sock_timeout=REQUEST_TIMEOUT_S + 10)
 
 
 class GrpcClient:
     def __init__(self, port):
-        self.ch = grpc.insecure_channel("127.0.0.1:%d" % port, options=[("grpc.enable_http_proxy", 0)])
+        self.ch = bf.grpc.insecure_channel("127.0.0.1:%d" % port, options=[("grpc.enable_http_proxy", 0)])
         self.infer = self.ch.unary_unary("/inference.GRPCInferenceService/ModelInfer",
                                          request_serializer=lambda m: m.SerializeToString(),
                                          response_deserializer=pb.ModelInferResponse.FromString)
@@ -148,10 +84,9 @@ class GrpcClient:
         self.ch.close()
 
 
-class InfergateBackendTest(unittest.TestCase):
+class InfergateBackendTest(bf.BackendTestCase):
     def setUp(self):
-        if MISSING:
-            self.skipTest(MISSING)
+        super().setUp()
         self.a = None
         self.b = None
 
@@ -159,6 +94,7 @@ class InfergateBackendTest(unittest.TestCase):
         for gw in (self.b, self.a):
             if gw is not None:
                 gw.stop()
+        super().tearDown()
 
     def endpoint(self):
         return "127.0.0.1:%d" % self.a.grpc_port
@@ -278,10 +214,10 @@ class InfergateBackendTest(unittest.TestCase):
         cl = GrpcClient(self.b.grpc_port)
         try:
             t0 = time.time()
-            with self.assertRaises(grpc.RpcError) as cm:
+            with self.assertRaises(bf.grpc.RpcError) as cm:
                 cl.call(bytes(64))
             grpc_s = time.time() - t0
-            self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE, cm.exception)
+            self.assertEqual(cm.exception.code(), bf.grpc.StatusCode.UNAVAILABLE, cm.exception)
             self.assertIn(ep, cm.exception.details())
             self.assertLess(grpc_s, 2.0)
 

@@ -14,9 +14,8 @@ netns.py). The clients run in the client namespace, so every path starts with th
 TCP over the veth. The test server, infergate socket mode (listener 0.0.0.0:9001) and infergate
 afxdp mode (XDP on the veth, listener 8001) run in the gateway namespace, all at once; each
 gateway has two models, `m` (shared_memory: none) and `m_shm` (system), both backed by the
-server's model `m` over 127.0.0.1. The test server is started with a shim that makes it listen
-on 0.0.0.0 instead of 127.0.0.1 (kserve_server.py binds loopback only), so that the direct path
-also crosses the veth.
+server's model `m` over 127.0.0.1. The test server listens on 0.0.0.0 (--host), so that the
+direct path also crosses the veth.
 
 `--loopback` (no root needed): everything on 127.0.0.1 in the current namespace; the afxdp
 paths are left out.
@@ -45,22 +44,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 PATHS = ("direct", "socket grpc", "socket shm", "afxdp grpc", "afxdp shm")
-
-# Starts kserve_server.py listening on every address (it binds 127.0.0.1 only).
-SERVER_SHIM = r'''
-import runpy, sys
-import grpc
-_server = grpc.server
-def server(*a, **k):
-    s = _server(*a, **k)
-    add = s.add_insecure_port
-    s.add_insecure_port = lambda addr: add(addr.replace("127.0.0.1", "0.0.0.0", 1))
-    return s
-grpc.server = server
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-runpy.run_path(script, run_name="__main__")
-'''
 
 GATEWAY = """
 mode: {mode}
@@ -184,7 +167,7 @@ class Bench:
             self.server_host = self.socket_host = "127.0.0.1"
         e = self.a.elements
         spec = "INPUT0:FP32:-1,%d" % e
-        cmd = ["/usr/bin/python3", "-c", SERVER_SHIM, os.path.join(HERE, "kserve_server.py"), "--port", "0",
+        cmd = ["/usr/bin/python3", os.path.join(HERE, "kserve_server.py"), "--host", "0.0.0.0", "--port", "0",
                "--model", "m", "--input", spec, "--output", spec.replace("INPUT0", "OUTPUT0")]
         p = subprocess.Popen(self.gw_prefix() + cmd, stdout=subprocess.PIPE, text=True)
         self.procs.append(p)

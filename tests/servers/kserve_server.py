@@ -391,12 +391,13 @@ def make_server(args):
     server.add_generic_rpc_handlers((
         grpc.method_handlers_generic_handler("inference.GRPCInferenceService", handlers),
         grpc.method_handlers_generic_handler("infergate.test.Control", ctl)))
-    port = server.add_insecure_port("127.0.0.1:%d" % args.port)
+    port = server.add_insecure_port("%s:%d" % (args.host, args.port))
     return server, port
 
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--host", default="127.0.0.1", help="gRPC listen address")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--model", default="identity")
     ap.add_argument("--input", action="append", default=[])
