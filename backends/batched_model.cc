@@ -12,6 +12,8 @@ absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
   absl::StatusOr<std::unique_ptr<Batcher>> b =
       Batcher::create(std::move(config), std::move(batching), clock, metrics, pinned);
   if (!b.ok()) return b.status();
+  absl::Status prepared = backend->prepare((*b)->sharedBuffers());
+  if (!prepared.ok()) return prepared;
   return std::unique_ptr<BatchedModel>(
       new BatchedModel(std::move(*b), std::move(backend), clock));
 }

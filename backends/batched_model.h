@@ -30,6 +30,14 @@ class BatchBackend {
   // dimension is batch.size) and calls `done` exactly once. `batch` stays valid until `done`
   // returns. The destructor must complete (call `done` for) every batch it accepted.
   virtual void execute(const Batch& batch, BatchDone done) = 0;
+  // Called once by BatchedModel::create, after the batcher exists and before the first
+  // execute(), with the batcher's input buffers that live in shared memory (empty: none). A
+  // remote backend starts here (start-up probes, shared memory registration); an error fails
+  // the model's creation.
+  virtual absl::Status prepare(const std::vector<SharedBuffer>& buffers) {
+    (void)buffers;
+    return absl::OkStatus();
+  }
 };
 
 class BatchedModel : public Model {

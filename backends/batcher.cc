@@ -247,10 +247,12 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
   const int rows = std::max(1, model_.max_batch_size);
   const size_t buffers = 2 * static_cast<size_t>(config_.max_inflight_batches) + kSpareBuffers;
   arena_ = std::make_shared<Arena>();
-  for (const TensorSpec& spec : model_.inputs) {
+  for (size_t input = 0; input < model_.inputs.size(); ++input) {
+    const TensorSpec& spec = model_.inputs[input];
     const size_t row = fixedRowBytes(spec);
     const size_t slab = row > 0 ? row * rows : config_.variable_input_buffer_bytes;
     PinnedOptions opts = pinned != nullptr ? *pinned : unpinned;
+    if (!opts.shared_key.empty()) opts.shared_key = fmt::format("{}.in{}", opts.shared_key, input);
     opts.label = fmt::format("model '{}' input '{}' ({} x {} bytes)", name, spec.name, buffers,
                              slab);
     absl::StatusOr<std::unique_ptr<SlabPool>> pool = SlabPool::create(slab, buffers, opts);
@@ -274,6 +276,15 @@ absl::Status Batcher::init(common::MetricsRegistry* metrics, const PinnedOptions
 
 const SlabPool* Batcher::pool(size_t input) const {
   return input < arena_->inputs.size() ? arena_->inputs[input].pool.get() : nullptr;
+}
+
+std::vector<SharedBuffer> Batcher::sharedBuffers() const {
+  std::vector<SharedBuffer> out;
+  for (size_t i = 0; i < arena_->inputs.size(); ++i) {
+    const SlabPool& p = *arena_->inputs[i].pool;
+    if (!p.regionKey().empty()) out.push_back({i, p.regionKey(), p.regionData(), p.regionBytes()});
+  }
+  return out;
 }
 
 size_t Batcher::liveSlots() const {

@@ -108,6 +108,15 @@ struct QueuedRequest {
   std::list<std::unique_ptr<QueuedRequest>>::iterator pos;
 };
 
+// An input's batch buffer pool in POSIX shared memory: a co-located server that maps `key`
+// reads a batch's input i at offset (inputs[i].data - base) when the data lies within it.
+struct SharedBuffer {
+  size_t input;
+  std::string key;
+  const uint8_t* base;
+  size_t bytes;
+};
+
 // A batch handed to a backend. The backend reads inputs (and may read the requests, e.g. to
 // forward ids); everything else is the batcher's.
 struct Batch {
@@ -199,6 +208,8 @@ class Batcher {
   const BatchingConfig& config() const { return config_; }
   // Batch buffer pool of input i (pinned unless created with `pinned` nullptr).
   const SlabPool* pool(size_t input) const;
+  // The input buffer pools that live in POSIX shared memory (`pinned->shared_key` set).
+  std::vector<SharedBuffer> sharedBuffers() const;
   // One-copy reservations alive (placed requests not yet answered or dropped).
   size_t liveSlots() const;
   // Batch buffers per input: 2 x max_inflight_batches + kSpareBuffers (slots of queued

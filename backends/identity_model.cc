@@ -1,6 +1,10 @@
 #include "backends/identity_model.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 
@@ -149,6 +153,21 @@ absl::StatusOr<std::unique_ptr<Model>> createRemoteModel(const ModelConfig& conf
       config.backend == "triton" ? createTritonBackend(config, bc.max_inflight_batches, metrics)
                                  : createTfServingBackend(config, metrics);
   if (!backend.ok()) return backend.status();
+  // With Triton system shared memory, the batch buffers themselves are the shared regions
+  // (registered with the endpoints by the pool): a batch's inputs reach Triton with no copy.
+  PinnedOptions shared;
+  if (config.backend == "triton" &&
+      config.remote->shared_memory == SharedMemoryKind::kSystem) {
+    if (pinned != nullptr) {
+      shared = *pinned;
+    } else {
+      shared.try_cuda = shared.try_huge_pages = shared.try_mlock = false;
+    }
+    static std::atomic<uint32_t> counter{0};
+    shared.shared_key = fmt::format("/infergate.{}.{}.buf{}", ::getpid(), config.name,
+                                    counter.fetch_add(1));
+    pinned = &shared;
+  }
   absl::StatusOr<std::unique_ptr<BatchedModel>> m =
       BatchedModel::create(config, bc, std::move(*backend), metrics, pinned);
   if (!m.ok()) return m.status();

@@ -1,5 +1,6 @@
 #include "backends/pinned_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,12 +33,17 @@ std::string_view pinnedKindName(PinnedKind k) {
     case PinnedKind::kHugePages: return "huge_pages";
     case PinnedKind::kMlocked: return "mlock";
     case PinnedKind::kPageable: return "pageable";
+    case PinnedKind::kShared: return "shm";
   }
   return "unknown";
 }
 
 PinnedRegion::PinnedRegion(PinnedRegion&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), kind_(o.kind_) {}
+    : data_(std::exchange(o.data_, nullptr)),
+      size_(std::exchange(o.size_, 0)),
+      kind_(o.kind_),
+      locked_(o.locked_),
+      key_(std::move(o.key_)) {}
 
 PinnedRegion& PinnedRegion::operator=(PinnedRegion&& o) noexcept {
   if (this != &o) {
@@ -45,6 +51,8 @@ PinnedRegion& PinnedRegion::operator=(PinnedRegion&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
     kind_ = o.kind_;
+    locked_ = o.locked_;
+    key_ = std::move(o.key_);
   }
   return *this;
 }
@@ -60,16 +68,59 @@ void PinnedRegion::release() {
     return;
   }
 #endif
-  if (kind_ == PinnedKind::kMlocked) munlock(data_, size_);
+  if (kind_ == PinnedKind::kMlocked || locked_) munlock(data_, size_);
   munmap(data_, size_);
+  if (kind_ == PinnedKind::kShared) shm_unlink(key_.c_str());
   data_ = nullptr;
   size_ = 0;
+  key_.clear();
+}
+
+absl::StatusOr<PinnedRegion> PinnedRegion::allocateShared(size_t bytes,
+                                                          const PinnedOptions& options,
+                                                          const std::string& label) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t size = roundUp(bytes, page);
+  const std::string& key = options.shared_key;
+  int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(fmt::format(
+        "shared memory for {}: cannot create POSIX shared memory '{}': {} (is /dev/shm mounted "
+        "and writable?)",
+        label, key, std::strerror(errno)));
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    const int e = errno;
+    close(fd);
+    shm_unlink(key.c_str());
+    return absl::ResourceExhaustedError(fmt::format(
+        "shared memory for {}: cannot size '{}' to {} bytes: {}", label, key, size,
+        std::strerror(e)));
+  }
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int e = errno;
+  close(fd);
+  if (p == MAP_FAILED) {
+    shm_unlink(key.c_str());
+    return absl::ResourceExhaustedError(fmt::format("shared memory for {}: cannot map '{}': {}",
+                                                    label, key, std::strerror(e)));
+  }
+  PinnedRegion r;
+  r.data_ = static_cast<uint8_t*>(p);
+  r.size_ = size;
+  r.kind_ = PinnedKind::kShared;
+  r.key_ = key;
+  r.locked_ = options.try_mlock && mlock(p, size) == 0;
+  spdlog::info("pinned memory for {}: {} bytes of POSIX shared memory {} ({})", label, size, key,
+               r.locked_ ? "mlocked" : "not locked");
+  return r;
 }
 
 absl::StatusOr<PinnedRegion> PinnedRegion::allocate(size_t bytes, const PinnedOptions& options) {
   if (bytes == 0) bytes = 1;
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const std::string label = options.label.empty() ? std::string("buffer") : options.label;
+  if (!options.shared_key.empty()) return allocateShared(bytes, options, label);
   PinnedRegion r;
 #ifdef INFERGATE_WITH_CUDA
   if (options.try_cuda) {

@@ -1,7 +1,10 @@
 #pragma once
 // Pinned (page-locked) host memory for batch buffers, and a fixed-size slab pool over it.
 //
-// Allocation order, first that works: cudaHostAlloc(portable|mapped) when built with
+// With PinnedOptions::shared_key set: a POSIX shared memory object of that key (shm_open +
+// mmap MAP_SHARED, mlocked when allowed), so a co-located server can map the very buffers
+// (Triton's system shared memory); unlinked when the region is released.
+// Otherwise, allocation order, first that works: cudaHostAlloc(portable|mapped) when built with
 // INFERGATE_WITH_CUDA and a device exists at run time; mmap(MAP_HUGETLB) when the system has
 // huge pages reserved; mmap + mlock; plain mmap (pageable; a warning is logged, e.g. when
 // RLIMIT_MEMLOCK is too small). The log says which one a region got.
@@ -19,14 +22,19 @@
 
 namespace infergate::backends {
 
-enum class PinnedKind : uint8_t { kCudaHost, kHugePages, kMlocked, kPageable };
-std::string_view pinnedKindName(PinnedKind k);  // "cuda_host", "huge_pages", "mlock", "pageable"
+enum class PinnedKind : uint8_t { kCudaHost, kHugePages, kMlocked, kPageable, kShared };
+// "cuda_host", "huge_pages", "mlock", "pageable", "shm"
+std::string_view pinnedKindName(PinnedKind k);
 
 struct PinnedOptions {
   bool try_cuda = true;
   bool try_huge_pages = true;
   bool try_mlock = true;
   std::string label;  // for the log line, e.g. "model 'identity' input 'INPUT0'"
+  // Non-empty: allocate a POSIX shared memory object with this key ("/name", created
+  // exclusively, mode 0600); try_mlock applies, the others do not. Batcher: a prefix, one
+  // object per input ("<key>.in<i>").
+  std::string shared_key;
 };
 
 class PinnedRegion {
@@ -45,12 +53,19 @@ class PinnedRegion {
   uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   PinnedKind kind() const { return kind_; }
+  bool locked() const { return locked_; }
+  // The shared memory key (kind kShared), else empty.
+  const std::string& key() const { return key_; }
 
  private:
+  static absl::StatusOr<PinnedRegion> allocateShared(size_t bytes, const PinnedOptions& options,
+                                                     const std::string& label);
   void release();
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
   PinnedKind kind_ = PinnedKind::kPageable;
+  bool locked_ = false;
+  std::string key_;
 };
 
 // `slabs` slabs of `slab_bytes` (rounded up to 64) carved from one PinnedRegion.
@@ -68,6 +83,8 @@ class SlabPool {
   size_t available() const;
   PinnedKind kind() const { return region_.kind(); }
   size_t regionBytes() const { return region_.size(); }
+  const uint8_t* regionData() const { return region_.data(); }
+  const std::string& regionKey() const { return region_.key(); }
 
  private:
   SlabPool(PinnedRegion region, size_t slab_bytes, size_t slabs);

@@ -161,7 +161,14 @@ Pool::~Pool() {
   for (auto& e : endpoints_) e->client->shutdown();
 }
 
+absl::Status Pool::prepare(const std::vector<SharedBuffer>& buffers) {
+  for (auto& e : endpoints_) e->client->attachBuffers(buffers);
+  if (started_) return absl::OkStatus();
+  return start(true);
+}
+
 absl::Status Pool::start(bool require_ready) {
+  started_ = true;
   const uint64_t until = common::monotonicNs() + config_.startup_timeout_ms * 1'000'000;
   for (;;) {
     probeAll();

@@ -100,6 +100,8 @@ class EndpointClient {
   virtual void send(const Batch& batch, const SendOptions& options, SendDone done) = 0;
   // Pool shutting down, nothing in flight: undo set-up (unregister shared memory).
   virtual void shutdown() {}
+  // Before start(): the batcher's input buffers that live in shared memory (Pool::prepare).
+  virtual void attachBuffers(const std::vector<SharedBuffer>& buffers) { (void)buffers; }
 };
 
 class Pool : public BatchBackend {
@@ -132,6 +134,9 @@ class Pool : public BatchBackend {
   absl::Status start(bool require_ready);
 
   void execute(const Batch& batch, BatchDone done) override;
+  // Hands `buffers` to every client (EndpointClient::attachBuffers), then start(true) unless
+  // started already.
+  absl::Status prepare(const std::vector<SharedBuffer>& buffers) override;
 
   std::vector<EndpointStatus> status() const;
   // One health round now, on the calling thread (tests).
@@ -179,6 +184,7 @@ class Pool : public BatchBackend {
   std::deque<Pending> queue_;   // waiting for a free concurrency slot
   uint32_t inflight_ = 0;
   bool stopping_ = false;
+  bool started_ = false;
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;
   std::thread metrics_thread_;

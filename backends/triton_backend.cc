@@ -116,24 +116,26 @@ TritonClient::TritonClient(const ModelConfig& config, const RemoteBackendConfig&
     shm_bytes_ = &metrics->counter(
         "infergate_backend_tensor_bytes_total", "Tensor bytes sent to a backend endpoint, by path",
         {{"model", config_.name}, {"endpoint", grpc_.address()}, {"path", "shm"}});
+    shm_copied_ = &metrics->counter(
+        "infergate_backend_shm_copied_bytes_total",
+        "Input bytes copied into a shared memory slot because the batch buffer was not shared",
+        {{"model", config_.name}, {"endpoint", grpc_.address()}});
   }
 }
 
-absl::Status TritonClient::registerShm() {
+absl::Status TritonClient::registerRegion(bool cuda, const std::string& name,
+                                          const std::string& key, size_t bytes) {
   const uint64_t t = remote_.health_check_timeout_ms;
-  const bool cuda = shm_->kind == SharedMemoryKind::kCuda;
   // A stale registration of the same name (e.g. from before a restart of ours) is dropped first.
   grpc_.callSync(cuda ? kMethodCudaShmUnregister : kMethodShmUnregister,
-                 wire::encodeNameVersion(shm_->name, ""), t);
+                 wire::encodeNameVersion(name, ""), t);
   GrpcResult r =
       cuda ? grpc_.callSync(kMethodCudaShmRegister,
-                            wire::encodeCudaShmRegister(shm_->name, shm_->device->ipcHandle(),
+                            wire::encodeCudaShmRegister(name, shm_->device->ipcHandle(),
                                                         shm_->device->device(),
                                                         shm_->device->size()),
                             t)
-           : grpc_.callSync(kMethodShmRegister,
-                            wire::encodeSystemShmRegister(shm_->name, shm_->region->key(), 0,
-                                                          shm_->region->size()),
+           : grpc_.callSync(kMethodShmRegister, wire::encodeSystemShmRegister(name, key, 0, bytes),
                             t);
   if (!r.status.ok()) {
     if (cuda) {
@@ -141,26 +143,54 @@ absl::Status TritonClient::registerShm() {
           "CudaSharedMemoryRegister of '{}' ({} bytes on GPU {}, {}) failed: {} (Triton needs "
           "--allow-client-shm=true and must run on the same host with access to that GPU; or "
           "set shared_memory: system or none)",
-          shm_->name, shm_->device->size(), shm_->device->device(), shm_->device->kind(),
+          name, shm_->device->size(), shm_->device->device(), shm_->device->kind(),
           std::string(r.status.message())));
     }
     return absl::FailedPreconditionError(fmt::format(
         "SystemSharedMemoryRegister of '{}' (key {}) failed: {} (Triton needs "
         "--allow-client-shm=true and must share /dev/shm with infergate; or set shared_memory: "
         "none)",
-        shm_->name, shm_->region->key(), std::string(r.status.message())));
+        name, key, std::string(r.status.message())));
   }
   if (cuda) {
     spdlog::info("model '{}': CUDA shared memory region '{}' ({} bytes on GPU {}, {}) registered "
                  "at {}",
-                 config_.name, shm_->name, shm_->device->size(), shm_->device->device(),
+                 config_.name, name, shm_->device->size(), shm_->device->device(),
                  shm_->device->kind(), grpc_.address());
   } else {
     spdlog::info("model '{}': system shared memory region '{}' ({} bytes, key {}) registered at {}",
-                 config_.name, shm_->name, shm_->region->size(), shm_->region->key(),
-                 grpc_.address());
+                 config_.name, name, bytes, key, grpc_.address());
   }
   return absl::OkStatus();
+}
+
+absl::Status TritonClient::registerShm() {
+  if (shm_->kind == SharedMemoryKind::kCuda) {
+    return registerRegion(true, shm_->name, std::string(), 0);
+  }
+  absl::Status s =
+      registerRegion(false, shm_->name, shm_->region->key(), shm_->region->size());
+  for (const TritonShm::SharedInput& si : shm_->shared_inputs) {
+    if (s.ok() && !si.name.empty()) s = registerRegion(false, si.name, si.key, si.bytes);
+  }
+  return s;
+}
+
+void TritonClient::attachBuffers(const std::vector<SharedBuffer>& buffers) {
+  // The clients of a backend share `shm_`: the first one fills it in (before the pool starts).
+  if (shm_ == nullptr || shm_->kind != SharedMemoryKind::kSystem || buffers.empty() ||
+      !shm_->shared_inputs.empty()) {
+    return;
+  }
+  shm_->shared_inputs.resize(config_.inputs.size());
+  for (const SharedBuffer& b : buffers) {
+    if (b.input >= shm_->shared_inputs.size()) continue;
+    TritonShm::SharedInput& si = shm_->shared_inputs[b.input];
+    si.name = fmt::format("{}_in{}", shm_->name, b.input);
+    si.key = b.key;
+    si.base = b.base;
+    si.bytes = b.bytes;
+  }
 }
 
 absl::Status TritonClient::probe(bool fresh) {
@@ -249,6 +279,7 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
   std::vector<wire::InferInput> inputs(batch.inputs.size());
   std::vector<HostToDevice> copies;
   size_t shm_bytes = 0;
+  size_t copied = 0;
   for (size_t i = 0; i < batch.inputs.size(); ++i) {
     const BatchTensor& t = batch.inputs[i];
     wire::InferInput& in = inputs[i];
@@ -257,6 +288,18 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
     in.shape = &t.shape;
     in.data = t.data;
     in.bytes = t.bytes;
+    const TritonShm::SharedInput* si =
+        shm_ != nullptr && i < shm_->shared_inputs.size() && !shm_->shared_inputs[i].name.empty()
+            ? &shm_->shared_inputs[i]
+            : nullptr;
+    if (si != nullptr && t.data >= si->base && t.bytes <= si->bytes &&
+        static_cast<size_t>(t.data - si->base) <= si->bytes - t.bytes) {
+      // The batch buffer is itself a registered region: no copy at all.
+      in.shm_region = si->name;
+      in.shm_offset = static_cast<uint64_t>(t.data - si->base);
+      shm_bytes += t.bytes;
+      continue;
+    }
     if (slot_base != nullptr && t.bytes <= shm_->input_capacity[i]) {
       // One local copy from the batch buffer into the registered region (cuda: host to device
       // on the slot's stream); nothing over gRPC.
@@ -264,6 +307,7 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
         copies.push_back({t.data, slot_offset + shm_->input_offset[i], t.bytes});
       } else {
         std::memcpy(slot_base + shm_->input_offset[i], t.data, t.bytes);
+        copied += t.bytes;
       }
       in.shm_region = shm_->name;
       in.shm_offset = slot_offset + shm_->input_offset[i];
@@ -301,6 +345,7 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
   wire::encodeModelInfer(params, inputs, outputs, call->enc);
   if (grpc_bytes_ != nullptr) grpc_bytes_->inc(call->enc.raw_bytes);
   if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
+  if (shm_copied_ != nullptr && copied > 0) shm_copied_->inc(copied);
 
   const Batch* bp = &batch;
   grpc_.call(kMethodModelInfer, call->enc, options.timeout_ms,
@@ -394,6 +439,15 @@ void TritonClient::shutdown() {
                  cuda ? "Cuda" : "System", shm_->name, grpc_.address(),
                  std::string(r.status.message()));
   }
+  for (const TritonShm::SharedInput& si : shm_->shared_inputs) {
+    if (si.name.empty()) continue;
+    GrpcResult u = grpc_.callSync(kMethodShmUnregister, wire::encodeNameVersion(si.name, ""),
+                                  remote_.health_check_timeout_ms);
+    if (!u.status.ok()) {
+      spdlog::warn("model '{}': SystemSharedMemoryUnregister '{}' at {} failed: {}", config_.name,
+                   si.name, grpc_.address(), std::string(u.status.message()));
+    }
+  }
 }
 
 absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& config,
@@ -481,10 +535,10 @@ absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(const ModelCon
   for (const std::string& ep : remote.endpoints) {
     clients.push_back(std::make_unique<TritonClient>(config, remote, ep, shm, metrics));
   }
-  auto pool = std::make_unique<Pool>(config.name, "triton", remote, std::move(clients), metrics);
-  absl::Status s = pool->start(true);
-  if (!s.ok()) return s;
-  return std::unique_ptr<BatchBackend>(std::move(pool));
+  // Started by Pool::prepare (BatchedModel::create), once the batcher's buffers exist: with
+  // shared_memory: system they are registered with the endpoints too.
+  return std::unique_ptr<BatchBackend>(
+      std::make_unique<Pool>(config.name, "triton", remote, std::move(clients), metrics));
 }
 
 }  // namespace infergate::backends

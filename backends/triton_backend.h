@@ -48,6 +48,16 @@ struct TritonShm {
   std::vector<size_t> input_capacity;
   std::vector<size_t> output_offset;    // SIZE_MAX: variable-size output, returned raw
   std::vector<size_t> output_capacity;
+  // kSystem: the batcher's input buffer pools, when they live in shared memory (Pool::prepare),
+  // registered as regions of their own so that a batch's inputs go with no copy at all; per
+  // input, empty name: none (the input is copied into the slot).
+  struct SharedInput {
+    std::string name;
+    std::string key;
+    const uint8_t* base = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<SharedInput> shared_inputs;
 };
 
 class TritonClient : public EndpointClient {
@@ -59,9 +69,13 @@ class TritonClient : public EndpointClient {
   absl::Status probe(bool fresh) override;
   void send(const Batch& batch, const SendOptions& options, SendDone done) override;
   void shutdown() override;
+  void attachBuffers(const std::vector<SharedBuffer>& buffers) override;
 
  private:
   absl::Status registerShm();
+  // cuda: the device region (key and bytes unused); else a system region of `key`.
+  absl::Status registerRegion(bool cuda, const std::string& name, const std::string& key,
+                              size_t bytes);
 
   ModelConfig config_;
   std::string model_name_;
@@ -71,6 +85,7 @@ class TritonClient : public EndpointClient {
   std::shared_ptr<TritonShm> shm_;
   common::Counter* grpc_bytes_ = nullptr;  // tensor bytes inside gRPC messages
   common::Counter* shm_bytes_ = nullptr;   // tensor bytes passed through shared memory
+  common::Counter* shm_copied_ = nullptr;  // of those, bytes copied into a slot first
 };
 
 // The shared memory of a triton backend with `remote.shared_memory` system or cuda (cuda: the

@@ -8,187 +8,19 @@ endpoint is re-admitted after restart (and its shm region registered again); dea
 with 503 "Request timeout expired"; a metadata mismatch stops start-up with a message naming the
 difference; backend down -> fast 503.
 """
-import json
 import os
-import re
-import signal
-import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-
-SERVERS = None  # tests/servers, set in setUpModule
-STUBS = None    # generated Python messages, shared by the test servers
-
-
-def setUpModule():
-    global SERVERS, grpc
-    SERVERS = os.path.join(harness.ARGS.source, "tests", "servers")
-    try:
-        import grpc  # noqa: F401
-        import grpc_tools  # noqa: F401
-    except ImportError as e:
-        raise unittest.SkipTest("needs python3-grpcio and python3-grpc-tools: %s" % e)
-    sys.path.insert(0, SERVERS)
-    import stubs
-    global STUBS
-    STUBS = tempfile.TemporaryDirectory(prefix="infergate-stubs-")
-    os.environ["INFERGATE_STUBS_DIR"] = STUBS.name  # servers reuse it (they may be SIGKILLed)
-    stubs.generate(STUBS.name)
+import backend_fixture as bf  # noqa: E402
+from backend_fixture import infer, model_yaml  # noqa: E402
+from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401 (unittest's module fixtures)
 
 
-def tearDownModule():
-    if STUBS is not None:
-        STUBS.cleanup()
-
-
-class TestServer:
-    """A test server process; `port` fixed after the first start so a restart reuses it."""
-
-    def __init__(self, kind="kserve", port=0, args=()):
-        self.kind, self.port, self.args = kind, port, list(args)
-        if "--model" not in self.args:
-            self.args += ["--model", "remote"]
-        self.proc = None
-        self.start()
-
-    def start(self):
-        script = os.path.join(SERVERS, "kserve_server.py" if self.kind == "kserve" else "tfserving_server.py")
-        self.proc = subprocess.Popen(["/usr/bin/python3", script, "--port", str(self.port)] + self.args,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        line = self.proc.stdout.readline()
-        m = re.match(r"PORT (\d+)", line or "")
-        if not m:
-            self.proc.kill()
-            raise RuntimeError("test server did not start: %r" % line)
-        self.port = int(m.group(1))
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-
-    @property
-    def address(self):
-        return "127.0.0.1:%d" % self.port
-
-    def control(self, method, body=None):
-        ch = grpc.insecure_channel(self.address)
-        try:
-            fn = ch.unary_unary("/infergate.test.Control/" + method)
-            return json.loads(fn(json.dumps(body or {}).encode(), timeout=5))
-        finally:
-            ch.close()
-
-
-def model_yaml(name="remote", backend="triton", endpoints=(), extra="", dtype="FP32", ejection_ms=500,
-               batching="dynamic_batching: {max_queue_delay_us: 2000}"):
-    eps = ", ".join(endpoints)
-    return """
-  - name: {name}
-    version: "1"
-    backend: {backend}
-    max_batch_size: 8
-    inputs:
-      - {{name: INPUT0, datatype: {dtype}, shape: [16]}}
-    outputs:
-      - {{name: OUTPUT0, datatype: {dtype}, shape: [16]}}
-    {backend}:
-      endpoints: [{eps}]
-      health_check_interval_ms: 100
-      health_check_timeout_ms: 500
-      startup_timeout_ms: 3000
-      ejection_ms: {ejection_ms}
-{extra}
-    {batching}
-""".format(name=name, backend=backend, eps=eps, extra=extra, dtype=dtype, ejection_ms=ejection_ms, batching=batching)
-
-
-def gateway_config(models):
-    return """
-mode: socket
-reactors: 2
-listeners:
-  - {name: http, address: 127.0.0.1, port: 0, protocol: http}
-admin: {address: 127.0.0.1, port: 0}
-logging: {level: info, access_log: false}
-models:
-""" + models
-
-
-def infer(port, model, values, timeout_us=None, priority=None, sock_timeout=10):
-    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": values}]}
-    params = {}
-    if timeout_us is not None:
-        params["timeout"] = timeout_us
-    if priority is not None:
-        params["priority"] = priority
-    if params:
-        body["parameters"] = params
-    s = harness.connect(port, timeout=sock_timeout)
-    try:
-        data = json.dumps(body).encode()
-        s.sendall(("POST /v2/models/%s/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                   "Content-Length: %d\r\n\r\n" % (model, len(data))).encode() + data)
-        status, _, payload, _ = harness.read_response(s)
-        return status, json.loads(payload or b"{}")
-    finally:
-        s.close()
-
-
-class BackendTest(unittest.TestCase):
-    def setUp(self):
-        self.servers = []
-        self.gw = None
-
-    def tearDown(self):
-        if self.gw is not None:
-            self.gw.stop()
-        for s in self.servers:
-            s.kill()
-
-    def server(self, *args, kind="kserve"):
-        s = TestServer(kind, args=args)
-        self.servers.append(s)
-        return s
-
-    def start_gateway(self, models):
-        self.gw = harness.Gateway(config_text=gateway_config(models))
-        return self.gw
-
-    def load(self, n_clients, per_client, model="remote", check=True):
-        """Closed-loop clients; returns a list of (status, body, sent values)."""
-        results = []
-        lock = threading.Lock()
-
-        def client(c):
-            for i in range(per_client):
-                vals = [float(c * 1000 + i) + k / 16.0 for k in range(16)]
-                try:
-                    st, body = infer(self.gw.port, model, vals)
-                except Exception as e:  # noqa: BLE001
-                    st, body = -1, {"error": repr(e)}
-                with lock:
-                    results.append((st, body, vals))
-
-        ts = [threading.Thread(target=client, args=(c,)) for c in range(n_clients)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if check:
-            for st, body, vals in results:
-                self.assertEqual(st, 200, body)
-                self.assertEqual(body["outputs"][0]["name"], "OUTPUT0")
-                self.assertEqual(body["outputs"][0]["data"], vals)
-        return results
-
+class BackendTest(bf.BackendTestCase):
     # --- correctness through batching and the pool ---
     def test_identity_through_pool(self):
         a, b = self.server(), self.server()
@@ -222,7 +54,9 @@ class BackendTest(unittest.TestCase):
         for s in (a, b):
             st = s.control("Stats")
             self.assertEqual(st["raw_input_bytes"], 0)
-            self.assertEqual(len(st["regions"]), 1, st["regions"])
+            # Two regions: the slots (outputs) and the batcher's input buffers themselves.
+            self.assertEqual(len(st["regions"]), 2, st["regions"])
+            self.assertEqual(len([r for r in st["regions"] if r.endswith("_in0")]), 1, st["regions"])
             total += st["shm_input_bytes"]
             # No ModelInfer message could carry a 64-byte row: all are header-sized.
             if st["infer_request_bytes"]:
@@ -230,17 +64,12 @@ class BackendTest(unittest.TestCase):
         self.assertEqual(total, 4 * 20 * 64)
         self.assertEqual(self.gw.metric("infergate_backend_tensor_bytes_total", path="grpc"), 0)
         self.assertEqual(self.gw.metric("infergate_backend_tensor_bytes_total", path="shm"), 4 * 20 * 64)
-        # Restart one server: its region is registered again and traffic uses it.
-        a.kill()
-        a.start()
-        deadline = time.time() + 10
-        while time.time() < deadline and not a.control("Stats")["regions"]:
-            time.sleep(0.1)
-        self.assertEqual(len(a.control("Stats")["regions"]), 1)
-        self.load(4, 10)
-        # Shutdown unregisters.
-        self.assertEqual(self.gw.stop(), 0)
-        self.gw = None
+        # The inputs were read where they were decoded: nothing copied into a slot.
+        self.assertIn("infergate_backend_shm_copied_bytes_total{", self.gw.metrics())
+        self.assertEqual(self.gw.metric("infergate_backend_shm_copied_bytes_total"), 0)
+        # Restart one server: its regions are registered again and traffic uses them.
+        self.restart_reregisters(a, "regions", 2)
+        # Shutdown (at its end) unregisters.
         self.assertEqual(b.control("Stats")["regions"], [])
         self.assertEqual(a.control("Stats")["regions"], [])
 
@@ -274,9 +103,7 @@ class BackendTest(unittest.TestCase):
         self.assertNotEqual(self.gw.metric("infergate_backend_healthy", endpoint=victim.address), 1)
         # Restart: re-admitted and used again.
         victim.start()
-        deadline = time.time() + 10
-        while time.time() < deadline and self.gw.metric("infergate_backend_healthy", endpoint=victim.address) != 1:
-            time.sleep(0.1)
+        bf.wait_for(lambda: self.gw.metric("infergate_backend_healthy", endpoint=victim.address) == 1)
         self.assertEqual(self.gw.metric("infergate_backend_healthy", endpoint=victim.address), 1)
         self.load(6, 20)
         self.assertGreater(victim.control("Stats")["infer_requests"], 0)

@@ -17,48 +17,26 @@ Skips (exit 77) as test_afxdp.py does: without root or network namespaces.
 """
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 import harness  # noqa: E402
+import backend_fixture as bf  # noqa: E402
 import netns  # noqa: E402
 
-SERVERS = None  # tests/servers
-STUBS = None    # generated Python messages (servers and clients share them)
-MISSING = None  # why the tests cannot run here (each test skips with it)
 
-CONFIG = """
-mode: afxdp
-reactors: 1
-listeners:
-  - {{name: http, address: 0.0.0.0, port: 8000, protocol: http}}
-  - {{name: grpc, address: 0.0.0.0, port: 8001, protocol: grpc}}
-admin: {{address: 127.0.0.1, port: 8002}}
-logging: {{level: info, access_log: false}}
-xdp:
-  interface: {ifname}
-  attach: native
-models:
-  - name: remote
-    version: "1"
-    backend: triton
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-    triton:
-      endpoints: [{endpoints}]
-      shared_memory: {shm}
-      health_check_interval_ms: 100
-      health_check_timeout_ms: 500
-      startup_timeout_ms: 5000
-      ejection_ms: 500
-    dynamic_batching: {{max_queue_delay_us: 2000}}
-"""
+def config(ifname, endpoints, shm):
+    """afxdp mode on `ifname` (listeners 8000 http, 8001 grpc; admin 8002), the triton model
+    `remote` with `endpoints` (addresses) and shared_memory `shm`."""
+    return bf.gateway_config(
+        bf.model_yaml(endpoints=['"%s"' % e for e in endpoints], startup_timeout_ms=5000,
+                      extra="      shared_memory: %s" % shm),
+        mode="afxdp", reactors=1, address="0.0.0.0", http_port=8000, grpc_port=8001, admin_port=8002,
+        xdp="xdp:\n  interface: %s\n  attach: native\n" % ifname)
+
 
 # Runs in the gateway namespace: Control/<method> on each test server; prints {port: reply}.
 CONTROL = r'''
@@ -74,7 +52,7 @@ print(json.dumps(out))
 '''
 
 # Runs in the client namespace: closed-loop clients against infergate over the veth.
-# argv: JSON {host, stubs, rest, grpc, per, seed}. `rest` clients alternate JSON and binary-tensor
+# argv: JSON {host, stubs, here, rest, grpc, per, seed}. `rest` clients alternate JSON and binary-tensor
 # requests on one keep-alive connection each (reconnecting after an error); `grpc` clients send
 # ModelInfer with raw contents on a channel each. Every request's tensor is distinct bit
 # patterns. Prints "STARTED" once the clients run, then one JSON line:
@@ -84,8 +62,10 @@ LOAD = r'''
 import json, socket, struct, sys, threading, time
 cfg = json.loads(sys.argv[1])
 sys.path.insert(0, cfg["stubs"])
+sys.path.insert(0, cfg["here"])
 import grpc
 import grpc_service_pb2 as pb
+from harness import read_response
 host = cfg["host"]
 results, lock = [], threading.Lock()
 started = threading.Barrier(cfg["rest"] + cfg["grpc"] + 1)
@@ -93,23 +73,6 @@ started = threading.Barrier(cfg["rest"] + cfg["grpc"] + 1)
 def tensor(c, i):
     words = [(cfg["seed"] * 7 + c * 7919 + i * 104729 + k * 2654435761) & 0x7f7fffff for k in range(16)]
     return struct.pack("<16I", *words)  # finite floats, exact in JSON via repr
-
-def read_response(s, buf):
-    while b"\r\n\r\n" not in buf:
-        d = s.recv(65536)
-        if not d:
-            raise EOFError("eof in headers")
-        buf += d
-    head, _, buf = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    h = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
-    n = int(h.get("content-length", "0"))
-    while len(buf) < n:
-        d = s.recv(65536)
-        if not d:
-            raise EOFError("eof in body")
-        buf += d
-    return int(lines[0].split()[1]), h, buf[:n], buf[n:]
 
 def rest_client(c):
     s, buf = None, b""
@@ -203,58 +166,11 @@ print(json.dumps(results), flush=True)
 def setUpModule():
     # Skips are per test, not per module or class: harness.main() reports "skipped" (77) only
     # when tests ran and all skipped, and a module/class-level skip runs none (exit 0).
-    global SERVERS, STUBS, MISSING
-    SERVERS = os.path.join(harness.ARGS.source, "tests", "servers")
-    MISSING = netns.have_root_and_netns()
-    if MISSING:
-        return
-    try:
-        import grpc  # noqa: F401
-        import grpc_tools  # noqa: F401
-    except ImportError as e:
-        MISSING = "needs python3-grpcio and python3-grpc-tools: %s" % e
-        return
-    sys.path.insert(0, SERVERS)
-    import stubs
-    STUBS = tempfile.TemporaryDirectory(prefix="infergate-stubs-")
-    os.environ["INFERGATE_STUBS_DIR"] = STUBS.name  # servers reuse it (they may be SIGKILLed)
-    stubs.generate(STUBS.name)
+    bf.set_up_stubs(skip_per_test=True, precheck=netns.have_root_and_netns)
 
 
 def tearDownModule():
-    if STUBS is not None:
-        STUBS.cleanup()
-
-
-class NsServer:
-    """A kserve_server.py in the gateway namespace; `port` kept after the first start so that a
-    restart reuses it."""
-
-    def __init__(self, net, args=()):
-        self.net, self.port, self.args, self.proc = net, 0, list(args), None
-        self.start()
-
-    def start(self):
-        cmd = ["ip", "netns", "exec", self.net.gw_ns, "/usr/bin/python3",
-               os.path.join(SERVERS, "kserve_server.py"), "--port", str(self.port), "--model", "remote"]
-        self.proc = subprocess.Popen(cmd + self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
-        self.net.procs.append(self.proc)  # killed by the fixture whatever happens
-        line = self.proc.stdout.readline()
-        m = re.match(r"PORT (\d+)", line or "")
-        if not m:
-            self.proc.kill()
-            raise RuntimeError("test server did not start: %r" % line)
-        self.port = int(m.group(1))
-
-    def kill(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)  # `ip netns exec` exec'd python: this is it
-            self.proc.wait()
-
-    @property
-    def address(self):
-        return "127.0.0.1:%d" % self.port
+    bf.tear_down_stubs()
 
 
 class BackendsAfXdpTest(netns.VethTestCase):
@@ -265,8 +181,8 @@ class BackendsAfXdpTest(netns.VethTestCase):
         pass  # see setUpModule: the skip is per test
 
     def setUp(self):
-        if MISSING:
-            self.skipTest(MISSING)
+        if bf.MISSING:
+            self.skipTest(bf.MISSING)
         super().setUp()
         self.gw = None
         self.log = None
@@ -284,14 +200,14 @@ class BackendsAfXdpTest(netns.VethTestCase):
 
     # --- helpers ---
     def servers(self, n, *args):
-        return [NsServer(self.net, args) for _ in range(n)]
+        """n kserve_server.py in the gateway namespace (their endpoints: 127.0.0.1:<port> there)."""
+        return [bf.TestServer(args=args, net=self.net) for _ in range(n)]
 
     def start_gateway(self, servers, shm="none"):
         net = self.net
         cfg = os.path.join(net.tmp, "gw.yaml")
         with open(cfg, "w") as f:
-            f.write(CONFIG.format(ifname=net.gw_if, shm=shm,
-                                  endpoints=", ".join('"%s"' % s.address for s in servers)))
+            f.write(config(net.gw_if, [s.address for s in servers], shm))
         self.log = os.path.join(net.tmp, "gw.log")
         logf = open(self.log, "w")
         self.gw = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=logf, stderr=logf)
@@ -327,7 +243,7 @@ class BackendsAfXdpTest(netns.VethTestCase):
         return [out[str(s.port)] for s in servers]
 
     def load_cmd(self, rest, grpc_clients, per, seed=0):
-        cfg = {"host": self.net.gw_ip, "stubs": STUBS.name, "rest": rest, "grpc": grpc_clients,
+        cfg = {"host": self.net.gw_ip, "stubs": bf.STUBS.name, "here": HERE, "rest": rest, "grpc": grpc_clients,
                "per": per, "seed": seed}
         return ["ip", "netns", "exec", self.net.client_ns, "/usr/bin/python3", "-c", LOAD, json.dumps(cfg)]
 
@@ -379,7 +295,8 @@ class BackendsAfXdpTest(netns.VethTestCase):
         stats = self.control(servers)
         for s in stats:
             self.assertEqual(s["raw_input_bytes"], 0)
-            self.assertEqual(len(s["regions"]), 1, s["regions"])
+            # The slots (outputs) and the batcher's input buffers themselves.
+            self.assertEqual(len(s["regions"]), 2, s["regions"])
             # No ModelInfer message could carry a 64-byte row: all are header-sized.
             if s["infer_request_bytes"]:
                 self.assertLess(max(s["infer_request_bytes"]), 400, s["infer_request_bytes"])
@@ -387,6 +304,7 @@ class BackendsAfXdpTest(netns.VethTestCase):
         self.assertGreater(sum(len(s["infer_request_bytes"]) for s in stats), 0)
         self.assertEqual(self.metric("infergate_backend_tensor_bytes_total", path="grpc"), 0)
         self.assertEqual(self.metric("infergate_backend_tensor_bytes_total", path="shm"), total * 64)
+        self.assertEqual(self.metric("infergate_backend_shm_copied_bytes_total"), 0)
         # Shutdown unregisters the region at every endpoint.
         self.assertEqual(self.stop_gateway(), 0, self.log_tail())
         self.assertEqual([s["regions"] for s in self.control(servers)], [[], []])
@@ -444,9 +362,8 @@ class BackendsAfXdpTest(netns.VethTestCase):
 
         # Restart on the same port: re-admitted and used again.
         victim.start()
-        deadline = time.time() + 10
-        while time.time() < deadline and self.metric("infergate_backend_healthy", endpoint=victim.address) != 1:
-            time.sleep(0.2)
+        bf.wait_for(lambda: self.metric("infergate_backend_healthy", endpoint=victim.address) == 1,
+                    interval=0.2)
         self.assertEqual(self.metric("infergate_backend_healthy", endpoint=victim.address), 1, self.log_tail())
         self.load(3, 3, 20, seed=3)
         self.assertGreater(self.control([victim])[0]["infer_requests"], 0)

@@ -2,8 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <set>
+#include <string>
 
 namespace infergate::backends {
 namespace {
@@ -47,6 +52,49 @@ TEST(PinnedRegionTest, MoveTransfersOwnership) {
   PinnedRegion moved = std::move(*r);
   EXPECT_EQ(moved.data(), p);
   EXPECT_EQ(r->data(), nullptr);
+}
+
+TEST(PinnedRegionTest, SharedKeyMakesAPosixSharedMemoryObjectAPeerCanMap) {
+  PinnedOptions o;
+  o.shared_key = "/igtest.pinned." + std::to_string(::getpid());
+  std::string key;
+  {
+    auto r = PinnedRegion::allocate(10000, o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->kind(), PinnedKind::kShared);
+    EXPECT_EQ(pinnedKindName(r->kind()), "shm");
+    EXPECT_EQ(r->key(), o.shared_key);
+    EXPECT_GE(r->size(), 10000u);
+    std::memcpy(r->data() + 5000, "infergate", 9);
+    // Another mapping of the key (what Triton does after SystemSharedMemoryRegister) sees it.
+    int fd = ::shm_open(o.shared_key.c_str(), O_RDONLY, 0);
+    ASSERT_GE(fd, 0);
+    void* p = ::mmap(nullptr, r->size(), PROT_READ, MAP_SHARED, fd, 0);
+    ::close(fd);
+    ASSERT_NE(p, MAP_FAILED);
+    EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(p) + 5000, "infergate", 9), 0);
+    ::munmap(p, r->size());
+    // The key is taken while the region lives.
+    EXPECT_EQ(PinnedRegion::allocate(100, o).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    PinnedRegion moved = std::move(*r);
+    EXPECT_EQ(moved.key(), o.shared_key);
+  }
+  // Released: unlinked.
+  EXPECT_LT(::shm_open(o.shared_key.c_str(), O_RDONLY, 0), 0);
+}
+
+TEST(SlabPoolTest, SharedPoolExposesItsRegion) {
+  PinnedOptions o;
+  o.try_mlock = false;
+  o.shared_key = "/igtest.slab." + std::to_string(::getpid());
+  auto pool = SlabPool::create(256, 4, o);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->regionKey(), o.shared_key);
+  uint8_t* s = (*pool)->acquire();
+  EXPECT_GE(s, (*pool)->regionData());
+  EXPECT_LT(s, (*pool)->regionData() + (*pool)->regionBytes());
+  (*pool)->release(s);
 }
 
 TEST(SlabPoolTest, AcquireUntilExhaustedThenReuse) {
