@@ -10,6 +10,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -174,11 +175,33 @@ TEST(CudaRegion, HandleOpensInAnotherProcess) {
   for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
   envp.push_back(env.data());
   envp.push_back(nullptr);
-  std::string self = "/proc/self/exe";
-  std::string filter = "--gtest_filter=CudaIpcChild.OpenCheckAndWrite";
-  char* argv[] = {self.data(), filter.data(), nullptr};
+  // Re-run the command line that started us (it may start with the dynamic loader, as the
+  // device bundle does: scripts/gpu-bundle.sh), up to the first gtest flag.
+  std::vector<std::string> args;
+  {
+    FILE* f = std::fopen("/proc/self/cmdline", "rb");
+    ASSERT_NE(f, nullptr);
+    std::string cur;
+    for (int ch = std::fgetc(f); ch != EOF; ch = std::fgetc(f)) {
+      if (ch == 0) {
+        args.push_back(cur);
+        cur.clear();
+      } else {
+        cur += static_cast<char>(ch);
+      }
+    }
+    std::fclose(f);
+  }
+  size_t keep = 0;
+  while (keep < args.size() && args[keep].rfind("--gtest", 0) != 0) ++keep;
+  args.resize(keep);
+  ASSERT_FALSE(args.empty());
+  args.push_back("--gtest_filter=CudaIpcChild.OpenCheckAndWrite");
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = 0;
-  ASSERT_EQ(::posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  ASSERT_EQ(::posix_spawn(&pid, args[0].c_str(), nullptr, nullptr, argv.data(), envp.data()), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child failed: " << status;
