@@ -92,14 +92,17 @@ class GpuRegion:
         a, b = s.start or 0, s.stop
         buf = ctypes.create_string_buffer(b - a)
         self.lib.cudaSetDevice(ctypes.c_int(self.device))
-        _check(self.lib, self.lib.cudaMemcpy(buf, ctypes.c_void_p(self.ptr.value + a), b - a, self.D2H),
+        _check(self.lib, self.lib.cudaMemcpy(ctypes.cast(buf, ctypes.c_void_p),
+                                             ctypes.c_void_p(self.ptr.value + a), b - a, self.D2H),
                "cudaMemcpy device to host")
         return buf.raw
 
     def __setitem__(self, s, data):
         a = s.start or 0
+        src = ctypes.create_string_buffer(bytes(data), len(data))
         self.lib.cudaSetDevice(ctypes.c_int(self.device))
-        _check(self.lib, self.lib.cudaMemcpy(ctypes.c_void_p(self.ptr.value + a), data, len(data), self.H2D),
+        _check(self.lib, self.lib.cudaMemcpy(ctypes.c_void_p(self.ptr.value + a),
+                                             ctypes.cast(src, ctypes.c_void_p), len(data), self.H2D),
                "cudaMemcpy host to device")
 
     def close(self):
