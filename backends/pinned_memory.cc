@@ -89,13 +89,18 @@ absl::StatusOr<PinnedRegion> PinnedRegion::allocateShared(size_t bytes,
         "and writable?)",
         label, key, std::strerror(errno)));
   }
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    const int e = errno;
+  // posix_fallocate, not just ftruncate: tmpfs pages are reserved now (ENOSPC when /dev/shm is
+  // too small) instead of a SIGBUS at the first touch of a page that does not fit.
+  const int fe = ftruncate(fd, static_cast<off_t>(size)) != 0
+                     ? errno
+                     : posix_fallocate(fd, 0, static_cast<off_t>(size));
+  if (fe != 0) {
     close(fd);
     shm_unlink(key.c_str());
     return absl::ResourceExhaustedError(fmt::format(
-        "shared memory for {}: cannot size '{}' to {} bytes: {}", label, key, size,
-        std::strerror(e)));
+        "shared memory for {}: cannot size '{}' to {} bytes: {} (is /dev/shm large enough? "
+        "Docker's default is 64 MiB: --shm-size)",
+        label, key, size, std::strerror(fe)));
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   const int e = errno;

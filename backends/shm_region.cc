@@ -19,12 +19,17 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::create(std::string key, si
         "cannot create POSIX shared memory '{}': {} (is /dev/shm mounted and writable?)", key,
         std::strerror(errno)));
   }
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int e = errno;
+  // Reserve the tmpfs pages now (ENOSPC when /dev/shm is too small), not a SIGBUS later.
+  const int fe = ::ftruncate(fd, static_cast<off_t>(bytes)) != 0
+                     ? errno
+                     : ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (fe != 0) {
     ::close(fd);
     ::shm_unlink(key.c_str());
-    return absl::ResourceExhaustedError(fmt::format("cannot size shared memory '{}' to {} bytes: {}",
-                                                    key, bytes, std::strerror(e)));
+    return absl::ResourceExhaustedError(fmt::format(
+        "cannot size shared memory '{}' to {} bytes: {} (is /dev/shm large enough? Docker's "
+        "default is 64 MiB: --shm-size)",
+        key, bytes, std::strerror(fe)));
   }
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;

@@ -9,7 +9,10 @@ with 503 "Request timeout expired"; a metadata mismatch stops start-up with a me
 difference; backend down -> fast 503.
 """
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -174,6 +177,30 @@ class BackendTest(bf.BackendTestCase):
         self.assertEqual(st, 503, body)
         self.assertIn("DEADLINE_EXCEEDED", body["error"])
         self.assertIn(a.address, body["error"])
+
+    def test_dev_shm_too_small_is_a_clear_startup_error(self):
+        # The batch buffers and slots live in /dev/shm: when they do not fit (Docker's 64 MiB
+        # default, here a 1 MiB tmpfs in a private mount namespace) start-up must fail with a
+        # message, not crash later with SIGBUS on a page tmpfs cannot back.
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            self.skipTest("needs root and unshare(1) for a private /dev/shm")
+        a = self.server("--input", "INPUT0:FP32:-1,65536", "--output", "OUTPUT0:FP32:-1,65536")
+        tmp = tempfile.TemporaryDirectory(prefix="infergate-shm-")
+        self.addCleanup(tmp.cleanup)
+        cfg = os.path.join(tmp.name, "gw.yaml")
+        with open(cfg, "w") as f:
+            f.write(bf.gateway_config(model_yaml(endpoints=[a.address], shape="[65536]",
+                                                 extra="      shared_memory: system")))
+        p = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$0" run -c "$1"',
+             harness.ARGS.binary, cfg],
+            capture_output=True, text=True, timeout=60)
+        out = p.stdout + p.stderr
+        self.assertNotEqual(p.returncode, 0, out)
+        self.assertGreater(p.returncode, 0, "killed by a signal: %s\n%s" % (p.returncode, out))
+        self.assertIn("is /dev/shm large enough?", out)
+        self.assertIn("No space left on device", out)
 
     def test_metadata_mismatch_refused_at_startup(self):
         a = self.server("--input", "INPUT0:FP16:-1,16", "--output", "OUTPUT0:FP16:-1,16")
