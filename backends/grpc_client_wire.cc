@@ -10,15 +10,6 @@ constexpr uint32_t kFixed64 = 1;
 constexpr uint32_t kLen = 2;
 constexpr uint32_t kFixed32 = 5;
 
-size_t varintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-
 // InferParameter{int64_param=2} / {string_param=3} as a map<string, InferParameter> entry.
 void putParamInt(std::string& out, uint32_t field, std::string_view key, int64_t v) {
   std::string param;
@@ -42,6 +33,14 @@ absl::Status malformed(std::string_view what) {
 }
 }  // namespace
 
+size_t varintSize(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++n;
+  }
+  return n;
+}
 void putVarint(std::string& out, uint64_t v) {
   while (v >= 0x80) {
     out.push_back(static_cast<char>((v & 0x7f) | 0x80));
@@ -182,15 +181,18 @@ absl::StatusOr<bool> decodeReady(std::string_view msg) {
 }
 
 namespace {
-absl::StatusOr<TensorMetadata> decodeTensorMetadata(std::string_view msg) {
-  TensorMetadata t;
+// ModelMetadataResponse.TensorMetadata and ModelInferResponse.InferOutputTensor begin alike:
+// name=1, datatype=2, shape=3 (packed or not); the rest is ignored.
+template <typename T>
+absl::StatusOr<T> decodeNamedTensor(std::string_view msg, const char* what) {
+  T t;
   Reader r(msg);
   while (r.next()) {
     if (r.field() == 1 && r.wireType() == kLen) t.name = std::string(r.bytes());
     else if (r.field() == 2 && r.wireType() == kLen) t.datatype = std::string(r.bytes());
-    else if (r.field() == 3 && !readInt64s(r, t.shape)) return malformed("tensor metadata");
+    else if (r.field() == 3 && !readInt64s(r, t.shape)) return malformed(what);
   }
-  if (r.error()) return malformed("tensor metadata");
+  if (r.error()) return malformed(what);
   return t;
 }
 }  // namespace
@@ -206,7 +208,8 @@ absl::StatusOr<ModelMetadata> decodeModelMetadata(std::string_view msg) {
       case 3: m.platform = std::string(r.bytes()); break;
       case 4:
       case 5: {
-        absl::StatusOr<TensorMetadata> t = decodeTensorMetadata(r.bytes());
+        absl::StatusOr<TensorMetadata> t =
+            decodeNamedTensor<TensorMetadata>(r.bytes(), "tensor metadata");
         if (!t.ok()) return t.status();
         (r.field() == 4 ? m.inputs : m.outputs).push_back(std::move(*t));
         break;
@@ -304,20 +307,6 @@ void encodeModelInfer(const InferParams& params, const std::vector<InferInput>& 
   closeMetaPiece(out, from);
 }
 
-namespace {
-absl::StatusOr<InferResponseOutput> decodeOutputTensor(std::string_view msg) {
-  InferResponseOutput o;
-  Reader r(msg);
-  while (r.next()) {
-    if (r.field() == 1 && r.wireType() == kLen) o.name = std::string(r.bytes());
-    else if (r.field() == 2 && r.wireType() == kLen) o.datatype = std::string(r.bytes());
-    else if (r.field() == 3 && !readInt64s(r, o.shape)) return malformed("output tensor");
-  }
-  if (r.error()) return malformed("output tensor");
-  return o;
-}
-}  // namespace
-
 absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::string_view msg) {
   std::vector<InferResponseOutput> outs;
   std::vector<std::pair<const uint8_t*, size_t>> raws;
@@ -325,7 +314,8 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::s
   while (r.next()) {
     if (r.wireType() != kLen) continue;
     if (r.field() == 5) {
-      absl::StatusOr<InferResponseOutput> o = decodeOutputTensor(r.bytes());
+      absl::StatusOr<InferResponseOutput> o =
+          decodeNamedTensor<InferResponseOutput>(r.bytes(), "output tensor");
       if (!o.ok()) return o.status();
       outs.push_back(std::move(*o));
     } else if (r.field() == 6) {

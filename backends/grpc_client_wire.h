@@ -23,6 +23,7 @@ namespace infergate::backends::wire {
 
 // --- Encoding ---------------------------------------------------------------------------------
 
+size_t varintSize(uint64_t v);  // bytes of v as a varint
 void putVarint(std::string& out, uint64_t v);
 void putTag(std::string& out, uint32_t field, uint32_t wire_type);
 void putString(std::string& out, uint32_t field, std::string_view s);  // also bytes/submessages

@@ -347,9 +347,8 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
   if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
   if (shm_copied_ != nullptr && copied > 0) shm_copied_->inc(copied);
 
-  const Batch* bp = &batch;
   grpc_.call(kMethodModelInfer, call->enc, options.timeout_ms,
-             [this, call, bp, slot_base, slot_offset, cuda,
+             [this, call, slot_base, slot_offset, cuda,
               done = std::move(done)](GrpcResult r) mutable {
                if (!r.status.ok()) {
                  done(r.status, r.not_sent);
@@ -422,7 +421,6 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
                  }
                  result.push_back(std::move(t));
                }
-               (void)bp;
                done(std::move(result), false);
                // `r` (the response buffer) and `call` (the slot) are released after done.
              });

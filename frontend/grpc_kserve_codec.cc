@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/grpc_client_wire.h"
 #include "frontend/grpc_framing.h"
 
 namespace infergate::frontend {
@@ -270,31 +271,18 @@ absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t
 
 // --- encoding -------------------------------------------------------------------------------
 
-size_t varintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-void putVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
+// The protobuf wire primitives are the backends' (backends/grpc_client_wire.h).
+using backends::wire::putVarint;
+using backends::wire::varintSize;
+
 size_t lenFieldSize(int field, size_t len) {
   return varintSize(static_cast<uint64_t>(field) << 3) + varintSize(len) + len;
 }
 void putLenField(std::string& out, int field, std::string_view bytes) {
-  putVarint(out, (static_cast<uint64_t>(field) << 3) | kLen);
-  putVarint(out, bytes.size());
-  out.append(bytes);
+  backends::wire::putString(out, static_cast<uint32_t>(field), bytes);
 }
 void putLenHeader(std::string& out, int field, size_t len) {
-  putVarint(out, (static_cast<uint64_t>(field) << 3) | kLen);
+  backends::wire::putTag(out, static_cast<uint32_t>(field), kLen);
   putVarint(out, len);
 }
 
