@@ -16,6 +16,8 @@
 #include <numeric>
 #include <vector>
 
+#include "tests/unit/backends/test_util.h"
+
 #ifdef INFERGATE_WITH_CUDA
 #include <cuda_runtime_api.h>
 extern char** environ;
@@ -128,25 +130,14 @@ TEST(CudaRegion, RoundTripOnTheGpu) {
 // the process that made them): this test binary re-executed with IG_IPC_CHILD=<hex handle>
 // runs CudaIpcChild.OpenCheckAndWrite, which opens the handle, checks the bytes the parent
 // copied in at offset 0, and writes the "outputs" at offset 65536.
-std::string hex(const std::string& b) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : b) {
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
 
 TEST(CudaIpcChild, OpenCheckAndWrite) {
   const char* h = std::getenv("IG_IPC_CHILD");
   if (h == nullptr) GTEST_SKIP() << "runs only as the child of CudaRegion.HandleOpensInAnotherProcess";
   cudaIpcMemHandle_t handle;
   ASSERT_EQ(std::strlen(h), 2 * sizeof(handle));
-  for (size_t i = 0; i < sizeof(handle); ++i) {
-    reinterpret_cast<unsigned char*>(&handle)[i] =
-        static_cast<unsigned char>(std::stoi(std::string(h + 2 * i, 2), nullptr, 16));
-  }
+  const std::string raw = test_util::unhex(h);
+  std::memcpy(&handle, raw.data(), sizeof(handle));
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   void* p = nullptr;
   ASSERT_EQ(cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess), cudaSuccess);
@@ -170,7 +161,7 @@ TEST(CudaRegion, HandleOpensInAnotherProcess) {
   HostToDevice c{in.data(), 0, in.size()};
   ASSERT_TRUE(d.copyIn(0, &c, 1).ok());
 
-  std::string env = "IG_IPC_CHILD=" + hex(d.ipcHandle());
+  std::string env = "IG_IPC_CHILD=" + test_util::hex(d.ipcHandle());
   std::vector<char*> envp;
   for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
   envp.push_back(env.data());

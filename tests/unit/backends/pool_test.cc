@@ -8,10 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,6 +18,7 @@
 
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "tests/unit/backends/test_util.h"
 
 namespace infergate::backends {
 namespace {
@@ -494,17 +492,11 @@ TEST(PoolQueueDepth, WithoutMetricsURLsNothingIsScrapedOrExposed) {
 TEST(PoolQueueDepth, MetricsThreadScrapesTheConfiguredURL) {
   // A URL nobody listens on, built into a Triton source from the config: the metrics thread
   // scrapes it every interval, counts the refusals, and the endpoint keeps serving.
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
+  const uint16_t port = test_util::unusedLoopbackPort();
+  ASSERT_NE(port, 0);
   RemoteBackendConfig cfg;
   cfg.metrics_interval_ms = 10;
-  cfg.metrics_urls = {fmt::format("http://127.0.0.1:{}/metrics", ntohs(a.sin_port))};
+  cfg.metrics_urls = {fmt::format("http://127.0.0.1:{}/metrics", port)};
   Fixture f(2, cfg);
   ASSERT_TRUE(f.pool->start(true).ok());
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);

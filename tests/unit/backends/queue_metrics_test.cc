@@ -2,6 +2,7 @@
 // the blocking HTTP/1.1 GET against a tiny server on loopback (content-length, chunked and
 // close-delimited bodies, error statuses, truncation, caps, refused connections, timeouts).
 #include "backends/queue_metrics.h"
+#include "tests/unit/backends/test_util.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -304,15 +305,9 @@ TEST(HttpGet, SlowServerTimesOut) {
 }
 
 TEST(HttpGet, RefusedConnection) {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);  // nothing listens on that port now
-  absl::StatusOr<HttpResponse> r = httpGet({"127.0.0.1", ntohs(a.sin_port), "/metrics"}, 1000);
+  const uint16_t port = test_util::unusedLoopbackPort();  // nothing listens on it now
+  ASSERT_NE(port, 0);
+  absl::StatusOr<HttpResponse> r = httpGet({"127.0.0.1", port, "/metrics"}, 1000);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("Connection refused"));

@@ -9,27 +9,13 @@
 
 #include "backends/grpc_client_wire.h"
 #include "backends/tfserving_backend.h"
+#include "tests/unit/backends/test_util.h"
 
 namespace infergate::backends {
 namespace {
 
-std::string hex(std::string_view s) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
-
-std::string unhex(std::string_view h) {
-  std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2) {
-    out.push_back(static_cast<char>(std::stoi(std::string(h.substr(i, 2)), nullptr, 16)));
-  }
-  return out;
-}
+using test_util::hex;
+using test_util::unhex;
 
 // A BYTES tensor buffer: per element a 4-byte little-endian length, then the bytes.
 std::string bytesTensor(const std::vector<std::string>& elems) {

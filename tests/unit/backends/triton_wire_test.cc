@@ -7,19 +7,12 @@
 
 #include "backends/grpc_client_wire.h"
 #include "backends/triton_backend.h"
+#include "tests/unit/backends/test_util.h"
 
 namespace infergate::backends {
 namespace {
 
-std::string hex(const std::string& s) {
-  static const char* d = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : s) {
-    out += d[c >> 4];
-    out += d[c & 15];
-  }
-  return out;
-}
+using test_util::hex;
 
 TEST(TritonWire, ModelInferMatchesProtobufAndReferencesTensorBytes) {
   uint8_t data[16];

@@ -19,6 +19,7 @@
 #include "backends/batcher.h"
 #include "backends/model.h"
 #include "tests/unit/frontend/fake_transport.h"
+#include "tests/unit/frontend/recording_model.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_inference_service.h"
 #include "frontend/http2_session.h"
@@ -117,32 +118,10 @@ TEST_F(SessionFixture, MetadataAndTagReachTheCall) {
 
 // --- InferenceGrpcServices resolves the priority ----------------------------------------
 
-// A batch backend that records each batch's request levels and answers with an error.
-class RecordingBackend : public backends::BatchBackend {
- public:
-  explicit RecordingBackend(std::vector<uint32_t>* levels) : levels_(levels) {}
-  void execute(const backends::Batch& batch, backends::BatchDone done) override {
-    for (const auto& r : batch.requests) levels_->push_back(r->level);
-    done(absl::InternalError("recorded"));
-  }
-
- private:
-  std::vector<uint32_t>* levels_;
-};
-
 class GrpcPriorityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backends::ModelConfig c;
-    c.name = "m";
-    c.version = "1";
-    c.max_batch_size = 8;
-    c.inputs = {{"IN", backends::DataType::kInt32, {1}}};
-    c.outputs = {{"OUT", backends::DataType::kInt32, {1}}};
-    backends::BatchingConfig b;
-    b.priority_levels = 4;
-    auto m = backends::BatchedModel::create(c, b, std::make_unique<RecordingBackend>(&levels_),
-                                            nullptr, nullptr);
+    auto m = testing::recordingModel(&levels_, 4);
     ASSERT_TRUE(m.ok()) << m.status();
     registry_.add(std::move(*m));
     services_ = std::make_unique<InferenceGrpcServices>(registry_, ServerInfo{}, nullptr);

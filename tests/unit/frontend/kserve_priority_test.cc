@@ -14,6 +14,7 @@
 #include "backends/model.h"
 #include "frontend/http.h"
 #include "frontend/kserve_rest.h"
+#include "tests/unit/frontend/recording_model.h"
 
 namespace infergate::frontend {
 namespace {
@@ -50,32 +51,10 @@ TEST(ResolvePriority, BadHeaderIsInvalidArgument) {
   EXPECT_EQ(*resolvePriority(1, &bad, std::nullopt, 2), 1);
 }
 
-// A batch backend that records each batch's request levels and answers with an error.
-class RecordingBackend : public backends::BatchBackend {
- public:
-  explicit RecordingBackend(std::vector<uint32_t>* levels) : levels_(levels) {}
-  void execute(const backends::Batch& batch, backends::BatchDone done) override {
-    for (const auto& r : batch.requests) levels_->push_back(r->level);
-    done(absl::InternalError("recorded"));
-  }
-
- private:
-  std::vector<uint32_t>* levels_;
-};
-
 class KServePriorityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backends::ModelConfig c;
-    c.name = "m";
-    c.version = "1";
-    c.max_batch_size = 8;
-    c.inputs = {{"IN", backends::DataType::kInt32, {1}}};
-    c.outputs = {{"OUT", backends::DataType::kInt32, {1}}};
-    backends::BatchingConfig b;
-    b.priority_levels = 4;
-    auto m = backends::BatchedModel::create(c, b, std::make_unique<RecordingBackend>(&levels_),
-                                            nullptr, nullptr);
+    auto m = testing::recordingModel(&levels_, 4);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = m->get();
     EXPECT_EQ(priorityLevelsOf(*model_), 4u);
