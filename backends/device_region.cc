@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/shm_region.h"
+#include "backends/pinned_memory.h"
 
 #ifdef INFERGATE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -28,14 +28,14 @@ absl::Status outOfRange(size_t offset, size_t bytes, size_t size) {
 
 class EmulatedRegion : public DeviceRegion {
  public:
-  explicit EmulatedRegion(std::unique_ptr<ShmRegion> shm) : shm_(std::move(shm)) {
+  explicit EmulatedRegion(PinnedRegion shm) : shm_(std::move(shm)) {
     handle_.assign(kCudaIpcHandleBytes, '\0');
-    std::string text = std::string(kEmulatedHandlePrefix) + shm_->key();
+    std::string text = std::string(kEmulatedHandlePrefix) + shm_.key();
     std::memcpy(handle_.data(), text.data(), std::min(text.size(), kCudaIpcHandleBytes));
   }
   std::string_view kind() const override { return "emulated"; }
   int device() const override { return 0; }
-  size_t size() const override { return shm_->size(); }
+  size_t size() const override { return shm_.size(); }
   const std::string& ipcHandle() const override { return handle_; }
   absl::Status copyIn(size_t, const HostToDevice* copies, size_t n) override {
     for (size_t i = 0; i < n; ++i) {
@@ -45,19 +45,19 @@ class EmulatedRegion : public DeviceRegion {
     }
     for (size_t i = 0; i < n; ++i) {
       if (copies[i].bytes > 0) {
-        std::memcpy(shm_->data() + copies[i].offset, copies[i].src, copies[i].bytes);
+        std::memcpy(shm_.data() + copies[i].offset, copies[i].src, copies[i].bytes);
       }
     }
     return absl::OkStatus();
   }
   absl::Status copyOut(size_t, size_t offset, void* dst, size_t bytes) override {
     if (!inRange(offset, bytes, size())) return outOfRange(offset, bytes, size());
-    if (bytes > 0) std::memcpy(dst, shm_->data() + offset, bytes);
+    if (bytes > 0) std::memcpy(dst, shm_.data() + offset, bytes);
     return absl::OkStatus();
   }
 
  private:
-  std::unique_ptr<ShmRegion> shm_;
+  PinnedRegion shm_;  // kShared
   std::string handle_;
 };
 
@@ -187,7 +187,10 @@ absl::StatusOr<std::unique_ptr<DeviceRegion>> createEmulatedCudaRegion(std::stri
     return absl::InvalidArgumentError(
         fmt::format("emulated CUDA region key '{}' is too long for a 64-byte handle", key));
   }
-  absl::StatusOr<std::unique_ptr<ShmRegion>> shm = ShmRegion::create(std::move(key), bytes);
+  PinnedOptions po;
+  po.label = "emulated CUDA region";
+  po.shared_key = std::move(key);
+  absl::StatusOr<PinnedRegion> shm = PinnedRegion::allocate(bytes, po);
   if (!shm.ok()) return shm.status();
   return std::unique_ptr<DeviceRegion>(new EmulatedRegion(std::move(*shm)));
 }

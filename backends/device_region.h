@@ -57,7 +57,8 @@ class DeviceRegion {
 absl::StatusOr<std::unique_ptr<DeviceRegion>> createCudaRegion(int device, size_t bytes,
                                                                size_t streams);
 
-// The emulation (see above); `key` as ShmRegion::create (at most 40 characters).
+// The emulation (see above); `key` a POSIX shm name ("/name", at most 40 characters); the
+// region's size is `bytes` rounded up to the page size.
 absl::StatusOr<std::unique_ptr<DeviceRegion>> createEmulatedCudaRegion(std::string key,
                                                                        size_t bytes);
 

@@ -169,7 +169,7 @@ absl::Status TritonClient::registerShm() {
     return registerRegion(true, shm_->name, std::string(), 0);
   }
   absl::Status s =
-      registerRegion(false, shm_->name, shm_->region->key(), shm_->region->size());
+      registerRegion(false, shm_->name, shm_->region.key(), shm_->region.size());
   for (const TritonShm::SharedInput& si : shm_->shared_inputs) {
     if (s.ok() && !si.name.empty()) s = registerRegion(false, si.name, si.key, si.bytes);
   }
@@ -273,7 +273,7 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
     call->slot = shm_->slots->acquire();
     if (call->slot >= 0) {
       slot_offset = static_cast<uint64_t>(call->slot) * shm_->slots->slotBytes();
-      slot_base = (cuda ? shm_->staging.data() : shm_->region->data()) + slot_offset;
+      slot_base = (cuda ? shm_->staging.data() : shm_->region.data()) + slot_offset;
     }
   }
   std::vector<wire::InferInput> inputs(batch.inputs.size());
@@ -499,8 +499,10 @@ absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& co
     shm->staging = std::move(*staging);
     shm->name = fmt::format("infergate_cuda_{}_{}_{}", config.name, ::getpid(), n);
   } else {
-    absl::StatusOr<std::unique_ptr<ShmRegion>> region = ShmRegion::create(
-        fmt::format("/infergate.{}.{}.{}", ::getpid(), config.name, n), slot_bytes * slots);
+    PinnedOptions po;
+    po.label = fmt::format("model '{}' shared memory slots", config.name);
+    po.shared_key = fmt::format("/infergate.{}.{}.{}", ::getpid(), config.name, n);
+    absl::StatusOr<PinnedRegion> region = PinnedRegion::allocate(slot_bytes * slots, po);
     if (!region.ok()) return fail(region.status());
     shm->region = std::move(*region);
     shm->name = fmt::format("infergate_{}_{}_{}", config.name, ::getpid(), n);

@@ -19,7 +19,7 @@
 #include "backends/grpc_client_wire.h"
 #include "backends/pinned_memory.h"
 #include "backends/pool.h"
-#include "backends/shm_region.h"
+#include "backends/shm_slots.h"
 
 namespace infergate::common {
 class MetricsRegistry;
@@ -39,7 +39,7 @@ absl::Status compareMetadata(const ModelConfig& config, const wire::ModelMetadat
 // area (same slot layout) that outputs are copied back to.
 struct TritonShm {
   SharedMemoryKind kind = SharedMemoryKind::kSystem;
-  std::unique_ptr<ShmRegion> region;      // kSystem
+  PinnedRegion region;                    // kSystem (shared_key set)
   std::unique_ptr<DeviceRegion> device;   // kCuda
   PinnedRegion staging;                   // kCuda
   std::unique_ptr<ShmSlots> slots;
