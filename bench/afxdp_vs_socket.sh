@@ -35,12 +35,8 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-ip netns add "$GW"; ip netns add "$CL"
-ip link add "$GIF" netns "$GW" type veth peer name "$CIF" netns "$CL"
-ip -n "$GW" addr add "$GW_IP/24" dev "$GIF"; ip -n "$CL" addr add "$CL_IP/24" dev "$CIF"
-for ns in "$GW" "$CL"; do ip -n "$ns" link set lo up; done
-ip -n "$GW" link set "$GIF" up; ip -n "$CL" link set "$CIF" up
-ip netns exec "$CL" ethtool -K "$CIF" gro on tx off >/dev/null 2>&1 || true
+source scripts/lib/netns.sh
+veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
 ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="1024 65535"
 
@@ -88,10 +84,9 @@ http {
 }
 NGX
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-gwexec() { ip netns exec "$GW" "$@"; }
-gwexec "$BIN" run -c "$WORK/afxdp.yaml" >"$WORK/afxdp.log" 2>&1 & PIDS+=($!); AF_PID=$!
-gwexec "$BIN" run -c "$WORK/socket.yaml" >"$WORK/socket.log" 2>&1 & PIDS+=($!); SO_PID=$!
-gwexec nginx -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.out" 2>&1 & PIDS+=($!)
+ns_exec "$GW" "$BIN" run -c "$WORK/afxdp.yaml" >"$WORK/afxdp.log" 2>&1 & PIDS+=($!); AF_PID=$!
+ns_exec "$GW" "$BIN" run -c "$WORK/socket.yaml" >"$WORK/socket.log" 2>&1 & PIDS+=($!); SO_PID=$!
+ns_exec "$GW" nginx -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.out" 2>&1 & PIDS+=($!)
 sleep 2
 for u in "http://$GW_IP:8000/v2/health/ready" "http://$GW_IP:8001/v2/health/ready" "http://$GW_IP:8002/"; do
   ip netns exec "$CL" curl -sf -o /dev/null --max-time 5 "$u" || { echo "no answer from $u"; cat "$WORK"/*.log "$WORK/nginx.err"; exit 1; }
@@ -171,11 +166,8 @@ PY
   wait "${cpids[@]}" 2>/dev/null || true
 }
 if [ "$IDLE" -gt 0 ]; then
-  AF_REAL=$(pgrep -P "$AF_PID" -n || echo "$AF_PID"); SO_REAL=$(pgrep -P "$SO_PID" -n || echo "$SO_PID")
-  [ -e /proc/$AF_REAL/status ] && grep -q infergate /proc/$AF_REAL/comm || AF_REAL=$AF_PID
-  [ -e /proc/$SO_REAL/status ] && grep -q infergate /proc/$SO_REAL/comm || SO_REAL=$SO_PID
-  idle afxdp 8000 "$AF_REAL" "$IDLE"
+  idle afxdp 8000 "$AF_PID" "$IDLE"
   # socket mode holds one fd per connection: at most the open-file limit (20000 here)
-  idle socket 8001 "$SO_REAL" $(( IDLE < 18000 ? IDLE : 18000 ))
+  idle socket 8001 "$SO_PID" $(( IDLE < 18000 ? IDLE : 18000 ))
   echo "# afxdp also preallocates its connection table: $(grep -o 'max_connections: [0-9]*' "$WORK/afxdp.yaml") slots (docs/TCP.md: 647 bytes each)"
 fi

@@ -83,20 +83,12 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-ip netns add "$GW"; ip netns add "$CL"
-ip link add "$GIF" netns "$GW" type veth peer name "$CIF" netns "$CL"
-ip -n "$GW" addr add "$GW_IP/24" dev "$GIF"; ip -n "$CL" addr add "$CL_IP/24" dev "$CIF"
-for ns in "$GW" "$CL"; do ip -n "$ns" link set lo up; done
-ip -n "$GW" link set "$GIF" up; ip -n "$CL" link set "$CIF" up
-# XDP_TX / redirected frames reach a veth peer only with GRO on there (see ARCHITECTURE.md).
-ip netns exec "$CL" ethtool -K "$CIF" gro on tx off >/dev/null 2>&1 || true
+source scripts/lib/netns.sh
+veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
 ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
 
 NREACT=$(echo "$SCPUS" | tr ',' '\n' | grep -c .)
 CPU_LIST="[$SCPUS]"
-# `exec`: a function run in the background is a subshell; without it, $! would be that subshell
-# and killing it would orphan the gateway.
-gw_exec() { exec ip netns exec "$GW" sh -c 'mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; exec "$@"' sh "$@"; }
 
 write_config() {  # mode listen_addr port [extra yaml]
   cat >"$WORK/$1-$3.yaml" <<YAML
@@ -129,14 +121,14 @@ wait_ready() {  # port log pid
 
 start_ig() {  # name mode port [extra yaml] -> sets PORT
   local cfg; cfg=$(write_config "$2" 0.0.0.0 "$3" "${4:-}")
-  gw_exec "$IG" run -c "$cfg" >"$RESULTS/$1.gateway.log" 2>&1 &
+  ns_exec "$GW" "$IG" run -c "$cfg" >"$RESULTS/$1.gateway.log" 2>&1 &
   PIDS+=($!)
   wait_ready "$(($3 + 2))" "$RESULTS/$1.gateway.log" "$!"
 }
 
 start_nginx_proxy() {
   local cfg; cfg=$(write_config socket 127.0.0.1 9000)
-  gw_exec "$IG" run -c "$cfg" >"$RESULTS/nginx-proxy.gateway.log" 2>&1 &
+  ns_exec "$GW" "$IG" run -c "$cfg" >"$RESULTS/nginx-proxy.gateway.log" 2>&1 &
   PIDS+=($!)
   wait_ready 9002 "$RESULTS/nginx-proxy.gateway.log" "$!" || return 1
   local mask; mask=$(/usr/bin/python3 -c "import sys; print(format(sum(1 << int(c) for c in sys.argv[1].split(',')), 'b'))" "$SCPUS")

@@ -22,11 +22,8 @@ done
 BIN=build/app/infergate
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/infergate-bench.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+source bench/lib.sh
+trap bench_cleanup EXIT
 IG_PORT=$(free_port); IG_ADMIN=$(free_port); NG_PORT=$(free_port)
 
 cat >"$WORK/ig.yaml" <<YAML
