@@ -1,8 +1,6 @@
 #include "dataplane/afxdp_reactor.h"
 
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -14,7 +12,7 @@
 namespace infergate::dataplane {
 
 AfXdpReactor::AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device)
-    : options_(std::move(options)), device_(std::move(device)) {
+    : ReactorThread(options.index), options_(std::move(options)), device_(std::move(device)) {
   options_.tcp.index = options_.index;
   now_ns_ = common::monotonicNs();
   stack_ = std::make_unique<tcp::TcpStack>(options_.tcp, *device_,
@@ -37,25 +35,6 @@ absl::Status AfXdpReactor::listen(uint16_t port, frontend::SessionFactory factor
   });
 }
 
-void AfXdpReactor::start() {
-  thread_ = std::thread([this] { run(); });
-}
-
-void AfXdpReactor::stop(uint64_t drain_ns) {
-  drain_ns_.store(drain_ns, std::memory_order_relaxed);
-  if (!stop_requested_.exchange(true)) post([] {});  // wakes the loop
-}
-
-void AfXdpReactor::join() {
-  if (thread_.joinable()) thread_.join();
-}
-
-bool AfXdpReactor::inLoopThread() const {
-  return thread_id_.load(std::memory_order_relaxed) == std::this_thread::get_id();
-}
-
-void AfXdpReactor::post(std::function<void()> fn) { posted_.post(std::move(fn)); }
-
 bool AfXdpReactor::runPosted() { return posted_.runAll(); }
 
 bool AfXdpReactor::allIdle() {
@@ -67,17 +46,8 @@ bool AfXdpReactor::allIdle() {
 }
 
 void AfXdpReactor::run() {
-  thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  enterLoopThread(options_.name, options_.cpu);
   stack_->bindThread();
-  if (options_.cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(options_.cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
-      spdlog::warn("{} {}: cannot pin to CPU {}; running unpinned", options_.name, options_.index,
-                   options_.cpu);
-    }
-  }
   const uint64_t granularity = std::max<uint64_t>(options_.tcp.timer_granularity_ns, 100'000);
   const int sleep_ms = static_cast<int>(std::max<uint64_t>(granularity / 1'000'000, 1));
   uint64_t last_poll = 0;

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "dataplane/post_queue.h"
+#include "dataplane/reactor_thread.h"
 #include "dataplane/tcp/tcp_stack.h"
 #include "dataplane/xsk/pollable_device.h"
 #include "frontend/session.h"
@@ -40,28 +40,17 @@ struct AfXdpReactorOptions {
   std::string name = "afxdp";
 };
 
-class AfXdpReactor final : public frontend::Loop {
+class AfXdpReactor final : public ReactorThread {
  public:
   // Takes ownership of `device`. The stack is built here; call listen() before start().
   AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device);
   ~AfXdpReactor() override;
-  AfXdpReactor(const AfXdpReactor&) = delete;
-  AfXdpReactor& operator=(const AfXdpReactor&) = delete;
 
   // Accepts connections to `port` on this queue.
   absl::Status listen(uint16_t port, frontend::SessionFactory factory);
-  void start();
-  // Stops taking new work: waits up to `drain_ns` for the sessions with a request in
-  // progress (Session::idle() false) to finish, then resets every connection (RST) and ends
-  // the thread. Thread-safe.
-  void stop(uint64_t drain_ns);
-  void join();
-
-  // Loop
-  void post(std::function<void()> fn) override;
-  bool inLoopThread() const override;
-  uint64_t nowNs() const override { return now_ns_; }
-  int index() const override { return options_.index; }
+  // start(), join(), and stop(drain_ns): stops taking new work, waits up to `drain_ns` for the
+  // sessions with a request in progress (Session::idle() false) to finish, then resets every
+  // connection (RST) and ends the thread (ReactorThread).
 
   const tcp::TcpCounters& tcpCounters() const { return stack_->counters(); }
   size_t connectionCount() const { return stack_->connectionCount(); }
@@ -69,20 +58,13 @@ class AfXdpReactor final : public frontend::Loop {
   PollableDevice& device() { return *device_; }
 
  private:
-  void run();
+  void run() override;
   bool runPosted();
   bool allIdle();
 
   AfXdpReactorOptions options_;
   std::unique_ptr<PollableDevice> device_;
   std::unique_ptr<tcp::TcpStack> stack_;
-  std::thread thread_;
-  std::atomic<std::thread::id> thread_id_{};
-  uint64_t now_ns_ = 0;
-
-  PostQueue posted_;  // cross-thread completions (off the packet path)
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<uint64_t> drain_ns_{0};
   // Sessions made on this reactor (for draining): weak, compacted every session tick.
   std::vector<std::weak_ptr<frontend::Session>> sessions_;
 };

@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -115,7 +113,8 @@ struct SocketReactor::Conn final : frontend::Transport {
   }
 };
 
-SocketReactor::SocketReactor(ReactorOptions options) : options_(std::move(options)) {
+SocketReactor::SocketReactor(ReactorOptions options)
+    : ReactorThread(options.index), options_(std::move(options)) {
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -146,38 +145,10 @@ void SocketReactor::addListener(int fd, frontend::SessionFactory factory, std::s
   listeners_.push_back(Listener{fd, std::move(factory), std::move(refusal)});
 }
 
-void SocketReactor::start() {
-  thread_ = std::thread([this] { run(); });
-}
-
-void SocketReactor::stop(uint64_t drain_ns) {
-  drain_ns_.store(drain_ns, std::memory_order_relaxed);
-  if (!stop_requested_.exchange(true)) post([] {});  // wake the loop
-}
-
-void SocketReactor::join() {
-  if (thread_.joinable()) thread_.join();
-}
-
-bool SocketReactor::inLoopThread() const {
-  return thread_id_.load(std::memory_order_relaxed) == std::this_thread::get_id();
-}
-
-void SocketReactor::post(std::function<void()> fn) { posted_.post(std::move(fn)); }
-
 void SocketReactor::runPosted() { posted_.runAll(); }
 
 void SocketReactor::run() {
-  thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
-  if (options_.cpu >= 0) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(options_.cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
-      spdlog::warn("{} {}: cannot pin to CPU {}; running unpinned", options_.name, options_.index,
-                   options_.cpu);
-    }
-  }
+  enterLoopThread(options_.name, options_.cpu);
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
   last_tick_ = common::monotonicNs();

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "dataplane/post_queue.h"
+#include "dataplane/reactor_thread.h"
 #include "frontend/server_metrics.h"
 #include "frontend/session.h"
 
@@ -48,7 +48,7 @@ struct ReactorOptions {
       tag_lookup;
 };
 
-class SocketReactor final : public frontend::Loop {
+class SocketReactor final : public ReactorThread {
  public:
   explicit SocketReactor(ReactorOptions options);
   ~SocketReactor() override;
@@ -58,17 +58,9 @@ class SocketReactor final : public frontend::Loop {
   // (an HTTP/1.1 503 by default; empty for protocols that cannot be answered blindly, e.g. h2).
   void addListener(int fd, frontend::SessionFactory factory, std::string refusal = kHttpRefusal);
   static const std::string kHttpRefusal;
-  void start();
-  // Stops accepting, closes idle connections, lets connections with requests in flight finish
-  // for up to `drain_ns`, then closes everything and ends the thread. Thread-safe.
-  void stop(uint64_t drain_ns);
-  void join();
-
-  // Loop
-  void post(std::function<void()> fn) override;
-  bool inLoopThread() const override;
-  uint64_t nowNs() const override { return now_ns_; }
-  int index() const override { return options_.index; }
+  // start(), join(), and stop(drain_ns): stops accepting, closes idle connections, lets
+  // connections with requests in flight finish for up to `drain_ns`, then closes everything
+  // and ends the thread (ReactorThread).
 
   size_t connectionCount() const { return conn_count_.load(std::memory_order_relaxed); }
 
@@ -79,7 +71,7 @@ class SocketReactor final : public frontend::Loop {
     frontend::SessionFactory factory;
     std::string refusal;
   };
-  void run();
+  void run() override;
   void acceptAll(Listener& l);
   void onReadable(Conn& c);
   void onWritable(Conn& c);
@@ -94,18 +86,12 @@ class SocketReactor final : public frontend::Loop {
 
   ReactorOptions options_;
   int epfd_ = -1;
-  std::thread thread_;
-  std::atomic<std::thread::id> thread_id_{};
-  uint64_t now_ns_ = 0;
   std::vector<Listener> listeners_;
   std::unordered_map<int, std::unique_ptr<Conn>> conns_;
   std::atomic<size_t> conn_count_{0};
   std::vector<Conn*> dirty_;
   std::vector<int> to_destroy_;
 
-  PostQueue posted_;  // cross-thread completions (off the packet path)
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<uint64_t> drain_ns_{0};
   bool draining_ = false;
   uint64_t drain_deadline_ = 0;
   uint64_t last_tick_ = 0;
