@@ -399,12 +399,9 @@ std::optional<std::vector<std::string_view>> splitBytesTensor(const uint8_t* dat
   return out;
 }
 
-void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
-                   const std::vector<std::string_view>& output_filter, ModelInferEncoding& out) {
-  out.meta.clear();
-  out.pieces.clear();
-  out.raw_bytes = 0;
-  std::string& m = out.meta;
+namespace {
+// ModelSpec{name=1, version=2 (Int64Value{value=1}), signature_name=3 (`with_signature`)}.
+std::string encodeModelSpec(const TfModelSpec& spec, bool with_signature) {
   std::string ms;
   putString(ms, 1, spec.name);
   if (spec.version >= 0) {
@@ -412,8 +409,18 @@ void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& input
     putVarintField(v, 1, static_cast<uint64_t>(spec.version));
     putString(ms, 2, v);
   }
-  if (!spec.signature_name.empty()) putString(ms, 3, spec.signature_name);
-  putString(m, 1, ms);
+  if (with_signature && !spec.signature_name.empty()) putString(ms, 3, spec.signature_name);
+  return ms;
+}
+}  // namespace
+
+void encodePredict(const TfModelSpec& spec, const std::vector<InferInput>& inputs,
+                   const std::vector<std::string_view>& output_filter, ModelInferEncoding& out) {
+  out.meta.clear();
+  out.pieces.clear();
+  out.raw_bytes = 0;
+  std::string& m = out.meta;
+  putString(m, 1, encodeModelSpec(spec, true));
   // Each map entry: {key=1, value=2: TensorProto{dtype=1, tensor_shape=2, tensor_content=4}};
   // the content is the last field of the entry, so the entry is header + external bytes.
   // BYTES: TensorProto{dtype=7, tensor_shape=2, string_val=8 per element}, all in meta.
@@ -613,15 +620,8 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodePredictResponse(std::stri
 }
 
 std::string encodeGetModelStatus(const TfModelSpec& spec) {
-  std::string ms;
-  putString(ms, 1, spec.name);
-  if (spec.version >= 0) {
-    std::string v;
-    putVarintField(v, 1, static_cast<uint64_t>(spec.version));
-    putString(ms, 2, v);
-  }
   std::string out;
-  putString(out, 1, ms);
+  putString(out, 1, encodeModelSpec(spec, false));
   return out;
 }
 
@@ -642,15 +642,8 @@ absl::Status decodeModelStatus(std::string_view msg) {
 }
 
 std::string encodeGetModelMetadata(const TfModelSpec& spec) {
-  std::string ms;
-  putString(ms, 1, spec.name);
-  if (spec.version >= 0) {
-    std::string v;
-    putVarintField(v, 1, static_cast<uint64_t>(spec.version));
-    putString(ms, 2, v);
-  }
   std::string out;
-  putString(out, 1, ms);
+  putString(out, 1, encodeModelSpec(spec, false));
   putString(out, 2, "signature_def");
   return out;
 }
