@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "tests/unit/frontend/fake_transport.h"
+#include "tests/unit/frontend/h2_frames.h"
 #include "frontend/http2_session.h"
 
 namespace infergate::frontend {
@@ -57,32 +58,8 @@ class FakeServices : public CancellableGrpcServices {
   std::vector<std::pair<GrpcRespond, GrpcReply>> later;
 };
 
-std::string frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
-  std::string f;
-  const uint32_t n = static_cast<uint32_t>(payload.size());
-  f += static_cast<char>(n >> 16);
-  f += static_cast<char>(n >> 8);
-  f += static_cast<char>(n);
-  f += static_cast<char>(type);
-  f += static_cast<char>(flags);
-  f += static_cast<char>(stream >> 24);
-  f += static_cast<char>(stream >> 16);
-  f += static_cast<char>(stream >> 8);
-  f += static_cast<char>(stream);
-  f.append(payload);
-  return f;
-}
-
-// HPACK literal without indexing, new name, lengths < 127.
-std::string literal(std::string_view n, std::string_view v) {
-  std::string s = "\0";
-  s.resize(1);
-  s += static_cast<char>(n.size());
-  s.append(n);
-  s += static_cast<char>(v.size());
-  s.append(v);
-  return s;
-}
+using testing::frame;
+using testing::literal;
 
 std::string requestHeaders(std::string_view path, std::string_view extra = {}) {
   return literal(":method", "POST") + literal(":scheme", "http") + literal(":path", path) +
