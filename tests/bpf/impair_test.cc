@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/bpf/netns_env.h"
 #include "ig_impair.skel.h"
 #include "tools/impair/impair_decide.h"
 #include "tools/impair/impairer.h"
@@ -42,20 +43,10 @@ constexpr char kPinDir[] = "/sys/fs/bpf/igimp";
 class NetnsEnv : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (geteuid() != 0) {
-      g_skip = "needs root (BPF, network namespace, veth)";
-      return;
-    }
-    if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0) {
-      g_skip = std::string("unshare(CLONE_NEWNET) failed: ") + strerror(errno);
-      return;
-    }
-    mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    if (mount("bpf", "/sys/fs/bpf", "bpf", 0, nullptr) != 0)
-      std::fprintf(stderr, "note: mounting bpffs failed: %s\n", strerror(errno));
-    if (std::system("ip link set lo up && ip link add igi0 type veth peer name igi1 && "
-                    "ip link set igi0 up && ip link set igi1 up") != 0)
-      g_skip = "cannot create a veth pair (ip link add ... type veth)";
+    g_skip = infergate::testing::enterPrivateNetns(
+        "needs root (BPF, network namespace, veth)",
+        "ip link set lo up && ip link add igi0 type veth peer name igi1 && "
+        "ip link set igi0 up && ip link set igi1 up", true);
   }
 };
 

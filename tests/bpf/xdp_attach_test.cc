@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "tests/bpf/netns_env.h"
 #include "xdp/testing/fixtures.h"
 #include "xdp/xdp_filter.h"
 
@@ -29,20 +30,10 @@ std::string g_skip;
 class VethEnv : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (geteuid() != 0) {
-      g_skip = "needs root (network namespace, veth, XDP attach)";
-      return;
-    }
-    if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0) {
-      g_skip = std::string("unshare(CLONE_NEWNET) failed: ") + strerror(errno);
-      return;
-    }
-    mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    if (mount("bpf", "/sys/fs/bpf", "bpf", 0, nullptr) != 0)
-      std::fprintf(stderr, "note: mounting bpffs failed: %s\n", strerror(errno));
-    if (std::system("ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
-                    "ip link set igx1 up") != 0)
-      g_skip = "cannot create a veth pair (ip link add ... type veth)";
+    g_skip = infergate::testing::enterPrivateNetns(
+        "needs root (network namespace, veth, XDP attach)",
+        "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
+        "ip link set igx1 up", true);
   }
 };
 

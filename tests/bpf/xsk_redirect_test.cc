@@ -28,6 +28,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/bpf/netns_env.h"
 #include "dataplane/xsk/xsk_device.h"
 #include "xdp/testing/fixtures.h"
 #include "xdp/testing/prog_run.h"
@@ -45,18 +46,10 @@ std::string g_skip;
 class VethEnv : public ::testing::Environment {
  public:
   void SetUp() override {
-    if (geteuid() != 0) {
-      g_skip = "needs root (network namespace, veth, XDP, AF_XDP)";
-      return;
-    }
-    if (unshare(CLONE_NEWNET | CLONE_NEWNS) != 0) {
-      g_skip = std::string("unshare(CLONE_NEWNET) failed: ") + strerror(errno);
-      return;
-    }
-    mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    if (std::system("ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
-                    "ip link set igx1 up") != 0)
-      g_skip = "cannot create a veth pair (ip link add ... type veth)";
+    g_skip = infergate::testing::enterPrivateNetns(
+        "needs root (network namespace, veth, XDP, AF_XDP)",
+        "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
+        "ip link set igx1 up", false);
   }
 };
 
