@@ -1,34 +1,39 @@
 #include "frontend/grpc_framing.h"
 
 #include <cstring>
+#include <string>
 
 namespace infergate::frontend {
+
+namespace {
+// The 5-byte prefix: flag (0 plain; 1 compressed, refused) and the big-endian length (at most
+// `max`) into `n`.
+absl::Status parsePrefix(const char* p, size_t max, uint32_t& n) {
+  const uint8_t flag = static_cast<uint8_t>(p[0]);
+  n = (uint32_t{static_cast<uint8_t>(p[1])} << 24) | (uint32_t{static_cast<uint8_t>(p[2])} << 16) |
+      (uint32_t{static_cast<uint8_t>(p[3])} << 8) | uint32_t{static_cast<uint8_t>(p[4])};
+  if (flag > 1) return absl::InternalError("invalid gRPC message flag " + std::to_string(flag));
+  if (flag == 1) {
+    return absl::UnimplementedError(
+        "compressed gRPC messages are not supported (grpc-encoding: identity only)");
+  }
+  if (n > max) {
+    return absl::ResourceExhaustedError("gRPC message of " + std::to_string(n) +
+                                        " bytes is larger than the limit of " +
+                                        std::to_string(max));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
 
 absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessage& on_message) {
   while (len > 0 && status_.ok()) {
     if (have_ < kGrpcPrefixBytes) {
       // Fast path: a whole message in the caller's bytes, nothing buffered.
       if (have_ == 0 && len >= kGrpcPrefixBytes) {
-        const uint8_t flag = static_cast<uint8_t>(data[0]);
-        const uint32_t n = (uint32_t{static_cast<uint8_t>(data[1])} << 24) |
-                           (uint32_t{static_cast<uint8_t>(data[2])} << 16) |
-                           (uint32_t{static_cast<uint8_t>(data[3])} << 8) |
-                           uint32_t{static_cast<uint8_t>(data[4])};
-        if (flag != 0 && flag != 1) {
-          status_ = absl::InternalError("invalid gRPC message flag " + std::to_string(flag));
-          break;
-        }
-        if (flag == 1) {
-          status_ = absl::UnimplementedError(
-              "compressed gRPC messages are not supported (grpc-encoding: identity only)");
-          break;
-        }
-        if (n > max_) {
-          status_ = absl::ResourceExhaustedError("gRPC message of " + std::to_string(n) +
-                                                 " bytes is larger than the limit of " +
-                                                 std::to_string(max_));
-          break;
-        }
+        uint32_t n = 0;
+        status_ = parsePrefix(data, max_, n);
+        if (!status_.ok()) break;
         if (len - kGrpcPrefixBytes >= n) {
           ++messages_;
           status_ = on_message(std::string_view(data + kGrpcPrefixBytes, n));
@@ -43,26 +48,8 @@ absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessa
       data += take;
       len -= take;
       if (have_ < kGrpcPrefixBytes) break;
-      const uint8_t flag = static_cast<uint8_t>(prefix_[0]);
-      body_len_ = (uint32_t{static_cast<uint8_t>(prefix_[1])} << 24) |
-                  (uint32_t{static_cast<uint8_t>(prefix_[2])} << 16) |
-                  (uint32_t{static_cast<uint8_t>(prefix_[3])} << 8) |
-                  uint32_t{static_cast<uint8_t>(prefix_[4])};
-      if (flag > 1) {
-        status_ = absl::InternalError("invalid gRPC message flag " + std::to_string(flag));
-        break;
-      }
-      if (flag == 1) {
-        status_ = absl::UnimplementedError(
-            "compressed gRPC messages are not supported (grpc-encoding: identity only)");
-        break;
-      }
-      if (body_len_ > max_) {
-        status_ = absl::ResourceExhaustedError("gRPC message of " + std::to_string(body_len_) +
-                                               " bytes is larger than the limit of " +
-                                               std::to_string(max_));
-        break;
-      }
+      status_ = parsePrefix(prefix_, max_, body_len_);
+      if (!status_.ok()) break;
       body_.clear();
       body_.reserve(body_len_);
     }
