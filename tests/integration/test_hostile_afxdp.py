@@ -21,11 +21,9 @@ import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
