@@ -145,6 +145,11 @@ constexpr CounterField kTcpCounters[] = {
     {"ignored_icmp", &tcp::TcpCounters::ignored_icmp},
     {"ignored_other", &tcp::TcpCounters::ignored_other},
     {"xdp_rejected", &tcp::TcpCounters::xdp_rejected},
+    {"xdp_reject_ignored", &tcp::TcpCounters::xdp_reject_ignored},
+    {"syn_backlog_full", &tcp::TcpCounters::syn_backlog_full},
+    {"cookies_sent", &tcp::TcpCounters::cookies_sent},
+    {"cookies_validated", &tcp::TcpCounters::cookies_validated},
+    {"cookies_rejected", &tcp::TcpCounters::cookies_rejected},
 };
 
 uint64_t relaxed(const uint64_t& v) {
@@ -318,8 +323,6 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.tcp.max_connections = static_cast<uint32_t>(
           std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
       ro.tcp.syn_backlog = std::min<uint32_t>(4096, ro.tcp.max_connections);
-      ro.tcp.isn_secret ^= (static_cast<uint64_t>(getpid()) << 32) ^
-                           static_cast<uint64_t>(time(nullptr));
       auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
       for (const config::ListenerConfig& l : c.listeners) {
         if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return s;

@@ -29,6 +29,8 @@ enum class DropReason : uint8_t {
   kBeyondWindow,      // bytes beyond the receive window (trimmed)
   kTxNoFrame,         // no transmit buffer free: segment not sent (retried by timers)
   kInvalidFlags,      // e.g. SYN+FIN, no ACK in a synchronized state
+  kMissingTimestamp,  // no timestamp on a connection that negotiated them (RFC 7323 §3.2)
+  kBadCookie,         // ACK for no connection whose cookie does not validate (answered with RST)
   kCount
 };
 
@@ -76,6 +78,13 @@ struct TcpCounters {
   uint64_t ignored_icmp = 0;
   uint64_t ignored_other = 0;   // IP but neither TCP nor ICMP
   uint64_t xdp_rejected = 0;    // connections freed because the XDP program rejected the flow
+  uint64_t xdp_reject_ignored = 0;  // reject flags on segments that could not prove they start
+                                    // the connection's first request (spoofing): ignored
+  uint64_t syn_backlog_full = 0;    // SYNs that found the backlog full (answered by cookie or
+                                    // dropped, per TcpOptions::syn_cookies)
+  uint64_t cookies_sent = 0;        // SYN-ACKs carrying a cookie, with no state kept
+  uint64_t cookies_validated = 0;   // connections created from a valid cookie ACK/data segment
+  uint64_t cookies_rejected = 0;    // ACKs for no connection whose cookie did not validate
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::array<uint64_t, static_cast<size_t>(TcpState::kCount)> conns_by_state{};  // gauges
 

@@ -375,6 +375,8 @@ std::string_view dropReasonName(DropReason r) {
     case DropReason::kBeyondWindow: return "beyond_window";
     case DropReason::kTxNoFrame: return "tx_no_frame";
     case DropReason::kInvalidFlags: return "invalid_flags";
+    case DropReason::kMissingTimestamp: return "missing_timestamp";
+    case DropReason::kBadCookie: return "bad_cookie";
     case DropReason::kCount: break;
   }
   return "unknown";

@@ -5,8 +5,10 @@
 #include <string_view>
 #include <utility>
 
+#include "common/secret.h"
 #include "dataplane/tcp/frame_tag.h"
 #include "dataplane/tcp/seq.h"
+#include "dataplane/tcp/syncookie.h"
 
 namespace infergate::dataplane::tcp {
 namespace {
@@ -15,13 +17,28 @@ constexpr uint32_t kNone = 0xffffffffu;
 constexpr uint32_t kMaxOoo = 16;
 constexpr uint64_t kMs = 1'000'000;
 
-uint64_t mix(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
+// The 4-tuple as the XDP program sees it (struct ig_flow_key order: s = client, network byte
+// order), for the cookie function both sides share.
+struct CookieTuple {
+  uint32_t saddr[4] = {};
+  uint32_t daddr[4] = {};
+  uint16_t sport = 0, dport = 0;
+  int v6 = 0;
+  explicit CookieTuple(const FlowKey& k) {
+    std::memcpy(saddr, k.remote_ip, k.v6 ? 16 : 4);
+    std::memcpy(daddr, k.local_ip, k.v6 ? 16 : 4);
+    sport = __builtin_bswap16(k.remote_port);
+    dport = __builtin_bswap16(k.local_port);
+    v6 = k.v6 ? 1 : 0;
+  }
+};
+
+uint64_t keyedHash(const ig_sipkey& key, const FlowKey& k, uint64_t extra) {
+  static_assert(sizeof(FlowKey) == 40, "FlowKey is five words");
+  __u64 w[6];
+  std::memcpy(w, &k, sizeof(FlowKey));
+  w[5] = extra;
+  return ig_siphash(&key, w, 6);
 }
 
 }  // namespace
@@ -62,11 +79,22 @@ struct Tcb {
   // Frame::meta of the segment that started the latest request (frame_tag.h); 0: none.
   uint64_t tag_meta = 0;
   uint32_t segs_unacked = 0;
+  uint64_t last_challenge_at = 0;  // per-connection challenge-ACK limit (RFC 5961 §7)
   // Timers (0 = off); the earliest is in the stack's wheel.
   uint64_t rto_at = 0, delack_at = 0, persist_at = 0, ka_at = 0, close_at = 0;
   uint64_t last_rx = 0;
   uint32_t tw_prev = kNone, tw_next = kNone;
 };
+
+// Payload bytes that fit in one segment now: the MSS less the SACK blocks our ACKs carry
+// while out-of-order data is held (timestamps are already out of mss), so no data segment
+// with SACK blocks exceeds the MTU.
+uint32_t payloadRoom(const Tcb& c) {
+  if (!c.sack_ok || c.ooo_n == 0) return c.mss;
+  const uint32_t blocks = std::min<uint32_t>(c.ooo_n, c.ts_ok ? 3 : 4);
+  const uint32_t opt = 4 + 8 * blocks;
+  return c.mss > opt + 8 ? c.mss - opt : 8;
+}
 
 struct TcpStack::Conn final : Tcb, frontend::Transport {
   TcpStack* stack = nullptr;
@@ -156,7 +184,10 @@ TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, Clock clock,
       pool_(options.chunk_size, options.pool_keep_chunks),
       wheel_(std::max<uint32_t>(options.max_connections, 1), options.timer_slots,
              options.timer_granularity_ns, now_),
-      conns_(std::max<uint32_t>(options.max_connections, 1)) {
+      conns_(std::max<uint32_t>(options.max_connections, 1)),
+      cookies_(options.cookie_jar ? options.cookie_jar : std::make_shared<SynCookieJar>()),
+      hash_key_(common::randomSipKey()),
+      misc_key_(common::randomSipKey()) {
   if (options_.max_ooo_ranges > kMaxOoo) options_.max_ooo_ranges = kMaxOoo;
   if (options_.max_ooo_ranges == 0) options_.max_ooo_ranges = 1;
   if (loop == nullptr) {
@@ -182,6 +213,7 @@ TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, Clock clock,
   rx_batch_.resize(256);
   last_session_tick_ = now_;
   challenge_window_start_ = now_;
+  challenge_limit_now_ = options_.challenge_ack_limit;
 }
 
 TcpStack::~TcpStack() {
@@ -212,11 +244,8 @@ absl::Status TcpStack::listen(uint16_t port, frontend::SessionFactory factory) {
 // Connection table
 
 uint64_t TcpStack::hashKey(const FlowKey& k) const {
-  uint64_t w[5];
-  std::memcpy(w, &k, sizeof(w));
-  uint64_t h = options_.isn_secret;
-  for (uint64_t x : w) h = mix(h ^ x);
-  return h;
+  // Keyed (getrandom): nobody can pick 4-tuples that share a probe chain.
+  return keyedHash(hash_key_, k, 0);
 }
 
 TcpStack::Conn* TcpStack::lookup(const FlowKey& k) {
@@ -359,6 +388,7 @@ size_t TcpStack::processRx(size_t max) {
 
 void TcpStack::poll(uint64_t now_ns) {
   now_ = now_ns;
+  cookies_->maybeRotate(now_);
   if (own_loop_) own_loop_->runPosted();
   wheel_.advance(now_, due_);
   for (size_t i = 0; i < due_.size(); ++i) {
@@ -446,22 +476,38 @@ void TcpStack::handleSegment(const Segment& seg) {
   }
   Conn* c = lookup(seg.key);
   if (metaValid(cur_meta_) && (metaFlags(cur_meta_) & kTagRejected)) {
-    // The XDP program rejected this flow: free the connection at once (RST from our state
-    // too, in case the program left the answer to us; a second RST is harmless).
+    // The XDP program judged this segment a bad request start. Its verdict is advice: the
+    // connection is reset only when the segment proves it is the connection's first data
+    // (exactly at irs + 1, acknowledging what we sent); anything else is an ordinary segment
+    // (a spoofed SYN can make the program believe any segment is "first").
     if (c == nullptr) {
+      if ((seg.flags & kAck) && !(seg.flags & (kSyn | kRst)) && seg.payload_len > 0) {
+        uint16_t li = 0;
+        const ig_cookie_keys keys = cookies_->snapshot();
+        const CookieTuple t(seg.key);
+        ig_cookie_opts o{};
+        if (findListener(seg.key.local_port, &li) &&
+            ig_cookie_check(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, seg.seq - 1,
+                            seg.ack - 1, &o)) {
+          ++counters_.xdp_rejected;  // first data of a cookie handshake: answer, keep nothing
+          sendRstFor(seg);
+          return;
+        }
+      }
       counters_.drop(DropReason::kNoConnection);
       return;
     }
-    ++counters_.xdp_rejected;
-    resetConn(*c, true);
-    return;
+    if (rejectFlagApplies(*c, seg)) {
+      ++counters_.xdp_rejected;
+      resetConn(*c, true);
+      return;
+    }
+    ++counters_.xdp_reject_ignored;
   }
   if (c == nullptr) {
     handleListen(seg);
     return;
   }
-  std::memcpy(c->remote_mac, seg.src_mac, 6);  // replies go where the peer is now
-  std::memcpy(c->local_mac, seg.dst_mac, 6);
   if (c->state == TcpState::kSynReceived) {
     handleSynReceived(*c, seg);
   } else {
@@ -469,10 +515,37 @@ void TcpStack::handleSegment(const Segment& seg) {
   }
 }
 
-uint32_t TcpStack::makeIsn(const FlowKey& k) {
-  if (options_.isn_fn) return options_.isn_fn(k);
-  // RFC 6528: M + F(4-tuple, secret), M a 4 µs clock.
-  return static_cast<uint32_t>(mix(hashKey(k) ^ 0x5bd1e995u)) + static_cast<uint32_t>(now_ / 4000);
+bool TcpStack::rejectFlagApplies(const Conn& c, const Segment& seg) const {
+  if (seg.payload_len == 0 || !(seg.flags & kAck) || (seg.flags & (kSyn | kRst))) return false;
+  if (c.rcv_nxt != c.irs + 1 || seg.seq != c.rcv_nxt) return false;  // not the first data
+  if (c.ts_ok && (!seg.opt.has_ts || seqLt(seg.opt.ts_val, c.ts_recent))) return false;
+  if (c.state == TcpState::kSynReceived) return seg.ack == c.iss + 1;
+  if (c.state != TcpState::kEstablished) return false;
+  return seqGeq(seg.ack, c.snd_una) && seqLeq(seg.ack, c.snd_max);
+}
+
+const TcpStack::Listener* TcpStack::findListener(uint16_t port, uint16_t* index) const {
+  for (uint16_t i = 0; i < listeners_.size(); ++i) {
+    if (listeners_[i].port == port) {
+      *index = i;
+      return &listeners_[i];
+    }
+  }
+  return nullptr;
+}
+
+// Every ISN is a SYN cookie (dataplane/tcp/syncookie.h): a keyed SipHash of the 4-tuple and
+// the client's ISN under a key from getrandom that rotates, so it is unpredictable (RFC 6528's
+// aim) and an ACK can prove a handshake the stack keeps no state for.
+uint32_t TcpStack::makeIsn(const Segment& syn) {
+  if (options_.isn_fn) return options_.isn_fn(syn.key);
+  const ig_cookie_keys keys = cookies_->snapshot();
+  const CookieTuple t(syn.key);
+  const uint32_t opts = ig_cookie_encode_opts(
+      syn.opt.has_mss ? syn.opt.mss : (syn.key.v6 ? 1220 : 536),
+      options_.window_scaling ? syn.opt.wscale : -1, options_.sack && syn.opt.sack_permitted,
+      options_.timestamps && syn.opt.has_ts);
+  return ig_cookie_make(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, syn.seq, opts);
 }
 
 uint32_t TcpStack::tsNow(const Conn& c) const {
@@ -484,18 +557,19 @@ void TcpStack::handleListen(const Segment& seg) {
     counters_.drop(DropReason::kNoConnection);
     return;
   }
+  uint16_t li = 0;
+  const Listener* l = findListener(seg.key.local_port, &li);
   if ((seg.flags & kAck) || !(seg.flags & kSyn)) {
+    if (l != nullptr && (seg.flags & kAck) && !(seg.flags & kSyn)) {
+      if (acceptCookie(seg, li)) return;
+      ++counters_.cookies_rejected;
+      counters_.drop(DropReason::kBadCookie);
+      sendRstFor(seg);
+      return;
+    }
     counters_.drop(DropReason::kNoConnection);
     if (seg.flags & kAck || seg.flags & kFin || seg.payload_len) sendRstFor(seg);
     return;
-  }
-  const Listener* l = nullptr;
-  uint16_t li = 0;
-  for (; li < listeners_.size(); ++li) {
-    if (listeners_[li].port == seg.key.local_port) {
-      l = &listeners_[li];
-      break;
-    }
   }
   if (l == nullptr) {
     counters_.drop(DropReason::kNoListener);
@@ -503,8 +577,15 @@ void TcpStack::handleListen(const Segment& seg) {
     return;
   }
   ++counters_.syn_received;
-  if (syn_received_ >= options_.syn_backlog) {
-    counters_.drop(DropReason::kSynQueueFull);  // the client retries; the XDP program may cookie
+  const bool backlog_full = syn_received_ >= options_.syn_backlog;
+  if (backlog_full) ++counters_.syn_backlog_full;
+  if (options_.syn_cookies == SynCookies::kAlways ||
+      (backlog_full && options_.syn_cookies == SynCookies::kOnOverflow)) {
+    sendCookieSynAck(seg);  // no state: the ACK that comes back creates the connection
+    return;
+  }
+  if (backlog_full) {
+    counters_.drop(DropReason::kSynQueueFull);  // the client retries
     return;
   }
   Conn* cp = allocConn();
@@ -516,49 +597,143 @@ void TcpStack::handleListen(const Segment& seg) {
     return;
   }
   Conn& c = *cp;
-  c.key = seg.key;
-  std::memcpy(c.remote_mac, seg.src_mac, 6);
-  std::memcpy(c.local_mac, seg.dst_mac, 6);
-  c.listener = li;
-  c.irs = seg.seq;
-  c.rcv_nxt = seg.seq + 1;
-  c.rx_read = c.rcv_nxt;
-  c.iss = makeIsn(seg.key);
-  c.snd_una = c.iss;
-  c.snd_nxt = c.iss + 1;
-  c.snd_max = c.iss + 1;
-  c.recover = c.iss;
-  // Options (RFC 7323, 2018, 879/6691).
-  const bool v6 = seg.key.v6;
-  const uint32_t our_mss = mtu_ - (v6 ? 60 : 40);
-  uint32_t peer_mss = seg.opt.has_mss ? seg.opt.mss : (v6 ? 1220 : 536);
-  if (peer_mss < 88) peer_mss = 88;  // tiny-MSS resource attacks
-  c.mss = std::min(our_mss, peer_mss);
-  c.wscale_ok = options_.window_scaling && seg.opt.wscale >= 0;
-  if (c.wscale_ok) {
-    c.snd_wscale = static_cast<uint8_t>(seg.opt.wscale);
-    while ((options_.rcv_buf >> c.rcv_wscale) > 65535 && c.rcv_wscale < 14) ++c.rcv_wscale;
-  }
-  c.sack_ok = options_.sack && seg.opt.sack_permitted;
-  c.ts_ok = options_.timestamps && seg.opt.has_ts;
-  if (c.ts_ok) {
-    c.ts_recent = seg.opt.ts_val;
-    c.ts_offset = static_cast<uint32_t>(mix(c.iss ^ options_.isn_secret));
-    c.mss -= 12;
-  }
+  initConn(c, seg, li, seg.seq, makeIsn(seg), seg.opt.has_mss ? seg.opt.mss : 0,
+           seg.opt.wscale, seg.opt.sack_permitted, seg.opt.has_ts, seg.opt.ts_val);
+  if (c.ts_ok) c.ts_offset = static_cast<uint32_t>(keyedHash(misc_key_, c.key, c.iss));
   c.snd_wnd = seg.window;  // never scaled in a SYN
   c.max_snd_wnd = c.snd_wnd;
   c.snd_wl1 = seg.seq;
   c.snd_wl2 = c.iss;
-  c.cwnd = options_.initial_cwnd_segments * c.mss;
-  c.rto = options_.initial_rto_ns;
-  c.last_rx = now_;
   hashInsert(c);
   setState(c, TcpState::kSynReceived);
   sendSynAck(c);
   c.synack_sent_at = now_;
   c.rto_at = now_ + c.rto;
   armTimer(c);
+}
+
+void TcpStack::initConn(Conn& c, const Segment& seg, uint16_t listener, uint32_t client_isn,
+                        uint32_t iss, uint32_t peer_mss_opt, int peer_wscale, bool sack, bool ts,
+                        uint32_t ts_val) {
+  c.key = seg.key;
+  std::memcpy(c.remote_mac, seg.src_mac, 6);
+  std::memcpy(c.local_mac, seg.dst_mac, 6);
+  c.listener = listener;
+  c.irs = client_isn;
+  c.rcv_nxt = client_isn + 1;
+  c.rx_read = c.rcv_nxt;
+  c.rcv_adv = c.rcv_nxt;  // nothing advertised yet (seqMax against it must not stick at 0)
+  c.iss = iss;
+  c.snd_una = iss;
+  c.snd_nxt = iss + 1;
+  c.snd_max = iss + 1;
+  c.recover = iss;
+  // Options (RFC 7323, 2018, 879/6691).
+  const bool v6 = seg.key.v6;
+  const uint32_t our_mss = mtu_ - (v6 ? 60 : 40);
+  uint32_t peer_mss = peer_mss_opt ? peer_mss_opt : (v6 ? 1220 : 536);
+  if (peer_mss < 88) peer_mss = 88;  // tiny-MSS resource attacks
+  c.mss = std::min(our_mss, peer_mss);
+  c.wscale_ok = options_.window_scaling && peer_wscale >= 0;
+  if (c.wscale_ok) {
+    c.snd_wscale = static_cast<uint8_t>(std::min(peer_wscale, 14));
+    while ((options_.rcv_buf >> c.rcv_wscale) > 65535 && c.rcv_wscale < 14) ++c.rcv_wscale;
+  }
+  c.sack_ok = options_.sack && sack;
+  c.ts_ok = options_.timestamps && ts;
+  if (c.ts_ok) {
+    c.ts_recent = ts_val;
+    c.mss -= 12;
+  }
+  c.cwnd = options_.initial_cwnd_segments * c.mss;
+  c.rto = options_.initial_rto_ns;
+  c.last_rx = now_;
+}
+
+void TcpStack::sendCookieSynAck(const Segment& syn) {
+  Frame f;
+  if (!device_.txAlloc(&f)) {
+    counters_.drop(DropReason::kTxNoFrame);
+    return;
+  }
+  const uint32_t iss = makeIsn(syn);
+  SegmentSpec s;
+  s.src_mac = syn.dst_mac;
+  s.dst_mac = syn.src_mac;
+  s.key = &syn.key;
+  s.seq = iss;
+  s.ack = syn.seq + 1;
+  s.flags = kSyn | kAck;
+  s.window = static_cast<uint16_t>(std::min<uint32_t>(options_.rcv_buf, 65535));
+  s.mss = static_cast<uint16_t>(mtu_ - (syn.key.v6 ? 60 : 40));
+  if (options_.window_scaling && syn.opt.wscale >= 0) {
+    uint8_t shift = 0;
+    while ((options_.rcv_buf >> shift) > 65535 && shift < 14) ++shift;
+    s.wscale = static_cast<int8_t>(shift);
+  }
+  s.sack_permitted = options_.sack && syn.opt.sack_permitted;
+  if (options_.timestamps && syn.opt.has_ts) {
+    // A millisecond clock with a per-flow offset; the connection continues from the value
+    // the client echoes (acceptCookie).
+    s.has_ts = true;
+    s.ts_val = static_cast<uint32_t>(now_ / kMs) +
+               static_cast<uint32_t>(keyedHash(misc_key_, syn.key, iss));
+    s.ts_ecr = syn.opt.ts_val;
+  }
+  f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0));
+  tx_batch_.push_back(f);
+  if (tx_batch_.size() >= 64) {
+    device_.txBurst(tx_batch_.data(), tx_batch_.size());
+    tx_batch_.clear();
+  }
+  ++counters_.segments_out;
+  ++counters_.cookies_sent;
+}
+
+// An ACK (perhaps with data) for no connection: if it completes a cookie handshake, the
+// connection is created straight into ESTABLISHED from what the cookie encodes.
+bool TcpStack::acceptCookie(const Segment& seg, uint16_t listener) {
+  if (options_.isn_fn) return false;  // tests that fix ISNs make no cookies
+  const ig_cookie_keys keys = cookies_->snapshot();
+  const CookieTuple t(seg.key);
+  ig_cookie_opts o{};
+  if (!ig_cookie_check(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, seg.seq - 1,
+                       seg.ack - 1, &o)) {
+    return false;
+  }
+  if (o.ts && !seg.opt.has_ts) return false;  // RFC 7323 §3.2: timestamps were negotiated
+  Conn* cp = allocConn();
+  if (cp == nullptr) cp = evictTimeWait();
+  if (cp == nullptr) {
+    ++counters_.refused;
+    counters_.drop(DropReason::kConnLimit);
+    sendRstFor(seg);
+    return true;
+  }
+  Conn& c = *cp;
+  initConn(c, seg, listener, seg.seq - 1, seg.ack - 1, o.mss, o.wscale, o.sack, o.ts,
+           o.ts ? seg.opt.ts_val : 0);
+  if (c.ts_ok) c.ts_offset = seg.opt.ts_ecr - static_cast<uint32_t>(now_ / kMs);
+  c.snd_una = c.iss + 1;
+  c.rcv_adv = c.rcv_nxt + std::min<uint32_t>(options_.rcv_buf, 65535);  // the SYN-ACK's window
+  c.last_ack_sent = c.rcv_nxt;
+  c.snd_wnd = static_cast<uint32_t>(seg.window) << c.snd_wscale;
+  c.max_snd_wnd = c.snd_wnd;
+  c.snd_wl1 = seg.seq;
+  c.snd_wl2 = seg.ack;
+  hashInsert(c);
+  setState(c, TcpState::kEstablished);
+  ++counters_.accepted;
+  ++counters_.cookies_validated;
+  std::shared_ptr<frontend::Session> session = listeners_[c.listener].factory(c);
+  if (!session) {
+    resetConn(c, true);
+    return true;
+  }
+  c.session = std::move(session);
+  handleSynchronized(c, seg);  // data riding on the completing segment
+  if (c.state != TcpState::kClosed) markDirty(c);
+  return true;
 }
 
 void TcpStack::sendSynAck(Conn& c) { sendSegment(c, c.iss, 0, kSyn | kAck); }
@@ -593,6 +768,10 @@ void TcpStack::handleSynReceived(Conn& c, const Segment& seg) {
     sendRstFor(seg);
     return;
   }
+  if (c.ts_ok && !seg.opt.has_ts) {
+    counters_.drop(DropReason::kMissingTimestamp);
+    return;
+  }
   if (c.ts_ok && seg.opt.has_ts && seqLt(seg.opt.ts_val, c.ts_recent)) {
     counters_.drop(DropReason::kPaws);
     return;
@@ -605,6 +784,8 @@ void TcpStack::handleSynReceived(Conn& c, const Segment& seg) {
     return;
   }
   // Handshake complete.
+  std::memcpy(c.remote_mac, seg.src_mac, 6);  // replies go where the (proven) peer is now
+  std::memcpy(c.local_mac, seg.dst_mac, 6);
   c.snd_una = c.iss + 1;
   c.snd_wnd = static_cast<uint32_t>(seg.window) << c.snd_wscale;
   c.max_snd_wnd = std::max(c.max_snd_wnd, c.snd_wnd);
@@ -630,12 +811,22 @@ void TcpStack::handleSynReceived(Conn& c, const Segment& seg) {
 }
 
 void TcpStack::sendChallengeAck(Conn& c) {
+  if (c.last_challenge_at != 0 && now_ - c.last_challenge_at < options_.challenge_ack_interval_ns) {
+    return;
+  }
   if (now_ - challenge_window_start_ >= 1'000'000'000ull) {
     challenge_window_start_ = now_;
     challenge_count_ = 0;
+    // This second's limit: random in [limit/2, limit], so that counting our challenge ACKs
+    // tells an off-path attacker nothing (CVE-2016-5696).
+    const uint32_t lim = options_.challenge_ack_limit;
+    const __u64 ctr = ++misc_counter_;
+    const uint64_t r = ig_siphash(&misc_key_, &ctr, 1);
+    challenge_limit_now_ = lim / 2 + static_cast<uint32_t>(r % (lim - lim / 2 + 1));
   }
-  if (challenge_count_ >= options_.challenge_ack_limit) return;
+  if (challenge_count_ >= challenge_limit_now_) return;
   ++challenge_count_;
+  c.last_challenge_at = now_;
   ++counters_.challenge_acks;
   c.ack_now = true;
   markDirty(c);
@@ -653,6 +844,12 @@ void TcpStack::handleSynchronized(Conn& c, const Segment& seg) {
       handleListen(seg);
       return;
     }
+  }
+  // RFC 7323 §3.2: once negotiated, a non-RST segment without a timestamp is dropped.
+  // (A SYN still gets its challenge ACK below.)
+  if (c.ts_ok && !seg.opt.has_ts && !(seg.flags & (kRst | kSyn))) {
+    counters_.drop(DropReason::kMissingTimestamp);
+    return;
   }
   // PAWS (RFC 7323 §5).
   if (c.ts_ok && seg.opt.has_ts && !(seg.flags & kRst) && seqLt(seg.opt.ts_val, c.ts_recent)) {
@@ -702,11 +899,14 @@ void TcpStack::handleSynchronized(Conn& c, const Segment& seg) {
     counters_.drop(DropReason::kInvalidFlags);
     return;
   }
-  if (c.ts_ok && seg.opt.has_ts && seqLeq(seg.seq, c.last_ack_sent) &&
-      seqGeq(seg.opt.ts_val, c.ts_recent)) {
-    c.ts_recent = seg.opt.ts_val;
-  }
+  // ts_recent and the MACs change only for a segment whose ACK is acceptable too (RFC 7323
+  // §4.3; a spoofed frame must not redirect our replies at L2).
+  const bool update_ts = c.ts_ok && seg.opt.has_ts && seqLeq(seg.seq, c.last_ack_sent) &&
+                         seqGeq(seg.opt.ts_val, c.ts_recent);
   if (!processAck(c, seg)) return;
+  if (update_ts) c.ts_recent = seg.opt.ts_val;
+  std::memcpy(c.remote_mac, seg.src_mac, 6);  // replies go where the peer is now
+  std::memcpy(c.local_mac, seg.dst_mac, 6);
   processData(c, seg);
   markDirty(c);
 }
@@ -863,7 +1063,11 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
       seq = c.rcv_nxt;
     }
   }
-  const uint32_t wnd_end = seqMax(c.rcv_adv, c.rx_read + options_.rcv_buf);
+  // What we advertised, and never more than the connection's memory: rcv_buf from rx_read
+  // plus the window-scale rounding, whatever rcv_adv says.
+  uint32_t wnd_end = seqMax(c.rcv_adv, c.rx_read + options_.rcv_buf);
+  const uint32_t hard_end = c.rx_read + options_.rcv_buf + ((1u << c.rcv_wscale) - 1);
+  if (seqGt(wnd_end, hard_end)) wnd_end = hard_end;
   if (len > 0 && seqGt(seq + len, wnd_end)) {
     counters_.drop(DropReason::kBeyondWindow);
     len = seqGt(wnd_end, seq) ? wnd_end - seq : 0;
@@ -1152,7 +1356,7 @@ void TcpStack::sendRstFor(const Segment& seg) {
 
 void TcpStack::retransmitHead(Conn& c) {
   const uint32_t data_end = c.dataEnd();
-  uint32_t len = seqLt(c.snd_una, data_end) ? std::min(c.mss, data_end - c.snd_una) : 0;
+  uint32_t len = seqLt(c.snd_una, data_end) ? std::min(payloadRoom(c), data_end - c.snd_una) : 0;
   const bool fin = c.app_close && c.snd_una + len == c.fin_seq && seqGt(c.snd_max, c.fin_seq);
   if (len == 0 && !fin) return;
   uint8_t flags = kAck;
@@ -1181,9 +1385,10 @@ void TcpStack::output(Conn& c) {
       if (seqLt(c.snd_nxt, data_end)) {
         const uint32_t avail = data_end - c.snd_nxt;
         const uint32_t usable = wnd > in_flight ? wnd - in_flight : 0;
-        const uint32_t len = std::min({c.mss, avail, usable});
+        const uint32_t room = payloadRoom(c);
+        const uint32_t len = std::min({room, avail, usable});
         if (len == 0) break;
-        if (len < c.mss && len < avail && in_flight > 0) break;  // sender SWS avoidance
+        if (len < room && len < avail && in_flight > 0) break;  // sender SWS avoidance
         const bool fin = c.app_close && c.snd_nxt + len == c.fin_seq;
         uint8_t flags = kAck;
         if (c.snd_nxt + len == data_end) flags |= kPsh;

@@ -34,6 +34,7 @@
 #include "dataplane/tcp/buffer.h"
 #include "dataplane/tcp/counters.h"
 #include "dataplane/tcp/packet.h"
+#include "dataplane/tcp/syncookie_jar.h"
 #include "dataplane/tcp/timer_wheel.h"
 #include "frontend/session.h"
 
@@ -41,6 +42,13 @@ namespace infergate::dataplane::tcp {
 
 // Monotonic nanoseconds.
 using Clock = std::function<uint64_t()>;
+
+// When the stack answers a SYN with a cookie instead of keeping a half-open connection.
+enum class SynCookies : uint8_t {
+  kOff,         // never: beyond syn_backlog SYNs are dropped (the client retries)
+  kOnOverflow,  // when syn_backlog half-open connections exist (the default, like Linux's 1)
+  kAlways,      // every SYN (like Linux's tcp_syncookies=2)
+};
 
 struct TcpOptions {
   int index = 0;                       // reactor index (Loop::index)
@@ -69,9 +77,19 @@ struct TcpOptions {
   uint64_t timer_granularity_ns = 1'000'000;
   uint32_t timer_slots = 4096;              // power of two
   uint32_t max_ooo_ranges = 8;              // out-of-order holes kept per connection
-  uint32_t challenge_ack_limit = 1000;      // per second, per stack (RFC 5961 §7)
-  uint64_t isn_secret = 0x9e3779b97f4a7c15ull;  // RFC 6528 keyed hash (set per process)
-  // Tests: fixes our initial sequence number for a flow (nullptr: RFC 6528 ISN).
+  // Challenge ACKs (RFC 5961 §7): at most one per connection per challenge_ack_interval_ns,
+  // and per stack a limit per second drawn at random in [limit/2, limit] each second, so the
+  // global count is no side channel (CVE-2016-5696).
+  uint32_t challenge_ack_limit = 1000;
+  uint64_t challenge_ack_interval_ns = 100'000'000;
+  // SYN cookies (dataplane/tcp/syncookie.h). Every ISN the stack picks is a cookie, so an ACK
+  // completing a handshake the stack holds no state for (its SYN was answered by the XDP
+  // program or by a cookie SYN-ACK of ours) creates the connection.
+  SynCookies syn_cookies = SynCookies::kOnOverflow;
+  // The keys, shared by every reactor and mirrored into the XDP program; nullptr: the stack
+  // makes its own (random) jar and rotates it.
+  std::shared_ptr<SynCookieJar> cookie_jar;
+  // Tests: fixes our initial sequence number for a flow (nullptr: the cookie).
   std::function<uint32_t(const FlowKey&)> isn_fn;
 };
 
@@ -145,8 +163,14 @@ class TcpStack {
   void detachSession(Conn& c);
   uint16_t advertisedWindow(Conn& c);
   uint32_t tsNow(const Conn& c) const;
-  uint32_t makeIsn(const FlowKey& k);
-
+  uint32_t makeIsn(const Segment& syn);
+  void sendCookieSynAck(const Segment& syn);
+  bool acceptCookie(const Segment& seg, uint16_t listener);
+  void initConn(Conn& c, const Segment& syn_or_ack, uint16_t listener, uint32_t client_isn,
+                uint32_t iss, uint32_t peer_mss, int peer_wscale, bool sack, bool ts,
+                uint32_t ts_val);
+  const Listener* findListener(uint16_t port, uint16_t* index) const;
+  bool rejectFlagApplies(const Conn& c, const Segment& seg) const;
   Conn* lookup(const FlowKey& k);
   void hashInsert(Conn& c);
   void hashErase(Conn& c);
@@ -182,6 +206,11 @@ class TcpStack {
   uint64_t last_session_tick_ = 0;
   uint64_t challenge_window_start_ = 0;
   uint32_t challenge_count_ = 0;
+  uint32_t challenge_limit_now_ = 0;  // this second's random global limit
+  std::shared_ptr<SynCookieJar> cookies_;
+  ig_sipkey hash_key_{};   // connection table (getrandom)
+  ig_sipkey misc_key_{};   // timestamp offsets, challenge-ACK limits (getrandom)
+  uint64_t misc_counter_ = 0;
 };
 
 }  // namespace infergate::dataplane::tcp

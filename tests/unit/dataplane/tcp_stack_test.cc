@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -703,6 +704,7 @@ TEST_F(TcpTest, RstInWindowGetsChallengeAckExactRstResets) {
   send(kRst, cseq + 10'000'000, 0);  // out of window: ignored
   EXPECT_TRUE(drain().empty());
   EXPECT_EQ(stack->connectionCount(), 1u);
+  advance(opts.challenge_ack_interval_ns);  // one challenge ACK per connection per interval
   send(kSyn, cseq + 5, 0);  // SYN on an established connection: challenge ACK
   out = drain();
   ASSERT_EQ(out.size(), 1u);
@@ -739,8 +741,9 @@ TEST_F(TcpTest, PawsDropsOldTimestamps) {
 
 // ---- Limits --------------------------------------------------------------------------------
 
-TEST_F(TcpTest, SynFloodBeyondTheQueueIsDropped) {
+TEST_F(TcpTest, SynFloodBeyondTheQueueIsDroppedWhenCookiesAreOff) {
   opts.syn_backlog = 4;
+  opts.syn_cookies = SynCookies::kOff;
   start();
   for (uint16_t p = 0; p < 10; ++p) {
     FlowKey k = clientKey(static_cast<uint16_t>(30000 + p), false);
@@ -1008,6 +1011,9 @@ TEST_F(TcpTest, TagsComeThroughTheDeviceBurst) {
   sp.ack = sseq;
   sp.flags = kAck | kPsh;
   sp.window = 65535;
+  sp.has_ts = true;  // negotiated by connect()
+  sp.ts_val = ts_val;
+  sp.ts_ecr = last_ts_from_server;
   std::vector<uint8_t> f(256);
   const std::string req = "GET /y HTTP/1.1\r\n";
   f.resize(buildSegment(f.data(), f.size(), sp, reinterpret_cast<const uint8_t*>(req.data()),
@@ -1019,27 +1025,25 @@ TEST_F(TcpTest, TagsComeThroughTheDeviceBurst) {
   EXPECT_EQ(session().tags[0]->verdict, frontend::IngressTag::Verdict::kRateLimited);
 }
 
-TEST_F(TcpTest, FlowRejectedByTheXdpProgramIsFreedAtOnce) {
+TEST_F(TcpTest, FirstDataSegmentRejectedByTheXdpProgramResetsAtOnce) {
   start();
   connect();
-  send(kAck | kPsh, cseq, sseq, "GET / HTTP/1.1\r\n");
-  cseq += 16;
   ASSERT_EQ(stack->connectionCount(), 1u);
-  drain();
-  // The program rejected the flow (its next segment, flagged): the connection is reset and
-  // freed at once, the session closed, the peer told with a RST from our sequence space.
+  // The program rejected the connection's first data segment (flagged): the connection is
+  // reset and freed at once, the session closed, the peer told with a RST from our sequence
+  // space.
   meta = makeMeta(1, kVerdictAdmit, kTagRejected);
   send(kAck | kPsh, cseq, sseq, "BAD REQUEST");
   EXPECT_EQ(stack->connectionCount(), 0u);
   EXPECT_TRUE(session().closed);
-  EXPECT_EQ(session().received, "GET / HTTP/1.1\r\n");  // the rejected bytes never arrive
+  EXPECT_EQ(session().received, "");  // the rejected bytes never arrive
   EXPECT_EQ(stack->counters().xdp_rejected, 1u);
   auto out = drain();
   ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(out[0].has(kRst));
   EXPECT_EQ(out[0].seg.seq, sseq);
-  // Later flagged segments of the flow find no connection: dropped, not answered.
-  send(kAck | kPsh, cseq, sseq, "more");
+  // A later flagged segment of the flow finds no connection and proves no cookie: dropped.
+  send(kAck | kPsh, cseq + 11, sseq + 5, "more");
   EXPECT_TRUE(drain().empty());
   EXPECT_EQ(stack->counters().dropped(DropReason::kNoConnection), 1u);
   EXPECT_EQ(stack->counters().xdp_rejected, 1u);
@@ -1047,6 +1051,315 @@ TEST_F(TcpTest, FlowRejectedByTheXdpProgramIsFreedAtOnce) {
   meta = 0;
   connect(50000);
   EXPECT_EQ(stack->connectionCount(), 1u);
+}
+
+// Issue 12, item 2: a spoofed SYN with the victim's 4-tuple makes the XDP program believe the
+// attacker's next segment is the flow's first; the program's reject flag on it must not reset
+// the victim's live connection.
+TEST_F(TcpTest, ForgedFirstSegmentAgainstAnEstablishedFlowIsIgnored) {
+  start();
+  connect();
+  send(kAck | kPsh, cseq, sseq, "GET / HTTP/1.1\r\n");
+  cseq += 16;
+  drain();
+  sendSyn(0x12345678, SynOpts{});  // the attacker's SYN: a challenge ACK, nothing else
+  drain();
+  meta = makeMeta(1, kVerdictAdmit, kTagRejected);
+  send(kAck | kPsh, 0x12345679, 0xdeadbeef, "XXXXXXXXX /nope HTTP/1.1\r\n");  // its "first" data
+  send(kAck | kPsh, cseq, sseq, "X");  // even at the right sequence: not the first data
+  EXPECT_EQ(stack->connectionCount(), 1u);
+  EXPECT_FALSE(session().closed);
+  EXPECT_EQ(stack->counters().xdp_rejected, 0u);
+  EXPECT_EQ(stack->counters().xdp_reject_ignored, 2u);
+  meta = 0;
+  send(kAck | kPsh, cseq + 1, sseq, "Host: a\r\n");
+  EXPECT_EQ(session().received, "GET / HTTP/1.1\r\nXHost: a\r\n");
+  // A forged "first" segment acknowledging what we never sent is ignored too.
+  start();
+  connect();
+  meta = makeMeta(1, kVerdictAdmit, kTagRejected);
+  send(kAck | kPsh, cseq, sseq + 1000, "BAD");
+  EXPECT_EQ(stack->connectionCount(), 1u);
+}
+
+// Issue 12, item 1: with a client ISN in the upper half of sequence space the window used to be
+// unbounded (rcv_adv stuck at 0): one segment far ahead grew the receive buffer by gigabytes.
+TEST_F(TcpTest, ReceiveWindowHoldsForClientIsnInTheUpperHalf) {
+  for (uint32_t cisn : {0x80000000u, 0xfffffff0u, 0x7fffffffu}) {
+    opts.rcv_buf = 64 * 1024;
+    start();
+    connect(cisn, SynOpts{1460, 7, true, false});
+    session().transport->pauseReading(true);
+    for (uint32_t i = 0; i < 4; ++i) send(kAck, cseq + 0x7FFF0000u + i * 0x1000, sseq, "x");
+    EXPECT_EQ(stack->bufferBytes(), 0u) << std::hex << cisn;
+    // In order, a paused session: the window closes at rcv_buf (plus scale rounding).
+    const std::string d = pattern(1400);
+    for (uint32_t off = 0; off < 80 * 1024; off += 1400) send(kAck, cseq + off, sseq, d);
+    EXPECT_LE(stack->bufferBytes(), 64u * 1024 + 16384u) << std::hex << cisn;
+    EXPECT_GE(stack->counters().dropped(DropReason::kBeyondWindow), 1u) << std::hex << cisn;
+    sessions.clear();
+  }
+}
+
+// Issue 12, item 4: MAC addresses come only from accepted segments.
+TEST_F(TcpTest, SpoofedSegmentsDoNotRedirectRepliesAtL2) {
+  start();
+  connect();
+  const uint8_t real[6] = {2, 0, 0, 0, 0, 2};
+  const uint8_t evil[6] = {2, 0, 0, 0, 0, 0x66};
+  std::memcpy(cmac, evil, 6);
+  send(kAck, cseq + 50'000'000, sseq, "x");  // out of window
+  send(kAck, cseq, sseq + 100'000, "y");     // acknowledges unsent data
+  sendSyn(4242, SynOpts{});                  // SYN on the tuple
+  send(kRst, cseq + 10, 0);                  // in-window RST
+  std::memcpy(cmac, real, 6);
+  auto out = drain();  // drain() checks every reply goes to cmac (the real client)
+  EXPECT_FALSE(out.empty());
+  send(kAck | kPsh, cseq, sseq, "hello");
+  session().transport->send("world");
+  out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().data, "world");
+}
+
+// Issue 12, item 5: challenge ACKs are limited per connection, and the global limit per second
+// is drawn at random so that it cannot serve as a side channel.
+TEST_F(TcpTest, ChallengeAckLimitsArePerConnectionAndRandomGlobally) {
+  opts.challenge_ack_limit = 40;
+  opts.max_connections = 200;
+  start();
+  std::vector<std::pair<FlowKey, uint32_t>> conns;
+  for (uint16_t p = 0; p < 60; ++p) {
+    key = clientKey(static_cast<uint16_t>(20000 + p), false);
+    connect(1000 + p, SynOpts{1460, 7, true, false});
+    conns.emplace_back(key, cseq);
+  }
+  // Per connection: a second in-window RST within the interval gets nothing.
+  key = conns[0].first;
+  send(kRst, conns[0].second + 10, 0);
+  send(kRst, conns[0].second + 20, 0);
+  EXPECT_EQ(drain().size(), 1u);
+  std::set<uint64_t> per_second;
+  for (int round = 0; round < 8; ++round) {
+    advance(1100 * kMs);
+    const uint64_t before = stack->counters().challenge_acks;
+    for (auto& [k, seq] : conns) {
+      key = k;
+      send(kRst, seq + 10, 0);
+    }
+    drain();
+    const uint64_t n = stack->counters().challenge_acks - before;
+    EXPECT_GE(n, 20u);
+    EXPECT_LE(n, 40u);
+    per_second.insert(n);
+  }
+  EXPECT_GE(per_second.size(), 2u) << "the global limit is the same every second";
+}
+
+// Issue 12, item 8: ts_recent only moves for segments whose ACK is acceptable, and segments
+// without a timestamp are dropped once timestamps were negotiated (RFC 7323 §3.2, §4.3).
+TEST_F(TcpTest, TimestampsFollowRfc7323) {
+  start();
+  connect();
+  ts_val = 5000;
+  send(kAck, cseq, sseq + 100'000, "a");  // unacceptable ACK with a far-future timestamp
+  ts_val = 1000;
+  send(kAck, cseq, sseq, "b");  // must not be PAWS-dropped because of the forged one
+  EXPECT_EQ(session().received, "b");
+  EXPECT_EQ(stack->counters().dropped(DropReason::kPaws), 0u);
+  client_ts = false;
+  send(kAck, cseq + 1, sseq, "c");
+  EXPECT_EQ(session().received, "b");
+  EXPECT_EQ(stack->counters().dropped(DropReason::kMissingTimestamp), 1u);
+}
+
+// Issue 12, item 8: SACK blocks in our ACKs must not push a data segment past the MTU.
+TEST_F(TcpTest, SackBlocksNeverPushADataSegmentPastTheMtu) {
+  for (bool ts : {false, true}) {
+    start();
+    connect(1000, SynOpts{1460, 7, true, ts});
+    const std::string d = pattern(100);
+    for (uint32_t i = 1; i <= 4; ++i) send(kAck, cseq + i * 200, sseq, d);  // four holes
+    drain();
+    session().transport->send(pattern(20000));
+    stack->poll(now);
+    size_t data_frames = 0;
+    for (const auto& f : dev->sent) {
+      EXPECT_LE(f.size(), 1500u + 14u) << "ts " << ts;
+      Segment seg;
+      DropReason why;
+      ASSERT_EQ(parseFrame(f.data(), f.size(), true, seg, why), FrameKind::kTcp);
+      if (seg.payload_len > 0) {
+        ++data_frames;
+        EXPECT_GT(seg.opt.num_sack, 0u);
+      }
+    }
+    EXPECT_GE(data_frames, 5u);
+    drain();
+    sessions.clear();
+  }
+}
+
+// ---- SYN cookies ---------------------------------------------------------------------------
+
+class CookieTest : public TcpTest {
+ protected:
+  void SetUp() override {
+    TcpTest::SetUp();
+    jar = std::make_shared<SynCookieJar>(ig_sipkey{1, 2}, ig_sipkey{3, 4}, 0);
+    opts.cookie_jar = jar;
+  }
+  // SYN answered statelessly: returns the SYN-ACK.
+  Out cookieSyn(uint32_t cisn, SynOpts o = SynOpts{}) {
+    const uint64_t sent = stack->counters().cookies_sent;
+    const uint64_t half_open = stack->counters().inState(TcpState::kSynReceived);
+    sendSyn(cisn, o);
+    auto out = drain();
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_EQ(stack->counters().cookies_sent, sent + 1);
+    EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), half_open);  // no state
+    if (out.empty()) return Out{};
+    EXPECT_TRUE(out[0].has(kSyn | kAck));
+    EXPECT_EQ(out[0].seg.ack, cisn + 1);
+    return out[0];
+  }
+  std::shared_ptr<SynCookieJar> jar;
+};
+
+TEST_F(CookieTest, BacklogFullAnswersWithCookiesAndTheAckCreatesTheConnection) {
+  opts.syn_backlog = 2;
+  start();
+  for (uint16_t p = 0; p < 2; ++p) {  // the flood fills the backlog
+    FlowKey k = clientKey(static_cast<uint16_t>(30000 + p), false);
+    sendSyn(100, SynOpts{}, &k);
+  }
+  drain();
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 2u);
+  const Out sa = cookieSyn(0x80000000u);
+  EXPECT_EQ(stack->counters().syn_backlog_full, 1u);
+  EXPECT_TRUE(sa.seg.opt.has_ts);
+  EXPECT_EQ(sa.seg.opt.wscale, 3);  // 256 KiB
+  EXPECT_TRUE(sa.seg.opt.sack_permitted);
+  cseq = 0x80000001u;
+  sseq = sa.seg.seq + 1;
+  send(kAck, cseq, sseq);  // completes: ESTABLISHED, no half-open state ever
+  EXPECT_EQ(stack->counters().cookies_validated, 1u);
+  EXPECT_EQ(stack->counters().inState(TcpState::kEstablished), 1u);
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 2u);
+  send(kAck | kPsh, cseq, sseq, "GET / HTTP/1.1\r\n");
+  EXPECT_EQ(session().received, "GET / HTTP/1.1\r\n");
+  session().transport->send(pattern(3000));
+  auto out = drain();
+  ASSERT_GE(out.size(), 2u);
+  EXPECT_EQ(out[0].seg.seq, sseq);
+  EXPECT_EQ(out[0].len(), 1460u - 12u);  // MSS from the cookie (1460) less timestamps
+  EXPECT_TRUE(out[0].seg.opt.has_ts);
+  EXPECT_GE(out[0].seg.opt.ts_val, sa.seg.opt.ts_val);  // our clock continues
+  EXPECT_EQ(out[0].seg.opt.ts_ecr, ts_val);
+}
+
+TEST_F(CookieTest, EveryOptionCombinationSurvivesTheCookie) {
+  opts.syn_cookies = SynCookies::kAlways;
+  opts.rcv_buf = 1 << 20;
+  for (int m = 0; m < 16; ++m) {
+    SynOpts o;
+    o.mss = (m & 1) ? 1400 : 536;
+    o.wscale = (m & 2) ? 9 : -1;
+    o.sack = m & 4;
+    o.ts = m & 8;
+    start();
+    const Out sa = cookieSyn(1000 + m, o);
+    EXPECT_EQ(sa.seg.opt.wscale >= 0, o.wscale >= 0) << m;
+    EXPECT_EQ(sa.seg.opt.sack_permitted, o.sack) << m;
+    EXPECT_EQ(sa.seg.opt.has_ts, o.ts) << m;
+    cseq = 1001 + m;
+    sseq = sa.seg.seq + 1;
+    send(kAck, cseq, sseq, {}, 65535);
+    ASSERT_EQ(stack->counters().cookies_validated, 1u) << m;
+    session().transport->send(pattern(5000));
+    auto out = drain();
+    ASSERT_GE(out.size(), 2u) << m;
+    EXPECT_EQ(out[0].len(), o.mss - (o.ts ? 12u : 0u)) << m;
+    EXPECT_EQ(out[0].seg.opt.has_ts, o.ts) << m;
+    const uint32_t adv = static_cast<uint32_t>(out[0].seg.window) << (o.wscale >= 0 ? 5 : 0);
+    if (o.wscale >= 0) EXPECT_EQ(adv, 1u << 20) << m;
+    else EXPECT_EQ(adv, 65535u) << m;
+    sessions.clear();
+  }
+}
+
+TEST_F(CookieTest, FirstDataSegmentAloneCreatesTheConnection) {
+  opts.syn_cookies = SynCookies::kAlways;
+  start();
+  const Out sa = cookieSyn(7000);
+  // The pure ACK was lost (or dropped by the XDP program: deferred accept): the request
+  // carries the same proof.
+  send(kAck | kPsh, 7001, sa.seg.seq + 1, "GET / HTTP/1.1\r\n");
+  EXPECT_EQ(stack->counters().cookies_validated, 1u);
+  EXPECT_EQ(session().received, "GET / HTTP/1.1\r\n");
+}
+
+TEST_F(CookieTest, ForgedAndStaleCookiesAreRejected) {
+  opts.syn_cookies = SynCookies::kAlways;
+  start();
+  const Out sa = cookieSyn(9000);
+  send(kAck, 9001, sa.seg.seq + 1 + (1u << 12));  // a forged cookie: RST, nothing created
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst));
+  EXPECT_EQ(stack->counters().cookies_rejected, 1u);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  send(kAck, 9002, sa.seg.seq + 1);  // the client ISN is part of the cookie
+  EXPECT_EQ(stack->counters().cookies_rejected, 2u);
+  client_ts = false;  // a timestamp cookie completed without timestamps
+  send(kAck, 9001, sa.seg.seq + 1);
+  EXPECT_EQ(stack->counters().cookies_rejected, 3u);
+  client_ts = true;
+  jar->rotate();  // the previous key still validates
+  send(kAck, 9001, sa.seg.seq + 1);
+  EXPECT_EQ(stack->counters().cookies_validated, 1u);
+  EXPECT_EQ(drain().size(), 2u);  // the RSTs for the two rejected ones
+  key = clientKey(40001, false);
+  const Out sa3 = cookieSyn(12000, SynOpts{});
+  jar->rotate();
+  jar->rotate();  // two rotations later a cookie is stale
+  send(kAck, 12001, sa3.seg.seq + 1);
+  EXPECT_EQ(stack->counters().cookies_rejected, 4u);
+  EXPECT_EQ(stack->counters().cookies_validated, 1u);
+}
+
+TEST_F(CookieTest, CookieFirstSegmentRejectedByTheXdpProgramIsAnsweredWithoutState) {
+  opts.syn_cookies = SynCookies::kAlways;
+  start();
+  const Out sa = cookieSyn(3000);
+  meta = makeMeta(1, kVerdictAdmit, kTagRejected);
+  send(kAck | kPsh, 3001, sa.seg.seq + 1, "BREW / HTTP/1.1\r\n");
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].has(kRst));
+  EXPECT_EQ(out[0].seg.seq, sa.seg.seq + 1);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_TRUE(sessions.empty());
+  EXPECT_EQ(stack->counters().xdp_rejected, 1u);
+}
+
+TEST_F(CookieTest, OrdinaryIsnsAreCookiesToo) {
+  start();  // backlog healthy: a normal handshake with state
+  sendSyn(5000, SynOpts{});
+  auto out = drain();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(stack->counters().cookies_sent, 0u);
+  const ig_cookie_keys keys = jar->snapshot();
+  uint32_t saddr[4] = {}, daddr[4] = {};
+  std::memcpy(saddr, key.local_ip, 4);   // the test's key is the client's view: local = client
+  std::memcpy(daddr, key.remote_ip, 4);
+  ig_cookie_opts o{};
+  // The stack's view of the tuple: the client's address and port are the source.
+  EXPECT_EQ(ig_cookie_check(&keys, saddr, daddr, __builtin_bswap16(key.local_port),
+                            __builtin_bswap16(key.remote_port), 0, 5000, out[0].seg.seq, &o),
+            1);
+  EXPECT_EQ(o.mss, 1460);
+  EXPECT_EQ(o.ts, 1);
 }
 
 }  // namespace
