@@ -150,6 +150,7 @@ constexpr CounterField kTcpCounters[] = {
     {"cookies_sent", &tcp::TcpCounters::cookies_sent},
     {"cookies_validated", &tcp::TcpCounters::cookies_validated},
     {"cookies_rejected", &tcp::TcpCounters::cookies_rejected},
+    {"half_open_evicted", &tcp::TcpCounters::half_open_evicted},
 };
 
 uint64_t relaxed(const uint64_t& v) {

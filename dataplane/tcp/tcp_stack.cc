@@ -83,6 +83,7 @@ struct Tcb {
   // Timers (0 = off); the earliest is in the stack's wheel.
   uint64_t rto_at = 0, delack_at = 0, persist_at = 0, ka_at = 0, close_at = 0;
   uint64_t last_rx = 0;
+  // Links in the stack's eviction list of this state (TIME_WAIT or SYN_RECEIVED), oldest first.
   uint32_t tw_prev = kNone, tw_next = kNone;
 };
 
@@ -294,11 +295,22 @@ TcpStack::Conn* TcpStack::allocConn() {
   return &c;
 }
 
+// A slot for a new connection when the table is full: the oldest TIME_WAIT connection, else
+// the oldest half-open one. Dropping half-open state loses nothing: its ISN is a cookie, so
+// the client's ACK, if it ever comes, still creates the connection (acceptCookie). A SYN flood
+// therefore never starves connections that complete their handshake.
 TcpStack::Conn* TcpStack::evictTimeWait() {
-  if (tw_head_ == kNone) return nullptr;
-  ++counters_.time_wait_recycled;
-  freeConn(conns_[tw_head_]);
-  return allocConn();
+  if (lists_[0].head != kNone) {
+    ++counters_.time_wait_recycled;
+    freeConn(conns_[lists_[0].head]);
+    return allocConn();
+  }
+  if (lists_[1].head != kNone && !options_.isn_fn) {
+    ++counters_.half_open_evicted;
+    freeConn(conns_[lists_[1].head]);
+    return allocConn();
+  }
+  return nullptr;
 }
 
 void TcpStack::setState(Conn& c, TcpState s) {
@@ -308,19 +320,23 @@ void TcpStack::setState(Conn& c, TcpState s) {
   if (s != TcpState::kClosed) ++counters_.conns_by_state[static_cast<size_t>(s)];
   if (old == TcpState::kSynReceived) --syn_received_;
   if (s == TcpState::kSynReceived) ++syn_received_;
-  if (old == TcpState::kTimeWait) {  // unlink from the TIME_WAIT list
+  const int old_list = old == TcpState::kTimeWait ? 0 : old == TcpState::kSynReceived ? 1 : -1;
+  const int new_list = s == TcpState::kTimeWait ? 0 : s == TcpState::kSynReceived ? 1 : -1;
+  if (old_list >= 0) {  // unlink from its eviction list
+    EvictList& l = lists_[old_list];
     if (c.tw_prev != kNone) conns_[c.tw_prev].tw_next = c.tw_next;
-    else tw_head_ = c.tw_next;
+    else l.head = c.tw_next;
     if (c.tw_next != kNone) conns_[c.tw_next].tw_prev = c.tw_prev;
-    else tw_tail_ = c.tw_prev;
+    else l.tail = c.tw_prev;
     c.tw_prev = c.tw_next = kNone;
   }
-  if (s == TcpState::kTimeWait) {
-    c.tw_prev = tw_tail_;
+  if (new_list >= 0) {
+    EvictList& l = lists_[new_list];
+    c.tw_prev = l.tail;
     c.tw_next = kNone;
-    if (tw_tail_ != kNone) conns_[tw_tail_].tw_next = c.id;
-    else tw_head_ = c.id;
-    tw_tail_ = c.id;
+    if (l.tail != kNone) conns_[l.tail].tw_next = c.id;
+    else l.head = c.id;
+    l.tail = c.id;
   }
   c.state = s;
 }

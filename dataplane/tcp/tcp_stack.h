@@ -176,7 +176,7 @@ class TcpStack {
   void hashErase(Conn& c);
   uint64_t hashKey(const FlowKey& k) const;
   Conn* allocConn();
-  Conn* evictTimeWait();
+  Conn* evictTimeWait();  // TIME_WAIT first, then half-open (see tcp_stack.cc)
 
   TcpOptions options_;
   PacketDevice& device_;
@@ -195,8 +195,11 @@ class TcpStack {
   uint64_t table_mask_;
   uint32_t used_ = 0;
   uint32_t syn_received_ = 0;
-  uint32_t tw_head_ = 0xffffffffu;  // TIME_WAIT connections, oldest first (for eviction)
-  uint32_t tw_tail_ = 0xffffffffu;
+  struct EvictList {
+    uint32_t head = 0xffffffffu;
+    uint32_t tail = 0xffffffffu;
+  };
+  EvictList lists_[2];  // [0] TIME_WAIT, [1] SYN_RECEIVED connections, oldest first
   std::vector<Listener> listeners_;
   std::vector<uint32_t> dirty_;
   std::vector<uint32_t> due_;

@@ -1343,6 +1343,37 @@ TEST_F(CookieTest, CookieFirstSegmentRejectedByTheXdpProgramIsAnsweredWithoutSta
   EXPECT_EQ(stack->counters().xdp_rejected, 1u);
 }
 
+// A flood's half-open connections fill the whole table: a client completing a cookie
+// handshake, or one whose own half-open entry was dropped to make room, still gets in.
+TEST_F(CookieTest, HalfOpenStateNeverStarvesCompletedHandshakes) {
+  opts.max_connections = 4;
+  opts.syn_backlog = 4;
+  start();
+  const Out mine = [&] {
+    sendSyn(600, SynOpts{});  // a real client's SYN, half-open with state
+    auto out = drain();
+    EXPECT_EQ(out.size(), 1u);
+    return out.empty() ? Out{} : out[0];
+  }();
+  for (uint16_t p = 0; p < 3; ++p) {  // the flood fills the rest
+    FlowKey k = clientKey(static_cast<uint16_t>(30000 + p), false);
+    sendSyn(100, SynOpts{}, &k);
+  }
+  drain();
+  EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 4u);
+  FlowKey other = clientKey(41000, false);
+  key = other;
+  const Out sa = cookieSyn(8000);  // backlog full: a cookie
+  send(kAck, 8001, sa.seg.seq + 1);
+  EXPECT_EQ(stack->counters().half_open_evicted, 1u);  // the oldest half-open: the real one
+  EXPECT_EQ(stack->counters().inState(TcpState::kEstablished), 1u);
+  key = clientKey(40000, false);  // the real client's ACK arrives late: its ISN is a cookie
+  send(kAck, 601, mine.seg.seq + 1);
+  EXPECT_EQ(stack->counters().inState(TcpState::kEstablished), 2u);
+  EXPECT_EQ(stack->counters().cookies_validated, 2u);
+  EXPECT_EQ(stack->counters().dropped(DropReason::kConnLimit), 0u);
+}
+
 TEST_F(CookieTest, OrdinaryIsnsAreCookiesToo) {
   start();  // backlog healthy: a normal handshake with state
   sendSyn(5000, SynOpts{});
