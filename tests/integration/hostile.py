@@ -71,22 +71,45 @@ def csum(data):
     return ~t & 0xFFFF
 
 
-def tcp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, payload=b"",
-              window=65535, options=b"", ip_id=None, ttl=64):
-    """One Ethernet + IPv4 + TCP frame with correct IP and TCP checksums (the client veth has tx
-    offload off, so nothing fixes them later)."""
+def tcp_segment(src_ip, dst_ip, sport, dport, seq, ack, flags, payload=b"", window=65535,
+                options=b""):
+    """A TCP header + payload with its checksum (over the IPv4 pseudo-header)."""
     while len(options) % 4:
         options += b"\x01"  # NOP padding
     off = (20 + len(options)) // 4
     tcp = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF, off << 4,
                       flags, window, 0, 0) + options + payload
-    src, dst = socket.inet_aton(src_ip), socket.inet_aton(dst_ip)
-    pseudo = src + dst + struct.pack("!BBH", 0, 6, len(tcp))
-    tcp = tcp[:16] + struct.pack("!H", csum(pseudo + tcp)) + tcp[18:]
-    ident = random.getrandbits(16) if ip_id is None else ip_id
-    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(tcp), ident, 0x4000, ttl, 6, 0, src, dst)
+    pseudo = socket.inet_aton(src_ip) + socket.inet_aton(dst_ip) + struct.pack("!BBH", 0, 6, len(tcp))
+    return tcp[:16] + struct.pack("!H", csum(pseudo + tcp)) + tcp[18:]
+
+
+def ipv4_frame(src_mac, dst_mac, src_ip, dst_ip, l4, ident=None, frag=0x4000, ttl=64):
+    """Ethernet + IPv4 (protocol TCP) around `l4`; `frag` is the flags/fragment-offset word
+    (default: DF)."""
+    ident = random.getrandbits(16) if ident is None else ident
+    ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 20 + len(l4), ident, frag, ttl, 6, 0,
+                     socket.inet_aton(src_ip), socket.inet_aton(dst_ip))
     ip = ip[:10] + struct.pack("!H", csum(ip)) + ip[12:]
-    return mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_IP) + ip + tcp
+    return mac_bytes(dst_mac) + mac_bytes(src_mac) + struct.pack("!H", ETH_P_IP) + ip + l4
+
+
+def tcp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, payload=b"",
+              window=65535, options=b"", ip_id=None, ttl=64):
+    """One Ethernet + IPv4 + TCP frame with correct IP and TCP checksums (the client veth has tx
+    offload off, so nothing fixes them later)."""
+    return ipv4_frame(src_mac, dst_mac, src_ip, dst_ip,
+                      tcp_segment(src_ip, dst_ip, sport, dport, seq, ack, flags, payload, window,
+                                  options), ident=ip_id, ttl=ttl)
+
+
+def tcp_fragments(src_mac, dst_mac, src_ip, dst_ip, sport, dport, seq, ack, flags, payload,
+                  first=24):
+    """The same segment as tcp_frame, as two IPv4 fragments: the first `first` bytes (a
+    multiple of 8: the TCP header and the payload's first bytes) with MF, then the rest."""
+    tcp = tcp_segment(src_ip, dst_ip, sport, dport, seq, ack, flags, payload)
+    ident = random.getrandbits(16)
+    return [ipv4_frame(src_mac, dst_mac, src_ip, dst_ip, tcp[:first], ident, 0x2000),
+            ipv4_frame(src_mac, dst_mac, src_ip, dst_ip, tcp[first:], ident, first // 8)]
 
 
 MSS_OPTION = struct.pack("!BBH", 2, 4, 1460)
@@ -180,6 +203,19 @@ class RawPort:
         if self.thread:
             self.thread.join(2)
         self.sock.close()
+
+
+def raw_handshake(raw, src_mac, dst_mac, src_ip, dst_ip, sport, dport, isn, timeout=3):
+    """SYN from (src_ip, sport) with ISN `isn`, the SYN-ACK sniffed, the ACK: returns the
+    SYN-ACK (a Seg), or None when none came within `timeout`."""
+    t0 = time.monotonic()
+    raw.send(tcp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, isn, 0, SYN, options=MSS_OPTION))
+    synack = raw.wait_for(lambda s: not s.outgoing and s.dst == src_ip and s.dport == sport
+                          and s.flags & SYN and s.flags & ACK, timeout, since=t0)
+    if synack is not None:
+        raw.send(tcp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, isn + 1,
+                           synack.seq + 1, ACK))
+    return synack
 
 
 def link_mac(ns, ifname):

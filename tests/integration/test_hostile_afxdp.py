@@ -135,15 +135,11 @@ class HostileAfXdpTest(netns.VethTestCase):
             rss0 = hostile.rss_kib(p.pid)
             before = hostile.metrics_text(net)
             sport, isn = random.randint(20000, 60000), 0x80000000
-            t0 = time.monotonic()
-            raw.send(tcp_frame(spoof_mac, self.gw_mac, spoof_ip, net.gw_ip, sport, 8000, isn, 0, SYN,
-                               options=MSS_OPTION))
-            synack = raw.wait_for(lambda s: not s.outgoing and s.dst == spoof_ip and s.dport == sport
-                                  and s.flags & SYN and s.flags & ACK, 3, since=t0)
+            synack = hostile.raw_handshake(raw, spoof_mac, self.gw_mac, spoof_ip, net.gw_ip, sport,
+                                           8000, isn)
             self.assertIsNotNone(synack, "no SYN-ACK for the spoofed SYN from %s (ISN %#x) within 3 s; "
                                  "counters: %s" % (spoof_ip, isn, hostile.delta(before, hostile.metrics_text(net))))
             rcv_nxt, ack = isn + 1, (synack.seq + 1) & 0xFFFFFFFF
-            raw.send(tcp_frame(spoof_mac, self.gw_mac, spoof_ip, net.gw_ip, sport, 8000, rcv_nxt, ack, ACK))
             time.sleep(0.05)
             seqs = [(rcv_nxt + 0x7FFF0000 + i * 0x4000) & 0xFFFFFFFF for i in range(4)]
             for s in seqs:
