@@ -555,7 +555,9 @@ class Loader {
                            {"interface", "attach", "methods", "path_prefixes",
                             "http2_max_frame_size", "rate_limit", "request_rate_limit",
                             "path_classes", "cidr_rules", "default_class", "priority_header",
-                            "send_rst", "track_flows", "reject_mid_stream", "pin_path"}));
+                            "send_rst", "track_flows", "reject_mid_stream", "pin_path",
+                            "fragments", "rst_rate_limit", "source_prefix_v4",
+                            "source_prefix_v6", "syn_cookies"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -660,6 +662,21 @@ class Loader {
     }
     if (YAML::Node v = n["reject_mid_stream"]; v.IsDefined()) {
       IG_CONFIG_TRY(readBool(v, "xdp.reject_mid_stream", x.reject_mid_stream));
+    }
+    if (YAML::Node v = n["fragments"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "xdp.fragments", "fragment policy", {"drop", "drop_all", "pass"},
+                               x.fragments));
+    }
+    IG_CONFIG_TRY(readRateLimit(n["rst_rate_limit"], "xdp.rst_rate_limit", "RST", x.rst_rate_limit));
+    if (YAML::Node v = n["source_prefix_v4"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.source_prefix_v4", 1, 32, x.source_prefix_v4));
+    }
+    if (YAML::Node v = n["source_prefix_v6"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.source_prefix_v6", 1, 128, x.source_prefix_v6));
+    }
+    if (YAML::Node v = n["syn_cookies"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "xdp.syn_cookies", "SYN cookie mode", {"auto", "always", "off"},
+                               x.syn_cookies));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

@@ -79,6 +79,14 @@ struct XdpConfig {
   // "ABC " and would be judged a bad request line; userspace validates those in full.
   bool reject_mid_stream = false;
   std::string pin_path;                    // bpffs directory to pin maps; empty = no pinning
+  // Hostile-network knobs (docs/XDP.md): IPv4 fragments / IPv6 extension headers to a service
+  // port (drop | drop_all | pass), the RST budget per CPU, the prefix a source's buckets are
+  // keyed by, and afxdp SYN cookies (auto: when the backlog is under pressure | always | off).
+  std::string fragments = "drop";
+  XdpRateLimit rst_rate_limit{20000, 20000};
+  int source_prefix_v4 = 32;
+  int source_prefix_v6 = 64;
+  std::string syn_cookies = "auto";
 };
 
 struct Config {

@@ -165,6 +165,68 @@ IG_INLINE int ig_set(struct ig_parse *p, __u8 action, __u8 reason)
 	return 0;
 }
 
+IG_INLINE int ig_is_service(IG_CFG *cfg, __u16 dport_net)
+{
+	int hit = 0;
+	__u32 i;
+IG_UNROLL
+	for (i = 0; i < IG_MAX_PORTS; i++)
+		if (i < cfg->nports && cfg->ports[i] == dport_net)
+			hit = 1;
+	return hit;
+}
+
+#define IG_MAX_EXT_HDRS 4 /* IPv6 extension headers walked to find the TCP port */
+
+/* IPv6 with extension headers (nh != TCP at the fixed header): walks up to IG_MAX_EXT_HDRS of
+ * hop-by-hop, routing, destination options, fragment and AH to the TCP ports. What targets a
+ * service port is dropped unless cfg->frag_policy is IG_FRAG_PASS: neither the program nor
+ * userspace's stack parses extension headers, so they would carry a request past the checks. */
+IG_INLINE int ig_check_ipv6_ext(const __u8 *l3, const __u8 *end, IG_CFG *cfg, __u8 nh, __u32 plen,
+				struct ig_parse *p)
+{
+	__u32 off = 40, n, len;
+	const __u8 *h;
+
+IG_UNROLL
+	for (n = 0; n < IG_MAX_EXT_HDRS; n++) {
+		if (nh == 6)
+			break;
+		if (off > 0x3ff || off + 8 > 40 + plen)
+			return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+		h = l3 + (off & 0x3ff);
+		if (h + 8 > end)
+			return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+		if (nh == 0 || nh == 43 || nh == 60) {
+			len = ((__u32)h[1] + 1) * 8;
+		} else if (nh == 51) {
+			len = ((__u32)h[1] + 2) * 4;
+		} else if (nh == 44) {
+			/* a later fragment carries no ports */
+			if (ig_bswap16(ig_load16(h + 2)) & 0xfff8) {
+				if (cfg->frag_policy == IG_FRAG_DROP_ALL)
+					return ig_set(p, XDP_DROP, IG_R_IPV6_EXT);
+				return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+			}
+			len = 8;
+		} else {
+			return ig_set(p, XDP_PASS, IG_R_IPV6_EXT); /* ESP, no next header, ... */
+		}
+		nh = h[0];
+		off += len;
+	}
+	if (nh != 6) /* a chain longer than we walk: the port is out of sight */
+		return ig_set(p, XDP_DROP, IG_R_IPV6_EXT);
+	if (off > 0x3ff || off + 4 > 40 + plen)
+		return ig_set(p, XDP_DROP, IG_R_IPV6_EXT); /* no room for the ports */
+	h = l3 + (off & 0x3ff);
+	if (h + 4 > end)
+		return ig_set(p, XDP_DROP, IG_R_IPV6_EXT);
+	if (ig_is_service(cfg, ig_load16(h + 2)))
+		return ig_set(p, XDP_DROP, IG_R_IPV6_EXT);
+	return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+}
+
 /* Parses Ethernet (one VLAN tag), IPv4 (options) or IPv6, and TCP. Returns 1 for a TCP segment
  * to a service port whose flags are sane (p->action = XDP_PASS, p->reason = IG_R_SEGMENT or
  * IG_R_SYN, p->service = 1); 0 when the verdict is final. */
@@ -210,8 +272,23 @@ IG_INLINE int ig_parse_l2l4(const __u8 *data, const __u8 *end, IG_CFG *cfg, stru
 		if (l3[9] != 6)
 			return ig_set(p, XDP_PASS, IG_R_NOT_TCP);
 		frag = ig_bswap16(ig_load16(l3 + 6));
-		if (frag & 0x3fff)
+		if (frag & 0x3fff) {
+			/* The first fragment holds the ports; later ones hold none. Neither the
+			 * program nor userspace's stack reassembles, so a fragmented request would
+			 * pass the checks: see enum ig_frag_policy. */
+			if (cfg->frag_policy == IG_FRAG_PASS)
+				return ig_set(p, XDP_PASS, IG_R_IP_FRAGMENT);
+			if ((frag & 0x1fff) == 0) {
+				if (tot < ihl + 4 || l3 + ihl + 4 > end)
+					return ig_set(p, XDP_DROP, IG_R_IP_FRAGMENT); /* no ports: tiny */
+				if (ig_is_service(cfg, ig_load16(l3 + ihl + 2)))
+					return ig_set(p, XDP_DROP, IG_R_IP_FRAGMENT);
+				return ig_set(p, XDP_PASS, IG_R_IP_FRAGMENT);
+			}
+			if ((frag & 0x1fff) == 1 || cfg->frag_policy == IG_FRAG_DROP_ALL)
+				return ig_set(p, XDP_DROP, IG_R_IP_FRAGMENT); /* RFC 1858 overlap */
 			return ig_set(p, XDP_PASS, IG_R_IP_FRAGMENT);
+		}
 		p->key.family = 4;
 		p->key.saddr[0] = ig_load32(l3 + 12);
 		p->key.daddr[0] = ig_load32(l3 + 16);
@@ -233,8 +310,11 @@ IG_INLINE int ig_parse_l2l4(const __u8 *data, const __u8 *end, IG_CFG *cfg, stru
 			/* hop-by-hop, routing, fragment, ESP, AH, destination, mobility, HIP, shim6,
 			 * experimental: not parsed here, the kernel decides */
 			if (nh == 0 || nh == 43 || nh == 44 || nh == 50 || nh == 51 || nh == 60 ||
-			    nh == 135 || nh == 139 || nh == 140 || nh == 253 || nh == 254)
-				return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+			    nh == 135 || nh == 139 || nh == 140 || nh == 253 || nh == 254) {
+				if (cfg->frag_policy == IG_FRAG_PASS)
+					return ig_set(p, XDP_PASS, IG_R_IPV6_EXT);
+				return ig_check_ipv6_ext(l3, end, cfg, nh, plen, p);
+			}
 			return ig_set(p, XDP_PASS, IG_R_NOT_TCP);
 		}
 		p->key.family = 6;
@@ -255,15 +335,8 @@ IG_UNROLL
 		return ig_set(p, XDP_DROP, IG_R_TRUNCATED);
 	p->key.sport = ig_load16(l4);
 	p->key.dport = ig_load16(l4 + 2);
-	{
-		int hit = 0;
-IG_UNROLL
-		for (i = 0; i < IG_MAX_PORTS; i++)
-			if (i < cfg->nports && cfg->ports[i] == p->key.dport)
-				hit = 1;
-		if (!hit)
-			return ig_set(p, XDP_PASS, IG_R_NOT_SERVICE);
-	}
+	if (!ig_is_service(cfg, p->key.dport))
+		return ig_set(p, XDP_PASS, IG_R_NOT_SERVICE);
 	p->service = 1;
 	if (l4_len < 20)
 		return ig_set(p, XDP_DROP, IG_R_BAD_TCP_HEADER);
@@ -472,23 +545,50 @@ IG_INLINE int ig_classify_start(const __u8 *data, const __u8 *end, IG_CFG *cfg,
 			looks = 1;
 			key = w & bytes;
 		}
-	} else
-	for (i = 0; i < 9; i++) {
-		__u8 c;
-		q = pl + i;
-		if (i >= avail || q + 1 > end)
-			break;
-		c = q[0];
-		if (c == ' ') {
-			if (i > 0) {
-				looks = 1;
-				mlen = i;
+	} else {
+		int letters = 1;
+		for (i = 0; i < 9; i++) {
+			__u8 c;
+			q = pl + i;
+			if (i >= avail || q + 1 > end)
+				break;
+			c = q[0];
+			if (c == ' ') {
+				if (i > 0) {
+					looks = 1;
+					mlen = i;
+				}
+				break;
 			}
-			break;
+			if (c < 'A' || c > 'Z' || i == 8) {
+				letters = 0;
+				break;
+			}
+			key |= (__u64)c << (8 * i);
 		}
-		if (c < 'A' || c > 'Z' || i == 8)
-			break;
-		key |= (__u64)c << (8 * i);
+		if (!looks && letters && i > 0 && i < 9 && i >= avail) {
+			/* The segment ends inside the method (a client writing byte by byte): a
+			 * request start if it is a prefix of an allowed method or of "PRI". */
+			__u64 m = (1ULL << (8 * i)) - 1;
+			__u32 j;
+			int ok = 0;
+IG_UNROLL
+			for (j = 0; j < IG_MAX_METHODS; j++)
+				if (j < cfg->nmethods && (cfg->method_key[j] & m) == key)
+					ok = 1;
+			if (ok) {
+				p->tag_flags |= IG_TF_REQUEST_START;
+				p->reason = IG_R_REQUEST;
+				return 0;
+			}
+			if ((0x495250ULL & m) == key && i <= 3) {
+				ig_check_h2(pl, end, avail, cfg, p);
+				return 0;
+			}
+			if (known_first)
+				ig_reject(cfg, p, IG_R_BAD_METHOD);
+			return 0;
+		}
 	}
 	if (!looks) {
 		if (known_first)
@@ -714,19 +814,17 @@ IG_INLINE __u16 ig_csum_fold(__u32 sum)
 	return (__u16)~sum;
 }
 
-/* Rewrites the frame in place into a TCP RST (with ACK) answering the parsed segment: MACs,
- * addresses and ports swapped, the VLAN tag kept, IP options dropped, seq = the segment's
- * ack, ack = the segment's end. Returns the new frame length (the caller shrinks the frame),
- * or -1 when the frame is too short to hold it. Checksums are computed in full. */
-IG_INLINE int ig_build_rst(__u8 *data, const __u8 *end, const struct ig_parse *p)
+/* Writes the Ethernet and IP headers of a reply to the parsed segment in place: MACs,
+ * addresses swapped, the VLAN tag kept, IP options dropped, IPv4 checksum in full. tcp_len:
+ * the TCP header and options that follow. Returns the offset of the TCP header (the frame
+ * must already have its final length), or -1 when the frame is too short; *psum: the TCP
+ * pseudo-header sum. */
+IG_INLINE int ig_write_reply_l3(__u8 *data, const __u8 *end, const struct ig_parse *p,
+				__u32 tcp_len, __u32 *psum)
 {
 	__u8 mac[12];
-	__u8 *ip, *tcp;
-	__u32 sum, i, l3 = p->vlan ? 18 : 14;
-	__u32 seq = (p->tcp_flags & IG_TCP_ACK) ? p->ack_seq : 0;
-	__u32 ack = p->seq + p->pl_len + ((p->tcp_flags & IG_TCP_SYN) ? 1 : 0) +
-		    ((p->tcp_flags & IG_TCP_FIN) ? 1 : 0);
-	__u32 ip_len = p->key.family == 6 ? 40 : 20;
+	__u8 *ip;
+	__u32 sum, i;
 
 	if (data + 14 > end)
 		return -1;
@@ -748,54 +846,65 @@ IG_UNROLL
 		ip = data + 14;
 	}
 	if (p->key.family == 6) {
-		if (ip + 60 > end)
+		if (ip + 40 > end)
 			return -1;
 		ig_store16(ip - 2, ig_bswap16(IG_ETH_P_IPV6));
 		ig_store32(ip, ig_bswap32(0x60000000));
-		ig_store16(ip + 4, ig_bswap16(20));
+		ig_store16(ip + 4, ig_bswap16((__u16)tcp_len));
 		ip[6] = 6;
 		ip[7] = 64;
+		sum = 0;
 IG_UNROLL
 		for (i = 0; i < 4; i++) {
 			ig_store32(ip + 8 + 4 * i, p->key.daddr[i]);
 			ig_store32(ip + 24 + 4 * i, p->key.saddr[i]);
-		}
-		tcp = ip + 40;
-		sum = 0;
-IG_UNROLL
-		for (i = 0; i < 4; i++) {
 			sum = ig_csum_add32(sum, p->key.saddr[i]);
 			sum = ig_csum_add32(sum, p->key.daddr[i]);
 		}
-	} else {
-		if (ip + 40 > end)
-			return -1;
-		ig_store16(ip - 2, ig_bswap16(IG_ETH_P_IP));
-		ip[0] = 0x45;
-		ip[1] = 0;
-		ig_store16(ip + 2, ig_bswap16(40));
-		ig_store16(ip + 4, 0);
-		ig_store16(ip + 6, ig_bswap16(0x4000)); /* DF */
-		ip[8] = 64;
-		ip[9] = 6;
-		ig_store16(ip + 10, 0);
-		ig_store32(ip + 12, p->key.daddr[0]);
-		ig_store32(ip + 16, p->key.saddr[0]);
-		sum = 0;
-		sum = ig_csum_add32(sum, ig_bswap32(0x45000028));
-		sum = ig_csum_add32(sum, ig_bswap32(0x00004000));
-		sum = ig_csum_add32(sum, ig_bswap32(0x40060000));
-		sum = ig_csum_add32(sum, p->key.saddr[0]);
-		sum = ig_csum_add32(sum, p->key.daddr[0]);
-		ig_store16(ip + 10, ig_csum_fold(sum));
-		tcp = ip + 20;
-		sum = ig_csum_add32(0, p->key.saddr[0]);
-		sum = ig_csum_add32(sum, p->key.daddr[0]);
+		*psum = ig_csum_add32(sum, ig_bswap32(6 + tcp_len));
+		return (p->vlan ? 18 : 14) + 40;
 	}
+	if (ip + 20 > end)
+		return -1;
+	ig_store16(ip - 2, ig_bswap16(IG_ETH_P_IP));
+	ig_store32(ip, ig_bswap32(0x45000000 | (20 + tcp_len)));
+	ig_store16(ip + 4, 0);
+	ig_store16(ip + 6, ig_bswap16(0x4000)); /* DF */
+	ip[8] = 64;
+	ip[9] = 6;
+	ig_store16(ip + 10, 0);
+	ig_store32(ip + 12, p->key.daddr[0]);
+	ig_store32(ip + 16, p->key.saddr[0]);
+	sum = ig_csum_add32(0, ig_bswap32(0x45000000 | (20 + tcp_len)));
+	sum = ig_csum_add32(sum, ig_bswap32(0x00004000));
+	sum = ig_csum_add32(sum, ig_bswap32(0x40060000));
+	sum = ig_csum_add32(sum, p->key.saddr[0]);
+	sum = ig_csum_add32(sum, p->key.daddr[0]);
+	ig_store16(ip + 10, ig_csum_fold(sum));
+	sum = ig_csum_add32(0, p->key.saddr[0]);
+	sum = ig_csum_add32(sum, p->key.daddr[0]);
+	*psum = ig_csum_add32(sum, ig_bswap32(6 + tcp_len));
+	return (p->vlan ? 18 : 14) + 20;
+}
+
+/* Rewrites the frame in place into a TCP RST (with ACK) answering the parsed segment: MACs,
+ * addresses and ports swapped, the VLAN tag kept, IP options dropped, seq = the segment's
+ * ack, ack = the segment's end. Returns the new frame length (the caller shrinks the frame),
+ * or -1 when the frame is too short to hold it. Checksums are computed in full. */
+IG_INLINE int ig_build_rst(__u8 *data, const __u8 *end, const struct ig_parse *p)
+{
+	__u8 *tcp;
+	__u32 sum = 0;
+	__u32 seq = (p->tcp_flags & IG_TCP_ACK) ? p->ack_seq : 0;
+	__u32 ack = p->seq + p->pl_len + ((p->tcp_flags & IG_TCP_SYN) ? 1 : 0) +
+		    ((p->tcp_flags & IG_TCP_FIN) ? 1 : 0);
+	int off = ig_write_reply_l3(data, end, p, 20, &sum);
+
+	if (off < 0 || off > 64)
+		return -1;
+	tcp = data + off;
 	if (tcp + 20 > end)
 		return -1;
-	/* pseudo header: protocol and TCP length (20) */
-	sum = ig_csum_add32(sum, ig_bswap32(6 + 20));
 	ig_store16(tcp, p->key.dport);
 	ig_store16(tcp + 2, p->key.sport);
 	ig_store32(tcp + 4, ig_bswap32(seq));
@@ -809,7 +918,139 @@ IG_UNROLL
 	sum = ig_csum_add32(sum, ig_bswap32(ack));
 	sum = ig_csum_add32(sum, ig_bswap32(0x50140000));
 	ig_store16(tcp + 16, ig_csum_fold(sum));
-	return (int)(l3 + ip_len + 20);
+	return off + 20;
+}
+
+/* What a SYN offered, as ig_parse_syn_opts found it. */
+struct ig_syn_opts {
+	__u32 tsval;
+	__u16 mss;   /* 0: no MSS option */
+	__s8 wscale; /* -1: none */
+	__u8 sack;
+	__u8 ts;
+	__u8 pad[3];
+};
+
+#define IG_MAX_TCP_OPT_STEPS 20 /* options (NOPs included) looked at in a SYN */
+
+/* The MSS, window scale, SACK-permitted and timestamp options of a parsed SYN. A malformed
+ * option ends the walk; what was found before it counts. */
+IG_INLINE void ig_parse_syn_opts(const __u8 *data, const __u8 *end, const struct ig_parse *p,
+				 struct ig_syn_opts *o)
+{
+	const __u8 *opt, *q;
+	__u32 i = 0, n, olen;
+
+	o->tsval = 0;
+	o->mss = 0;
+	o->wscale = -1;
+	o->sack = 0;
+	o->ts = 0;
+	if (p->l4_off > 0x3ff || p->pl_off < p->l4_off + 20)
+		return;
+	olen = (__u32)p->pl_off - p->l4_off - 20;
+	if (olen > 40)
+		return;
+	opt = data + p->l4_off + 20;
+	for (n = 0; n < IG_MAX_TCP_OPT_STEPS; n++) {
+		__u32 kind, len;
+		if (i >= olen)
+			break;
+		IG_BARRIER_VAR(i);
+		q = opt + (i & 0x3f); /* the mask is for the verifier: i < olen <= 40 already */
+		if (q + 2 > end) {
+			break;
+		}
+		kind = q[0];
+		if (kind == 0)
+			break;
+		if (kind == 1) {
+			i++;
+			continue;
+		}
+		len = q[1];
+		if (len < 2 || i + len > olen)
+			break;
+		if (kind == 2 && len == 4) {
+			if (q + 4 > end)
+				break;
+			o->mss = ig_bswap16(ig_load16(q + 2));
+		} else if (kind == 3 && len == 3) {
+			if (q + 3 > end)
+				break;
+			o->wscale = (__s8)(q[2] > 14 ? 14 : q[2]);
+		} else if (kind == 4 && len == 2) {
+			o->sack = 1;
+		} else if (kind == 8 && len == 10) {
+			if (q + 10 > end)
+				break;
+			o->ts = 1;
+			o->tsval = ig_bswap32(ig_load32(q + 2));
+		}
+		i += len;
+	}
+}
+
+/* The TCP header length of our SYN-ACK to a SYN that offered `o`. */
+IG_INLINE __u32 ig_synack_tcp_len(const struct ig_syn_opts *o)
+{
+	return 20 + 4 + (o->ts ? 12 : (o->sack ? 4 : 0)) + (o->wscale >= 0 ? 4 : 0);
+}
+
+/* Rewrites the frame in place into the SYN-ACK answering a parsed SYN: seq = isn (our cookie),
+ * ack = the client's ISN + 1, window 65535, options in Linux's order: MSS (mss), then
+ * SACK-permitted and timestamps (TSval = tsval, TSecr = the client's TSval) when offered, then
+ * window scale (wscale) when offered. The frame must already be ig_synack_tcp_len() + the L2
+ * and IP headers long (the caller grows it; IP options are dropped). Returns the frame length
+ * or -1. Checksums in full. */
+IG_INLINE int ig_build_synack(__u8 *data, const __u8 *end, const struct ig_parse *p,
+			      const struct ig_syn_opts *o, __u32 isn, __u32 tsval, __u16 mss,
+			      __u8 wscale)
+{
+	__u8 *tcp;
+	__u32 w[5], n = 0, i, sum = 0, tcp_len = ig_synack_tcp_len(o);
+	__u32 ack = p->seq + 1;
+	int off;
+
+	w[n++] = ig_bswap32(0x02040000 | mss);
+	if (o->ts) {
+		w[n++] = ig_bswap32(o->sack ? 0x0402080a : 0x0101080a);
+		w[n++] = ig_bswap32(tsval);
+		w[n++] = ig_bswap32(o->tsval);
+	} else if (o->sack) {
+		w[n++] = ig_bswap32(0x01010402);
+	}
+	if (o->wscale >= 0)
+		w[n++] = ig_bswap32(0x01030300 | wscale);
+	off = ig_write_reply_l3(data, end, p, tcp_len, &sum);
+	if (off < 0 || off > 64)
+		return -1;
+	tcp = data + off;
+	if (tcp + 24 > end)
+		return -1;
+	ig_store16(tcp, p->key.dport);
+	ig_store16(tcp + 2, p->key.sport);
+	ig_store32(tcp + 4, ig_bswap32(isn));
+	ig_store32(tcp + 8, ig_bswap32(ack));
+	ig_store32(tcp + 12, ig_bswap32((tcp_len / 4) << 28 | (__u32)(IG_TCP_SYN | IG_TCP_ACK) << 16 |
+					0xffff));
+	ig_store32(tcp + 16, 0); /* checksum (for now), urgent pointer */
+	sum = ig_csum_add32(sum, ((__u32)p->key.sport << 16) | p->key.dport);
+	sum = ig_csum_add32(sum, ig_bswap32(isn));
+	sum = ig_csum_add32(sum, ig_bswap32(ack));
+	sum = ig_csum_add32(sum, ig_bswap32((tcp_len / 4) << 28 |
+					    (__u32)(IG_TCP_SYN | IG_TCP_ACK) << 16 | 0xffff));
+IG_UNROLL
+	for (i = 0; i < 5; i++) {
+		if (i < n) {
+			if (tcp + 24 + 4 * i > end)
+				return -1;
+			ig_store32(tcp + 20 + 4 * i, w[i]);
+			sum = ig_csum_add32(sum, w[i]);
+		}
+	}
+	ig_store16(tcp + 16, ig_csum_fold(sum));
+	return off + (int)tcp_len;
 }
 
 #endif /* INFERGATE_XDP_CLASSIFIER_H */

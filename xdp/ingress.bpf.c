@@ -9,8 +9,14 @@
  *     segments are dropped);
  *   - ig_buckets: per-source token buckets for SYNs and request starts;
  *   - ig_cidrs: source CIDR -> class / rate-limit exemption;
- *   - ig_state: the overload level, raised by userspace at run time;
+ *   - ig_state: the overload level and the cookie mode, set by userspace at run time;
+ *   - ig_cookie: the SYN cookie keys (dataplane/tcp/syncookie.h), shared with the TCP stack;
+ *   - ig_rst_tokens: a per-CPU budget for the RSTs the program sends;
  *   - per-CPU counters for every (action, reason) and per (class, tag verdict).
+ * afxdp mode with cookie mode on: service SYNs are answered here with SYN cookies (no state),
+ * the client's pure ACK is dropped (deferred accept) and its first data segment, which carries
+ * the same proof, is judged and then handed to the stack flagged IG_TF_COOKIE (or answered
+ * with a RST here when rejected). See docs/XDP.md, "SYN cookies".
  * Load-time knobs are in the read-only ig_cfg, so the verifier prunes what is off.
  */
 #include <linux/bpf.h>
@@ -22,11 +28,8 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const volatile struct ig_config ig_cfg = {};
-
-struct ig_runtime {
-	__u32 overload_level; /* 0 = admit every class; n = admit classes < IG_NUM_CLASSES - n */
-	__u32 pad;
-};
+/* The flow-hash key: 128 bits from getrandom(), set by XdpFilter before loading. */
+const volatile struct ig_sipkey ig_flow_secret = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -72,6 +75,20 @@ struct {
 } ig_state SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ig_cookie_keys);
+} ig_cookie SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ig_rst_bucket);
+} ig_rst_tokens SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
 	__uint(max_entries, 64);
 	__type(key, __u32);
@@ -91,6 +108,23 @@ static __always_inline void ig_src16(const struct ig_parse *p, __u32 a[4])
 		a[1] = p->key.saddr[1];
 		a[2] = p->key.saddr[2];
 		a[3] = p->key.saddr[3];
+	}
+}
+
+/* The key of a source's token buckets: its address cut to the configured prefix (IPv6 /64 by
+ * default: one host owns a whole /64, so per-address buckets would not limit it). */
+static __always_inline void ig_src_key(const struct ig_parse *p, __u32 a[4])
+{
+	if (p->key.family == 4) {
+		a[0] = 0;
+		a[1] = 0;
+		a[2] = ig_bswap32(0x0000ffff);
+		a[3] = p->key.saddr[0] & ig_cfg.src_mask4;
+	} else {
+		a[0] = p->key.saddr[0] & ig_cfg.src_mask6[0];
+		a[1] = p->key.saddr[1] & ig_cfg.src_mask6[1];
+		a[2] = p->key.saddr[2] & ig_cfg.src_mask6[2];
+		a[3] = p->key.saddr[3] & ig_cfg.src_mask6[3];
 	}
 }
 
@@ -134,11 +168,29 @@ static __always_inline void ig_cidr_lookup(const struct ig_parse *p, __u8 *cls, 
 	}
 }
 
-static __always_inline __u32 ig_overload_level(void)
+static __always_inline struct ig_runtime *ig_runtime_get(void)
 {
 	__u32 zero = 0;
-	struct ig_runtime *rt = bpf_map_lookup_elem(&ig_state, &zero);
+	return bpf_map_lookup_elem(&ig_state, &zero);
+}
+
+static __always_inline __u32 ig_overload_level(void)
+{
+	struct ig_runtime *rt = ig_runtime_get();
 	return rt ? rt->overload_level : 0;
+}
+
+/* One token from this CPU's RST budget. */
+static __always_inline int ig_rst_ok(void)
+{
+	__u32 zero = 0;
+	struct ig_rst_bucket *b;
+	if (ig_cfg.rst_rate == 0)
+		return 1;
+	b = bpf_map_lookup_elem(&ig_rst_tokens, &zero);
+	if (!b)
+		return 1;
+	return ig_take(&b->tokens, &b->last_ns, bpf_ktime_get_ns(), ig_cfg.rst_rate, ig_cfg.rst_burst);
 }
 
 static __always_inline int ig_admitted(__u8 cls, __u32 level)
@@ -156,7 +208,7 @@ static __always_inline int ig_rate_ok(const struct ig_parse *p, __u64 now, int s
 
 	if (rate == 0)
 		return 1;
-	ig_src16(p, a);
+	ig_src_key(p, a);
 	b = bpf_map_lookup_elem(&ig_buckets, a);
 	if (!b) {
 		bpf_map_update_elem(&ig_buckets, a, &fresh, BPF_NOEXIST);
@@ -220,13 +272,108 @@ __attribute__((noinline)) int ig_find_priority_sub(struct xdp_md *ctx, __u32 off
 	return ig_find_priority(data, end, off, len);
 }
 
+/* The SYN's options (a global subprogram: the option walk is verified once). */
+__attribute__((noinline)) int ig_syn_opts_sub(struct xdp_md *ctx, struct ig_parse *p,
+					      struct ig_syn_opts *o)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	if (!p || !o)
+		return 0;
+	ig_parse_syn_opts(data, end, p, o);
+	return 0;
+}
+
+/* A key that was never set (all zero) is public: nothing it signs may count. */
+static __always_inline int ig_key_set(const struct ig_sipkey *k)
+{
+	return (k->k0 | k->k1) != 0;
+}
+
+/* 1 when the segment's ack - 1 is a cookie of ours for its seq - 1 (the client's ISN). */
+__attribute__((noinline)) int ig_cookie_valid_sub(struct ig_parse *p)
+{
+	struct ig_cookie_opts o;
+	struct ig_cookie_keys *k;
+	__u32 zero = 0;
+	__u32 cookie;
+	if (!p)
+		return 0;
+	k = bpf_map_lookup_elem(&ig_cookie, &zero);
+	if (!k)
+		return 0;
+	cookie = p->ack_seq - 1;
+	if (!ig_key_set(&k->key[(cookie >> 8) & 1]))
+		return 0;
+	return ig_cookie_check(k, p->key.saddr, p->key.daddr, p->key.sport, p->key.dport,
+			       p->key.family == 6, p->seq - 1, cookie, &o);
+}
+
+/* Our cookie (ISN) for a SYN into *isn. Returns 0 when no key is set (the stack answers). */
+__attribute__((noinline)) int ig_cookie_make_sub(struct ig_parse *p, struct ig_syn_opts *o,
+						 __u32 *isn)
+{
+	struct ig_cookie_keys *k;
+	__u32 zero = 0, opts;
+	if (!p || !o || !isn)
+		return 0;
+	k = bpf_map_lookup_elem(&ig_cookie, &zero);
+	if (!k || !ig_key_set(&k->key[k->gen & 1]))
+		return 0;
+	opts = ig_cookie_encode_opts(o->mss ? o->mss : 536, o->wscale, o->sack, o->ts);
+	*isn = ig_cookie_make(k, p->key.saddr, p->key.daddr, p->key.sport, p->key.dport,
+			      p->key.family == 6, p->seq, opts);
+	return 1;
+}
+
+/* Answers a SYN with a cookie SYN-ACK, rewriting the frame in place. Returns the XDP action,
+ * or -1 when there are no keys yet (the SYN goes on to the stack). */
+static __always_inline int ig_answer_syn(struct xdp_md *ctx, struct ig_parse *p, __u64 frame_len)
+{
+	struct ig_syn_opts o = {};
+	__u8 *data, *end;
+	__u32 isn = 0, tsval, len;
+	__u16 mss = ig_cfg.synack_mss;
+
+	ig_syn_opts_sub(ctx, p, &o);
+	if (!ig_cookie_make_sub(p, &o, &isn))
+		return -1;
+	/* TSval: a millisecond clock with a per-flow offset (our ISN, keyed), like the kernel's
+	 * secure_tcp_ts_off; the stack continues from the TSecr it receives. */
+	tsval = (__u32)(bpf_ktime_get_ns() / 1000000) + isn;
+	if (p->key.family == 6)
+		mss -= 20;
+	len = (p->vlan ? 18 : 14) + (p->key.family == 6 ? 40 : 20) + ig_synack_tcp_len(&o);
+	if (bpf_xdp_adjust_tail(ctx, (int)len - (int)frame_len)) {
+		ig_count(XDP_DROP, IG_R_TRUNCATED, frame_len);
+		return XDP_DROP;
+	}
+	data = (__u8 *)(long)ctx->data;
+	end = (__u8 *)(long)ctx->data_end;
+	if (ig_build_synack(data, end, p, &o, isn, tsval, mss, ig_cfg.synack_wscale) < 0) {
+		ig_count(XDP_DROP, IG_R_TRUNCATED, frame_len);
+		return XDP_DROP;
+	}
+	ig_count(XDP_TX, IG_R_SYN_COOKIE_SENT, frame_len);
+	if (ig_cfg.tx_redirect)
+		return bpf_redirect(ctx->ingress_ifindex, 0);
+	return XDP_TX;
+}
+
 /* The flow slot of a parsed segment, and its check (state bits clear). */
 static __always_inline struct ig_flow_val *ig_flow_slot(const struct ig_parse *p, __u32 *check)
 {
-	__u64 h = ig_flow_hash(&p->key);
+	struct ig_sipkey k = {.k0 = ig_flow_secret.k0, .k1 = ig_flow_secret.k1};
+	__u64 h = ig_flow_hash(&k, &p->key);
 	__u32 idx = (__u32)h & ig_cfg.flow_mask;
 	*check = ig_flow_check(h);
 	return bpf_map_lookup_elem(&ig_flows, &idx);
+}
+
+/* A REJECTED slot still counts (its reject_ttl_ns has not passed). */
+static __always_inline int ig_reject_live(const struct ig_flow_val *fv, __u64 now)
+{
+	return now - fv->tag.rx_ns < ig_cfg.reject_ttl_ns;
 }
 
 SEC("xdp")
@@ -238,47 +385,133 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 	struct ig_parse p = {};
 	struct ig_tag tag = {};
 	int have_tag = 0;
+	int cookie_flow = 0; /* the ack is our cookie and the stack never saw the SYN */
 
 	if (ig_parse_l2l4(data, end, &ig_cfg, &p)) {
 		struct ig_flow_val *fv = 0;
 		__u32 check = 0;
-		int known_first = 0;
+		int known_first = 0, proven = 0;
 
 		if (p.reason == IG_R_SYN) {
 			__u8 cls = IG_CLASS_NONE, exempt = 0;
+			struct ig_runtime *rt = ig_runtime_get();
 			if (ig_cfg.cidr_rules)
 				ig_cidr_lookup(&p, &cls, &exempt);
 			if (cls >= IG_NUM_CLASSES)
 				cls = ig_cfg.default_cls;
-			if (!ig_admitted(cls, ig_overload_level())) {
+			if (!ig_admitted(cls, rt ? rt->overload_level : 0)) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_OVERLOAD;
-			} else if (ig_cfg.syn_rate && !exempt &&
-				   !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
+				goto out;
+			}
+			if (ig_cfg.syn_cookies && rt && rt->cookie_mode == IG_COOKIE_ON) {
+				/* answered here, not charged to the SYN bucket: the source is
+				 * spoofable until the handshake completes */
+				int act = ig_answer_syn(ctx, &p, frame_len);
+				if (act >= 0)
+					return act;
+			}
+			if (ig_cfg.syn_rate && !exempt && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_RATE_LIMITED;
 			} else if (ig_cfg.track_flows) {
 				fv = ig_flow_slot(&p, &check);
-				if (fv) /* one 8-byte store: first_seq and check */
-					*(__u64 *)fv = ((__u64)(check | IG_FLOW_SYN_SEEN) << 32) | (p.seq + 1);
+				if (fv) {
+					__u32 st = (__u32)(*(volatile __u64 *)fv >> 32);
+					/* never rewrite a slot holding this flow: a spoofed SYN with a
+					 * victim's 4-tuple must not move first_seq nor drop a tag; a
+					 * REJECTED one only once its time has passed */
+					if ((st & ~3u) != check ||
+					    (st == (check | IG_FLOW_REJECTED) &&
+					     !ig_reject_live(fv, bpf_ktime_get_ns())))
+						/* one 8-byte store: first_seq and check */
+						*(__u64 *)fv = ((__u64)(check | IG_FLOW_SYN_SEEN) << 32) |
+							       (p.seq + 1);
+				}
 			}
-		} else if (p.pl_len) {
-			/* Data. Segments without data (ACK, FIN, RST) start nothing and are passed
-			 * without a flow lookup; a client's RST on a flow we reset then reaches the
-			 * kernel socket and frees it. */
+		} else {
+			int cookie_on = 0, match = 0;
+			if (ig_cfg.syn_cookies && (p.tcp_flags & IG_TCP_ACK)) {
+				struct ig_runtime *rt = ig_runtime_get();
+				if (rt && (rt->cookie_mode == IG_COOKIE_ON ||
+					   (rt->cookie_check_until_ns &&
+					    bpf_ktime_get_ns() < rt->cookie_check_until_ns)))
+					cookie_on = 1;
+			}
+			/* Segments without data (ACK, FIN, RST) start nothing and are passed without
+			 * a flow lookup (outside cookie mode); a client's RST on a flow we reset then
+			 * reaches the kernel socket and frees it. */
+			if (!p.pl_len && !cookie_on)
+				goto out;
 			if (ig_cfg.track_flows) {
 				fv = ig_flow_slot(&p, &check);
 				if (fv) {
 					__u64 w = *(volatile __u64 *)fv;
 					__u32 st = (__u32)(w >> 32);
-					if (st == (check | IG_FLOW_REJECTED)) {
-						p.action = XDP_DROP;
-						p.reason = IG_R_REJECTED_FLOW;
+					if ((st & ~3u) == check) {
+						match = 1;
+						if (st == (check | IG_FLOW_REJECTED)) {
+							/* only the rejected segment's neighbourhood, and
+							 * only for a while: a later incarnation (or the
+							 * victim of a spoofed reject) has another seq */
+							if (p.seq - (__u32)w < IG_REJECT_WINDOW &&
+							    ig_reject_live(fv, bpf_ktime_get_ns())) {
+								if (p.pl_len) {
+									p.action = XDP_DROP;
+									p.reason = IG_R_REJECTED_FLOW;
+								}
+								goto out;
+							}
+							match = 0;
+						} else if (st == (check | IG_FLOW_SYN_SEEN) &&
+							   (__u32)w == p.seq) {
+							known_first = 1;
+						} else if (st == (check | IG_FLOW_TAGGED) &&
+							   (fv->tag.flags & IG_TF_PROVEN)) {
+							proven = 1;
+							p.tag_flags |= IG_TF_PROVEN;
+						}
+					}
+				}
+			}
+			if (cookie_on && !match && !(p.tcp_flags & IG_TCP_RST)) {
+				if (ig_cookie_valid_sub(&p)) {
+					if (!p.pl_len) {
+						if (!(p.tcp_flags & IG_TCP_FIN)) {
+							/* deferred accept: the first data segment carries
+							 * the same proof and creates the connection */
+							p.action = XDP_DROP;
+							p.reason = IG_R_COOKIE_ACK_DEFERRED;
+						}
 						goto out;
 					}
-					if (st == (check | IG_FLOW_SYN_SEEN) && (__u32)w == p.seq)
-						known_first = 1;
+					cookie_flow = 1;
+					known_first = 1;
+					proven = 1;
+					p.tag_flags |= IG_TF_COOKIE | IG_TF_PROVEN;
+					if (ig_cfg.syn_rate) {
+						/* the connection token its SYN was not charged */
+						__u8 c2 = IG_CLASS_NONE, ex = 0;
+						if (ig_cfg.cidr_rules)
+							ig_cidr_lookup(&p, &c2, &ex);
+						if (!ex && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
+							ig_reject(&ig_cfg, &p, IG_R_SYN_RATE_LIMITED);
+							goto rejected;
+						}
+					}
+				} else if (!p.pl_len) {
+					p.reason = IG_R_COOKIE_NO_MATCH;
+					goto out;
 				}
+			}
+			if (!p.pl_len)
+				goto out;
+			if (ig_cfg.prove_handshake && known_first && !cookie_flow && ig_cfg.req_rate &&
+			    ig_cookie_valid_sub(&p)) {
+				/* the stack's ISNs are cookies too: the first data segment acking one
+				 * proves the handshake */
+				proven = 1;
+				p.tag_flags |= IG_TF_PROVEN;
 			}
 			/* = ig_classify_payload(), stage by stage */
 			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
@@ -305,7 +538,11 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					cls = IG_NUM_CLASSES - 1;
 				if (!ig_admitted(cls, ig_overload_level()))
 					verdict = IG_TV_OVERLOAD;
-				else if (ig_cfg.req_rate && !exempt && !ig_rate_ok(&p, tag.rx_ns, 0))
+				else if (ig_cfg.req_rate && !exempt &&
+					 (!ig_cfg.prove_handshake || proven) &&
+					 !ig_rate_ok(&p, tag.rx_ns, 0))
+					/* afxdp: only a proven source is charged; a spoofed request
+					 * start cannot drain a victim's bucket */
 					verdict = IG_TV_RATE_LIMITED;
 				tag.cls = cls;
 				tag.reason = IG_R_REQUEST;
@@ -325,19 +562,25 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				p.action = XDP_PASS;
 				p.reason = IG_R_SEGMENT;
 			} else if (p.action != XDP_PASS) {
-				if (fv)
-					*(__u64 *)fv = (__u64)(check | IG_FLOW_REJECTED) << 32;
+rejected:
+				if (fv) {
+					/* drops the retransmissions and followers of this segment only
+					 * (IG_REJECT_WINDOW), for reject_ttl_ns */
+					fv->tag.rx_ns = bpf_ktime_get_ns();
+					*(__u64 *)fv = ((__u64)(check | IG_FLOW_REJECTED) << 32) | p.seq;
+				}
 			}
 		}
 	}
 out:
 	if (p.action == XDP_TX) {
 		int len;
-		if (ig_cfg.redirect_xsk && ig_cfg.write_meta) {
+		if (ig_cfg.redirect_xsk && ig_cfg.write_meta && !cookie_flow) {
 			/* afxdp: the connection lives in userspace's TCP stack, not the kernel's. Hand
 			 * it the original frame flagged IG_TF_REJECTED: the stack sends the RST from its
 			 * own sequence space and frees the connection at once. With no socket bound on
-			 * this queue, fall back to answering with the RST here. */
+			 * this queue, fall back to answering with the RST here. (A cookie flow is not
+			 * in the stack: the program answers it.) */
 			long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
 			if (act == XDP_REDIRECT) {
 				struct ig_tag *meta;
@@ -358,10 +601,14 @@ out:
 				}
 				/* no room for the flag: the stack could not tell; answer here */
 			}
-			/* packet pointers do not survive the helper calls: reload them */
-			data = (__u8 *)(long)ctx->data;
-			end = (__u8 *)(long)ctx->data_end;
 		}
+		if (!ig_rst_ok()) {
+			ig_count(XDP_DROP, IG_R_RST_RATE_LIMITED, frame_len);
+			return XDP_DROP;
+		}
+		/* packet pointers do not survive the helper calls: reload them */
+		data = (__u8 *)(long)ctx->data;
+		end = (__u8 *)(long)ctx->data_end;
 		ig_count(p.action, p.reason, frame_len);
 		len = ig_build_rst(data, end, &p);
 		if (len < 0 || len > 0xffff)
@@ -394,6 +641,8 @@ out:
 				*meta = tag;
 		}
 	}
+	if (cookie_flow)
+		p.reason = IG_R_COOKIE_VALID; /* counted as such; the tag keeps IG_R_REQUEST */
 	if (ig_cfg.redirect_xsk) {
 		/* afxdp: to the socket of this rx queue; XDP_PASS when none is bound there */
 		long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);

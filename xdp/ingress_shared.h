@@ -12,6 +12,9 @@
 
 #include <linux/types.h>
 
+#include "common/siphash.h"
+#include "dataplane/tcp/syncookie.h"
+
 #define IG_MAX_PORTS 8
 #define IG_MAX_METHODS 8
 #define IG_MAX_PREFIXES 16
@@ -48,6 +51,16 @@ enum ig_reason {
 	IG_R_REJECTED_FLOW,   /* later segment of a flow already reset */
 	IG_R_SYN_RATE_LIMITED,/* source over its connection rate */
 	IG_R_SYN_OVERLOAD,    /* class not admitted at the current overload level */
+	/* SYN cookies (afxdp mode, cookie mode on) and RST rate limit */
+	IG_R_SYN_COOKIE_SENT,    /* SYN answered by the program with a cookie SYN-ACK (tx) */
+	IG_R_COOKIE_ACK_DEFERRED,/* pure ACK completing a cookie handshake: dropped, the first
+	                          * data segment carries the same proof (deferred accept) */
+	IG_R_COOKIE_VALID,       /* data segment whose ack is a valid cookie: admitted to the
+	                          * stack flagged IG_TF_COOKIE */
+	IG_R_COOKIE_NO_MATCH,    /* segment without data of a flow the program does not track,
+	                          * checked in cookie mode: not one of our cookies; passed (it
+	                          * may belong to an established connection) */
+	IG_R_RST_RATE_LIMITED,   /* a RST the program would send, over the RST rate: dropped */
 	IG_R_MAX
 };
 
@@ -66,6 +79,13 @@ enum ig_tag_flags {
 	IG_TF_REJECTED = 8,      /* afxdp: the program rejected this request start; the frame is
 	                          * redirected to the socket (not answered with XDP_TX) so that
 	                          * userspace's TCP stack resets and frees the connection itself */
+	IG_TF_COOKIE = 16,       /* afxdp: the segment's ack - 1 is a valid SYN cookie for its
+	                          * seq - 1 (dataplane/tcp/syncookie.h) and the program holds no
+	                          * record of the SYN reaching the stack: create the connection
+	                          * (after re-validating) straight into ESTABLISHED */
+	IG_TF_PROVEN = 32,       /* the connection's handshake is proven (afxdp: its first data
+	                          * segment acked one of our cookies); request starts on it are
+	                          * charged to the source's bucket */
 };
 
 /* The priority tag. Written into XDP metadata (in front of the frame, for AF_XDP) and into
@@ -93,16 +113,27 @@ struct ig_flow_key {
 enum ig_flow_state {
 	IG_FLOW_SYN_SEEN = 1, /* first_seq is the sequence number of the first data byte */
 	IG_FLOW_TAGGED = 2,   /* tag holds the latest request start */
-	IG_FLOW_REJECTED = 3, /* reset by us: drop whatever data comes */
+	IG_FLOW_REJECTED = 3, /* reset by us: first_seq is the rejected segment's seq, tag.rx_ns
+	                       * the time; data in [first_seq, first_seq + IG_REJECT_WINDOW) is
+	                       * dropped until reject_ttl_ns has passed */
 };
 
+/* Bytes after a rejected first segment whose retransmissions and followers are dropped. A later
+ * incarnation of the 4-tuple (a fresh random ISN) almost never falls into it. */
+#define IG_REJECT_WINDOW (1u << 20)
+
 /* One slot of ig_flows, a direct-mapped array (not a hash map: nothing is allocated and no
- * bucket chain is walked per packet). A connection's slot is ig_flow_hash(key) & flow_mask;
+ * bucket chain is walked per packet). A connection's slot is ig_flow_hash(secret, key) & flow_mask;
  * check = ig_flow_check(hash) | state tells whether the slot holds this connection (0: empty).
  * first_seq and check form one 8-byte word, read and written at once. Two connections that
  * share a slot overwrite each other: the later one wins, the earlier one loses its
  * first-segment rule, rejected state or tag (a tag only has to live from the request start
- * to userspace's lookup, microseconds later). */
+ * to userspace's lookup, microseconds later). The hash is keyed (a secret from getrandom), so
+ * an attacker cannot choose flows that collide with a victim's.
+ *
+ * A SYN never rewrites a slot that holds the same flow (a spoofed SYN with a victim's 4-tuple
+ * would otherwise move first_seq, and a spoofed "first" segment would get the victim's flow
+ * rejected); a REJECTED slot stops counting after reject_ttl_ns. */
 struct ig_flow_val {
 	__u32 first_seq;
 	__u32 check;
@@ -115,22 +146,23 @@ struct ig_flow_val {
 #define IG_SHARED_INLINE static inline
 #endif
 
-/* The flow hash, computed the same way by the program and by userspace (lookupFlowTag). */
-IG_SHARED_INLINE __u64 ig_flow_hash(const struct ig_flow_key *k)
+/* The flow hash, computed the same way by the program and by userspace (lookupFlowTag):
+ * SipHash-1-3 keyed with a 128-bit secret from getrandom() (XdpFilter sets it at load time in
+ * the program's read-only data), so nobody who lacks the key can choose colliding flows. */
+IG_SHARED_INLINE __u64 ig_flow_hash(const struct ig_sipkey *secret, const struct ig_flow_key *k)
 {
-	__u64 a = ((__u64)k->saddr[0] << 32) | k->daddr[0];
-	__u64 b = ((__u64)k->sport << 16) | k->dport | ((__u64)k->family << 32);
-	__u64 h;
-	if (k->family == 6) {
-		a ^= (((__u64)k->saddr[1] << 32) | k->daddr[1]) * 0xff51afd7ed558ccdULL;
-		a ^= (((__u64)k->saddr[2] << 32) | k->daddr[2]) * 0xc4ceb9fe1a85ec53ULL;
-		a ^= (((__u64)k->saddr[3] << 32) | k->daddr[3]) * 0x94d049bb133111ebULL;
+	__u64 w[5];
+	__u64 tail = (__u64)k->sport | ((__u64)k->dport << 16) | ((__u64)k->family << 32);
+	w[0] = (__u64)k->saddr[0] | ((__u64)k->daddr[0] << 32);
+	if (k->family != 6) {
+		w[1] = tail;
+		return ig_siphash13(secret, w, 2);
 	}
-	h = a * 0x9e3779b97f4a7c15ULL ^ b * 0xc2b2ae3d27d4eb4fULL;
-	h ^= h >> 31;
-	h *= 0xbf58476d1ce4e5b9ULL;
-	h ^= h >> 29;
-	return h;
+	w[1] = (__u64)k->saddr[1] | ((__u64)k->daddr[1] << 32);
+	w[2] = (__u64)k->saddr[2] | ((__u64)k->daddr[2] << 32);
+	w[3] = (__u64)k->saddr[3] | ((__u64)k->daddr[3] << 32);
+	w[4] = tail;
+	return ig_siphash13(secret, w, 5);
 }
 
 /* The slot's check for hash h, without the state bits (never 0). */
@@ -159,6 +191,26 @@ struct ig_bucket {
 	__u64 syn_last_ns;
 	__u64 req_tokens;
 	__u64 req_last_ns;
+};
+
+/* Cookie mode (struct ig_runtime.cookie_mode). */
+enum ig_cookie_mode {
+	IG_COOKIE_OFF = 0, /* SYNs go to the stack */
+	IG_COOKIE_ON = 1,  /* afxdp: the program answers service SYNs with cookie SYN-ACKs */
+};
+
+/* What changes at run time (the single entry of ig_state), written by XdpFilter. */
+struct ig_runtime {
+	__u32 overload_level; /* 0 = admit every class; n = admit classes < IG_NUM_CLASSES - n */
+	__u32 cookie_mode;    /* enum ig_cookie_mode */
+	__u64 cookie_check_until_ns; /* with cookie_mode off: keep validating cookie ACKs until
+	                              * this CLOCK_MONOTONIC time (handshakes still in flight) */
+};
+
+/* A global RST budget, one bucket per CPU (ig_rst_bucket); units as in ig_bucket. */
+struct ig_rst_bucket {
+	__u64 tokens;
+	__u64 last_ns;
 };
 
 /* Per-CPU counters, indexed by action * IG_R_MAX + reason. */
@@ -204,7 +256,27 @@ struct ig_config {
 	__u8 reject_mid_stream; /* 0: a malformed request start that is not the connection's first
 	                         * data segment is passed as a continuation (it may be body bytes
 	                         * of a keep-alive request; userspace validates) instead of reset */
-	__u8 pad[3];
+	__u8 syn_cookies;     /* afxdp: the cookie code is there (cookie_mode says when it runs) */
+	__u8 prove_handshake; /* afxdp: charge request starts only to flows whose first data
+	                       * segment acked one of our cookies (the stack's ISNs are cookies) */
+	__u8 frag_policy;     /* enum ig_frag_policy */
+	__u64 rst_rate;       /* RSTs per second per CPU; 0 = unlimited */
+	__u64 rst_burst;
+	__u64 reject_ttl_ns;  /* how long a REJECTED flow slot drops data */
+	__u32 src_mask4;      /* per-source buckets key IPv4 sources by this prefix (network order) */
+	__u32 src_mask6[4];   /* ... and IPv6 sources by this one (network order, default /64) */
+	__u16 synack_mss;     /* MSS in our cookie SYN-ACKs over IPv4 (IPv6: 20 less) */
+	__u8 synack_wscale;   /* our window scale in cookie SYN-ACKs (the stack's rcv_wscale) */
+	__u8 pad2[5];
+};
+
+enum ig_frag_policy {
+	IG_FRAG_DROP = 0,     /* drop IPv4 first fragments and IPv6 packets with extension headers
+	                       * that carry TCP to a service port, and IPv4 TCP fragments at offset
+	                       * 8 (RFC 1858); pass later fragments (no ports: the kernel cannot
+	                       * reassemble them without the first) */
+	IG_FRAG_DROP_ALL = 1, /* also drop every later TCP fragment */
+	IG_FRAG_PASS = 2,     /* pass them all to the kernel (networks that fragment TCP) */
 };
 
 #if defined(__cplusplus) && !defined(__bpf__)
@@ -226,7 +298,14 @@ static_assert(sizeof(struct ig_prefix) == 72, "ig_prefix layout");
 static_assert(offsetof(struct ig_config, method_key) == 16, "ig_config layout");
 static_assert(offsetof(struct ig_config, prefix) == 80, "ig_config layout");
 static_assert(offsetof(struct ig_config, nports) == 80 + 72 * IG_MAX_PREFIXES, "ig_config layout");
-static_assert(sizeof(struct ig_config) == 80 + 72 * IG_MAX_PREFIXES + 64, "ig_config layout");
+static_assert(offsetof(struct ig_config, rst_rate) == 80 + 72 * IG_MAX_PREFIXES + 64,
+              "ig_config layout");
+static_assert(sizeof(struct ig_config) == 80 + 72 * IG_MAX_PREFIXES + 64 + 56, "ig_config layout");
+static_assert(sizeof(struct ig_runtime) == 16 && offsetof(struct ig_runtime, cookie_mode) == 4 &&
+              offsetof(struct ig_runtime, cookie_check_until_ns) == 8,
+              "ig_runtime layout");
+static_assert(sizeof(struct ig_rst_bucket) == 16, "ig_rst_bucket layout");
+static_assert(sizeof(struct ig_cookie_keys) == 40, "ig_cookie_keys layout");
 #endif
 
 #endif /* INFERGATE_XDP_INGRESS_SHARED_H */

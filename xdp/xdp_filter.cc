@@ -12,8 +12,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/secret.h"
 #include "ig_ingress.skel.h"
 
 namespace infergate::xdp {
@@ -54,6 +57,23 @@ void setupLibbpf() {
 std::string errnoText(int err) {
   if (err < 0) err = -err;
   return fmt::format("{} ({})", std::strerror(err), err);
+}
+
+// The MTU of an interface, 0 when unknown.
+int interfaceMtu(const std::string& ifname) {
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, ifname.c_str(), IFNAMSIZ - 1);
+  int rc = ioctl(fd, SIOCGIFMTU, &ifr);
+  close(fd);
+  return rc == 0 ? ifr.ifr_mtu : 0;
+}
+
+uint64_t monotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()'s clock
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // The driver of an interface ("veth", "ixgbe", ...), empty when unknown.
@@ -176,8 +196,9 @@ const char* reasonName(int reason) {
       "request",        "truncated",       "bad_ip_header",    "bad_tcp_header",
       "bad_tcp_flags",  "bad_request_line", "bad_method",      "bad_path",
       "bad_version",    "bad_h2_preface",  "bad_h2_frame",     "rejected_flow",
-      "syn_rate_limited", "syn_overload"};
-  static_assert(IG_R_MAX == 22, "reasonName table out of date");
+      "syn_rate_limited", "syn_overload",  "syn_cookie_sent", "cookie_ack_deferred",
+      "cookie_valid",   "cookie_no_match", "rst_rate_limited"};
+  static_assert(IG_R_MAX == 27, "reasonName table out of date");
   return reason >= 0 && reason < IG_R_MAX ? kNames[reason] : "unknown";
 }
 
@@ -205,6 +226,23 @@ uint64_t XdpCounters::total(int action) const {
   uint64_t t = 0;
   for (auto v : packets[action]) t += v;
   return t;
+}
+
+uint64_t XdpCounters::byReason(int reason) const {
+  uint64_t t = 0;
+  if (reason < 0 || reason >= IG_R_MAX) return 0;
+  for (int a = 0; a < IG_NUM_ACTIONS; ++a) t += packets[a][reason];
+  return t;
+}
+
+CookieCounters CookieCounters::from(const XdpCounters& c) {
+  CookieCounters k;
+  k.syn_cookies_sent = c.byReason(IG_R_SYN_COOKIE_SENT);
+  k.acks_deferred = c.byReason(IG_R_COOKIE_ACK_DEFERRED);
+  k.cookies_valid = c.byReason(IG_R_COOKIE_VALID);
+  k.acks_no_match = c.byReason(IG_R_COOKIE_NO_MATCH);
+  k.rst_rate_limited = c.byReason(IG_R_RST_RATE_LIMITED);
+  return k;
 }
 
 absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
@@ -235,6 +273,30 @@ absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
   o.track_flows = c.track_flows;
   o.reject_mid_stream = c.reject_mid_stream;
   o.pin_path = c.pin_path;
+  if (c.fragments == "drop") {
+    o.fragments = FragPolicy::kDrop;
+  } else if (c.fragments == "drop_all") {
+    o.fragments = FragPolicy::kDropAll;
+  } else if (c.fragments == "pass") {
+    o.fragments = FragPolicy::kPass;
+  } else {
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.fragments: '{}' (expected drop, drop_all or pass)", c.fragments));
+  }
+  o.rst_rate_per_sec = c.rst_rate_limit.rate_per_sec;
+  o.rst_burst = c.rst_rate_limit.burst;
+  o.source_prefix_v4 = c.source_prefix_v4;
+  o.source_prefix_v6 = c.source_prefix_v6;
+  if (c.syn_cookies == "auto") {
+    o.syn_cookies = SynCookies::kAuto;
+  } else if (c.syn_cookies == "always") {
+    o.syn_cookies = SynCookies::kAlways;
+  } else if (c.syn_cookies == "off") {
+    o.syn_cookies = SynCookies::kOff;
+  } else {
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.syn_cookies: '{}' (expected auto, always or off)", c.syn_cookies));
+  }
   ig_config scratch;
   if (auto s = buildConfig(o, &scratch); !s.ok()) return s;
   return o;
@@ -308,6 +370,35 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
   cfg->redirect_xsk = o.redirect_xsk;
   cfg->reject_mid_stream = o.reject_mid_stream;
   cfg->tx_redirect = o.rst_tx == RstTx::kRedirect;
+  cfg->syn_cookies = o.redirect_xsk && o.syn_cookies != SynCookies::kOff;
+  cfg->prove_handshake = o.redirect_xsk;
+  cfg->frag_policy = o.fragments == FragPolicy::kDropAll ? IG_FRAG_DROP_ALL
+                     : o.fragments == FragPolicy::kPass  ? IG_FRAG_PASS
+                                                         : IG_FRAG_DROP;
+  cfg->rst_rate = o.rst_rate_per_sec;
+  cfg->rst_burst = o.rst_burst ? o.rst_burst : o.rst_rate_per_sec;
+  cfg->reject_ttl_ns = static_cast<uint64_t>(o.reject_ttl_ms) * 1'000'000;
+  if (o.source_prefix_v4 < 1 || o.source_prefix_v4 > 32)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.source_prefix_v4: {} (expected 1..32)", o.source_prefix_v4));
+  if (o.source_prefix_v6 < 1 || o.source_prefix_v6 > 128)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp.source_prefix_v6: {} (expected 1..128)", o.source_prefix_v6));
+  auto mask32 = [](int bits) -> uint32_t {  // the first `bits` of a word, network order
+    if (bits <= 0) return 0;
+    if (bits >= 32) return 0xffffffffu;
+    return htonl(~((1u << (32 - bits)) - 1));
+  };
+  cfg->src_mask4 = mask32(o.source_prefix_v4);
+  for (int i = 0; i < 4; ++i) cfg->src_mask6[i] = mask32(o.source_prefix_v6 - 32 * i);
+  if (o.synack_wscale > 14)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp: synack_wscale {} (expected 0..14)", o.synack_wscale));
+  cfg->synack_mss = o.synack_mss ? o.synack_mss : 1460;
+  if (cfg->synack_mss < 536 + 20)
+    return absl::InvalidArgumentError(
+        fmt::format("xdp: synack_mss {} (expected at least 556)", cfg->synack_mss));
+  cfg->synack_wscale = o.synack_wscale;
   if (o.flow_entries == 0 || o.flow_entries > (1u << 24))
     return absl::InvalidArgumentError(
         fmt::format("xdp: flow_entries {} (expected 1..{})", o.flow_entries, 1u << 24));
@@ -391,8 +482,14 @@ absl::Status XdpFilter::loadProgram() {
     return absl::InternalError(fmt::format("opening the XDP skeleton: {}", errnoText(errno)));
   if (opts_.rst_tx == RstTx::kRedirect || (opts_.rst_tx == RstTx::kAuto && tx_redirect_))
     cfg.tx_redirect = 1;
+  if (opts_.synack_mss == 0 && !opts_.interface.empty()) {
+    int mtu = interfaceMtu(opts_.interface);
+    if (mtu >= 576 + 40) cfg.synack_mss = static_cast<uint16_t>(std::min(mtu - 40, 65495));
+  }
   flow_mask_ = cfg.flow_mask;
   std::memcpy(&skel_->rodata->ig_cfg, &cfg, sizeof(cfg));
+  flow_secret_ = common::randomSipKey();
+  std::memcpy(&skel_->rodata->ig_flow_secret, &flow_secret_, sizeof(flow_secret_));
   bpf_map__set_max_entries(skel_->maps.ig_flows, cfg.flow_mask + 1);
   bpf_map__set_max_entries(skel_->maps.ig_buckets, opts_.bucket_entries ? opts_.bucket_entries : 1);
   int err = ig_ingress__load(skel_);
@@ -405,12 +502,14 @@ absl::Status XdpFilter::loadProgram() {
         "loading the XDP program failed: {} (run with log level debug for the verifier log)",
         errnoText(err)));
   }
-  uint32_t zero = 0;
-  struct {
-    uint32_t level, pad;
-  } rt{static_cast<uint32_t>(opts_.overload_level), 0};
-  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &rt, sizeof(rt), BPF_ANY))
-    return absl::InternalError(fmt::format("setting the overload level: {}", errnoText(errno)));
+  {
+    std::lock_guard<std::mutex> lock(runtime_mu_);
+    runtime_.overload_level = static_cast<uint32_t>(opts_.overload_level);
+    runtime_.cookie_mode = cfg.syn_cookies && opts_.syn_cookies == SynCookies::kAlways
+                               ? IG_COOKIE_ON
+                               : IG_COOKIE_OFF;
+    if (auto s = writeRuntime(); !s.ok()) return s;
+  }
   for (size_t i = 0; i < opts_.cidr_rules.size(); ++i) {
     const auto& r = opts_.cidr_rules[i];
     ig_cidr_key k{};
@@ -594,18 +693,47 @@ void XdpFilter::registerMetrics(common::MetricsRegistry& registry) {
   registry.addCollector([this](std::string& out) { out += renderPrometheus(readCounters()); });
 }
 
+absl::Status XdpFilter::writeRuntime() {
+  uint32_t zero = 0;
+  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &runtime_, sizeof(runtime_),
+                           BPF_ANY))
+    return absl::InternalError(fmt::format("xdp: writing ig_state: {}", errnoText(errno)));
+  return absl::OkStatus();
+}
+
 absl::Status XdpFilter::setOverloadLevel(int level) {
   if (level < 0 || level >= kNumClasses)
     return absl::InvalidArgumentError(
         fmt::format("overload level {} (expected 0..{})", level, kNumClasses - 1));
-  uint32_t zero = 0;
-  struct {
-    uint32_t level, pad;
-  } rt{static_cast<uint32_t>(level), 0};
-  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &rt, sizeof(rt), BPF_ANY))
-    return absl::InternalError(fmt::format("setting the overload level: {}", errnoText(errno)));
+  std::lock_guard<std::mutex> lock(runtime_mu_);
+  runtime_.overload_level = static_cast<uint32_t>(level);
+  if (auto s = writeRuntime(); !s.ok()) return s;
   opts_.overload_level = level;
   return absl::OkStatus();
+}
+
+absl::Status XdpFilter::setCookieKeys(const ig_cookie_keys& keys) {
+  uint32_t zero = 0;
+  if (bpf_map__update_elem(skel_->maps.ig_cookie, &zero, sizeof(zero), &keys, sizeof(keys),
+                           BPF_ANY))
+    return absl::InternalError(fmt::format("xdp: writing the SYN cookie keys: {}", errnoText(errno)));
+  return absl::OkStatus();
+}
+
+absl::Status XdpFilter::setCookieMode(bool on, uint64_t drain_ns) {
+  if (!skel_->rodata->ig_cfg.syn_cookies)
+    return absl::FailedPreconditionError(
+        "xdp: SYN cookies are not loaded (afxdp mode only, and xdp.syn_cookies is off)");
+  std::lock_guard<std::mutex> lock(runtime_mu_);
+  bool was_on = runtime_.cookie_mode == IG_COOKIE_ON;
+  runtime_.cookie_mode = on ? IG_COOKIE_ON : IG_COOKIE_OFF;
+  if (!on && was_on) runtime_.cookie_check_until_ns = monotonicNs() + drain_ns;
+  return writeRuntime();
+}
+
+bool XdpFilter::cookieMode() const {
+  std::lock_guard<std::mutex> lock(runtime_mu_);
+  return runtime_.cookie_mode == IG_COOKIE_ON;
 }
 
 std::optional<Tag> XdpFilter::lookupFlowTag(const FlowTuple& f) const {
@@ -616,7 +744,7 @@ std::optional<Tag> XdpFilter::lookupFlowTag(const FlowTuple& f) const {
   k.sport = htons(f.peer_port);
   k.dport = htons(f.local_port);
   k.family = f.family == AF_INET ? 4 : 6;
-  uint64_t h = ig_flow_hash(&k);
+  uint64_t h = ig_flow_hash(&flow_secret_, &k);
   uint32_t idx = static_cast<uint32_t>(h) & flow_mask_;
   ig_flow_val v{};
   if (bpf_map__lookup_elem(skel_->maps.ig_flows, &idx, sizeof(idx), &v, sizeof(v), 0) != 0)

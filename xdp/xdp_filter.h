@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -39,6 +40,19 @@ struct XdpCounters {
   std::array<std::array<uint64_t, IG_TV_MAX>, IG_NUM_CLASSES> requests{};
 
   uint64_t total(int action) const;
+  // Packets with this reason, over every action (e.g. IG_R_SYN_COOKIE_SENT).
+  uint64_t byReason(int reason) const;
+};
+
+// The SYN cookie counters (afxdp mode), read from XdpCounters.
+struct CookieCounters {
+  uint64_t syn_cookies_sent = 0;   // SYNs answered with a cookie SYN-ACK (IG_R_SYN_COOKIE_SENT)
+  uint64_t acks_deferred = 0;      // pure ACKs completing a cookie handshake, dropped
+  uint64_t cookies_valid = 0;      // first data segments with a valid cookie, to the stack
+  uint64_t acks_no_match = 0;      // ACKs of untracked flows in cookie mode that were no cookie
+  uint64_t rst_rate_limited = 0;   // RSTs the program did not send (over the RST budget)
+
+  static CookieCounters from(const XdpCounters& c);
 };
 
 const char* reasonName(int reason);      // "bad_request_line", ...
@@ -101,6 +115,21 @@ class XdpFilter {
 
   std::optional<Tag> lookupFlowTag(const FlowTuple& flow) const;
 
+  // afxdp, SYN cookies (docs/XDP.md, "SYN cookies"). setCookieKeys() writes the keys the TCP
+  // stack uses (the same struct ig_cookie_keys, dataplane/tcp/syncookie.h) into the program's
+  // ig_cookie map; call it before attach (inside before_attach) and after every rotation. A key
+  // left all zero never validates and never signs (the program treats it as unset).
+  absl::Status setCookieKeys(const ig_cookie_keys& keys);
+  // Cookie mode on: the program answers service SYNs with cookie SYN-ACKs itself. Off: SYNs go
+  // to the stack again; ACKs of cookie handshakes already sent are still validated for
+  // `drain_ns` (their first data segments still get IG_TF_COOKIE). FailedPrecondition when the
+  // program was loaded without cookies (not afxdp, or XdpOptions::syn_cookies = kOff).
+  static constexpr uint64_t kCookieDrainNs = 120'000'000'000;  // 2 minutes
+  absl::Status setCookieMode(bool on, uint64_t drain_ns = kCookieDrainNs);
+  bool cookieMode() const;
+  // The secret of the flow hash (tests; never log it).
+  const ig_sipkey& flowSecret() const { return flow_secret_; }
+
   // afxdp: the XSKMAP (ig_xsks, key = rx queue index, at most kMaxXskQueues entries) the
   // program redirects to when XdpOptions::redirect_xsk is on. The AF_XDP device inserts its
   // socket (dataplane/xsk, XskOptions::xskmap_fd); removeXsk() takes a queue out again, after
@@ -120,7 +149,11 @@ class XdpFilter {
   absl::Status loadProgram();
   absl::Status attachProgram();
   absl::Status pinMaps();
+  absl::Status writeRuntime();  // runtime_ -> ig_state; holds runtime_mu_
 
+  mutable std::mutex runtime_mu_;  // runtime_ (setOverloadLevel vs setCookieMode)
+  ig_runtime runtime_{};
+  ig_sipkey flow_secret_{};
   XdpOptions opts_;
   ig_ingress* skel_ = nullptr;
   int ifindex_ = 0;

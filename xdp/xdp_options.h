@@ -19,6 +19,19 @@ enum class AttachMode { kNative, kGeneric };
 // something else wakes the peer (see XdpFilter::attach), and uses XDP_TX elsewhere.
 enum class RstTx { kAuto, kTx, kRedirect };
 
+// IPv4 fragments and IPv6 extension headers to a service port (enum ig_frag_policy): neither
+// the program nor userspace's stack reassembles or parses them, so they would carry a request
+// past every check. kDrop drops first fragments / extension-header packets that target a
+// service port and IPv4 fragments at offset 8 (RFC 1858); later fragments carry no port and
+// are passed (the kernel cannot reassemble them without the first). kDropAll also drops every
+// later TCP fragment; kPass passes everything (networks that fragment TCP).
+enum class FragPolicy { kDrop, kDropAll, kPass };
+
+// afxdp: SYN cookies answered by the program. kAuto: loaded, off until userspace turns cookie
+// mode on (XdpFilter::setCookieMode, when the stack's backlog is under pressure); kAlways: on
+// from the start; kOff: never (the program passes every SYN to the stack).
+enum class SynCookies { kAuto, kAlways, kOff };
+
 // Priority classes: 0 is the highest. The overload level n admits classes < 4 - n.
 inline constexpr int kNumClasses = 4;
 const char* className(int cls);  // "high", "normal", "low", "background"
@@ -61,6 +74,22 @@ struct XdpOptions {
   // segment begins with "ABC " must not be reset. Known first segments are always judged.
   bool reject_mid_stream = true;
   RstTx rst_tx = RstTx::kAuto;
+  FragPolicy fragments = FragPolicy::kDrop;
+  // RSTs the program sends (rejected request starts), per second per CPU; 0 = unlimited. Over
+  // the budget the segment is dropped (reason rst_rate_limited).
+  uint64_t rst_rate_per_sec = 20000;
+  uint64_t rst_burst = 0;                          // 0 = same as the rate
+  uint32_t reject_ttl_ms = 2000;                   // a rejected flow's data is dropped this long
+  // Per-source token buckets key a source by its prefix: IPv4 /32, IPv6 /64 (one host often
+  // owns a whole /64; per-address buckets would not limit it).
+  int source_prefix_v4 = 32;
+  int source_prefix_v6 = 64;
+  // afxdp only (redirect_xsk): cookie SYN-ACKs. synack_mss: our MSS over IPv4 (IPv6: 20 less);
+  // 0 = the interface MTU - 40 at attach (1460 when unknown). synack_wscale: our window scale,
+  // which must be the one the TCP stack uses (its rcv_wscale for TcpOptions::rcv_buf).
+  SynCookies syn_cookies = SynCookies::kAuto;
+  uint16_t synack_mss = 0;
+  uint8_t synack_wscale = 3;
   uint32_t flow_entries = 65536;                   // slots of the flow table, rounded up to 2^n
   uint32_t bucket_entries = 65536;
   int overload_level = 0;

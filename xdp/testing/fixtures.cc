@@ -167,10 +167,18 @@ std::vector<Fixture> makeFixtures() {
     s.dport = 22;
     t.pass("vlan to another port", "non_service", s, IG_R_NOT_SERVICE);
   }
+  // IPv4 fragments and IPv6 extension headers (XdpOptions::fragments = kDrop): what carries
+  // TCP to a service port past the checks is dropped; the rest goes to the kernel.
   {
     PacketSpec s = t.req(kGet);
     s.frag = 0x2000;  // MF
-    t.pass("ipv4 first fragment", "non_service", s, IG_R_IP_FRAGMENT);
+    t.add("ipv4 first fragment to a service port", "drop_header", s, XDP_DROP, IG_R_IP_FRAGMENT);
+  }
+  {
+    PacketSpec s = t.req(kGet);
+    s.frag = 0x2000;
+    s.dport = 22;
+    t.pass("ipv4 first fragment to another port", "non_service", s, IG_R_IP_FRAGMENT);
   }
   {
     PacketSpec s = t.base();
@@ -179,17 +187,49 @@ std::vector<Fixture> makeFixtures() {
     t.pass("ipv4 later fragment", "non_service", s, IG_R_IP_FRAGMENT);
   }
   {
+    PacketSpec s = t.base();
+    s.frag = 0x0001;  // offset 8: would overwrite the flags of the first (RFC 1858)
+    s.raw_l4 = std::vector<uint8_t>(32, 'z');
+    t.add("ipv4 fragment at offset 8", "drop_header", s, XDP_DROP, IG_R_IP_FRAGMENT);
+  }
+  // IPv6: an extension header, then a TCP header (ports only matter) to `dport`
+  auto v6ext = [&](uint8_t first, std::vector<uint8_t> ext, uint16_t dport) {
     PacketSpec s = t.base(true);
-    s.ip_proto = 0;  // hop-by-hop
-    s.raw_l4 = std::vector<uint8_t>(48, 0);
-    (*s.raw_l4)[0] = 6;
-    t.pass("ipv6 hop-by-hop header", "non_service", s, IG_R_IPV6_EXT);
+    s.ip_proto = first;
+    std::vector<uint8_t> l4 = std::move(ext);
+    std::vector<uint8_t> tcp(20, 0);
+    tcp[0] = 0x9c;
+    tcp[1] = 0x40;
+    tcp[2] = static_cast<uint8_t>(dport >> 8);
+    tcp[3] = static_cast<uint8_t>(dport);
+    tcp[12] = 0x50;
+    tcp[13] = kAck | kPsh;
+    l4.insert(l4.end(), tcp.begin(), tcp.end());
+    l4.insert(l4.end(), kGet.begin(), kGet.end());
+    s.raw_l4 = l4;
+    return s;
+  };
+  const std::vector<uint8_t> kHopByHop = {6, 0, 1, 4, 0, 0, 0, 0};   // PadN, next TCP
+  const std::vector<uint8_t> kFragFirst = {6, 0, 0, 1, 0, 0, 0, 7};  // offset 0, M, next TCP
+  const std::vector<uint8_t> kFragLater = {6, 0, 0, 0x81, 0, 0, 0, 7};  // offset 16
+  t.add("ipv6 hop-by-hop header to a service port", "drop_header", v6ext(0, kHopByHop, 8000),
+        XDP_DROP, IG_R_IPV6_EXT);
+  t.pass("ipv6 hop-by-hop header to another port", "non_service", v6ext(0, kHopByHop, 443),
+         IG_R_IPV6_EXT);
+  t.add("ipv6 first fragment to a service port", "drop_header", v6ext(44, kFragFirst, 8000),
+        XDP_DROP, IG_R_IPV6_EXT);
+  t.pass("ipv6 later fragment", "non_service", v6ext(44, kFragLater, 8000), IG_R_IPV6_EXT);
+  {
+    std::vector<uint8_t> chain;  // five destination-options headers: more than we walk
+    for (int i = 0; i < 5; ++i) chain.insert(chain.end(), {uint8_t(i < 4 ? 60 : 6), 0, 1, 4, 0, 0, 0, 0});
+    t.add("ipv6 extension chain longer than walked", "drop_header", v6ext(60, chain, 443), XDP_DROP,
+          IG_R_IPV6_EXT);
   }
   {
     PacketSpec s = t.base(true);
-    s.ip_proto = 44;  // fragment
+    s.ip_proto = 50;  // ESP: nothing to see
     s.raw_l4 = std::vector<uint8_t>(48, 0);
-    t.pass("ipv6 fragment header", "non_service", s, IG_R_IPV6_EXT);
+    t.pass("ipv6 esp", "non_service", s, IG_R_IPV6_EXT);
   }
   {
     PacketSpec s = t.req(kGet);
