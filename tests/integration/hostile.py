@@ -331,8 +331,8 @@ def nonzero(text, *prefixes):
                      if not l.startswith("#") and l.startswith(prefixes) and not l.endswith(" 0"))
 
 
-TCP_PREFIXES = ("infergate_tcp_", "infergate_xdp_packets_total", "infergate_xdp_requests_total",
-                "infergate_xdp_syn", "infergate_xdp_cookie")
+TCP_PREFIXES = ("infergate_tcp_", "infergate_afxdp_", "infergate_xdp_packets_total",
+                "infergate_xdp_requests_total", "infergate_xdp_syn", "infergate_xdp_cookie")
 
 
 def delta(before, after, prefixes=TCP_PREFIXES):
