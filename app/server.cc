@@ -188,6 +188,7 @@ absl::Status Server::start() {
     }
     xdp_->filter = std::move(*filter);
     xdp_->filter->registerMetrics(registry);
+    if (auto warning = xdp::kernelSynCookiesWarning()) spdlog::warn("{}", *warning);
     // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes
     // while a batched model's queues are full; the level is the highest over the models.
     publishOverloadLevels(models_, [f = xdp_->filter.get()](int level) {

@@ -664,6 +664,21 @@ XdpCounters XdpFilter::readCounters() const {
                              bpf_map__fd(skel_->maps.ig_class_counters));
 }
 
+std::optional<std::string> kernelSynCookiesWarning(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  int v = -1;
+  if (f) {
+    if (std::fscanf(f, "%d", &v) != 1) v = -1;
+    std::fclose(f);
+  }
+  if (v > 0) return std::nullopt;
+  return fmt::format(
+      "xdp-filter mode: the kernel's SYN cookies are {} ({}{}): a SYN flood will fill the "
+      "listen backlog; set sysctl -w net.ipv4.tcp_syncookies=1 in the gateway's network "
+      "namespace (see docs/XDP.md, \"SYN cookies\")",
+      v == 0 ? "off" : "unknown", path, v == 0 ? " is 0" : " is unreadable");
+}
+
 std::string renderPrometheus(const XdpCounters& c) {
   std::string out;
   out += "# HELP infergate_xdp_packets_total Packets seen by the XDP ingress program, by verdict and reason.\n";

@@ -164,6 +164,12 @@ class XdpFilter {
   bool pinned_ = false;
 };
 
+// xdp-filter mode: the defence against a SYN flood is the kernel's own SYN cookies. Reads
+// `path` (net.ipv4.tcp_syncookies of the calling process's network namespace) and returns a
+// warning naming the sysctl when it is 0 (off) or unreadable; nullopt when cookies are on.
+std::optional<std::string> kernelSynCookiesWarning(
+    const std::string& path = "/proc/sys/net/ipv4/tcp_syncookies");
+
 // Renders counters in Prometheus text format (what registerMetrics appends).
 std::string renderPrometheus(const XdpCounters& c);
 

@@ -610,5 +610,23 @@ TEST(XdpHostile, AfxdpChargesRequestStartsOnlyToProvenHandshakes) {
   EXPECT_EQ(verdicts, (std::vector<int>{IG_TV_ADMIT, IG_TV_RATE_LIMITED}));
 }
 
+TEST(XdpHostile, WarnsWhenKernelSynCookiesAreOff) {
+  // xdp-filter mode relies on the kernel's SYN cookies: one clear line naming the sysctl.
+  std::string dir = ::testing::TempDir();
+  auto write = [&](const char* name, const char* text) {
+    std::string path = dir + name;
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text, f);
+    std::fclose(f);
+    return path;
+  };
+  auto off = kernelSynCookiesWarning(write("/ig_syncookies_0", "0\n"));
+  ASSERT_TRUE(off.has_value());
+  EXPECT_NE(off->find("net.ipv4.tcp_syncookies=1"), std::string::npos) << *off;
+  EXPECT_FALSE(kernelSynCookiesWarning(write("/ig_syncookies_1", "1\n")).has_value());
+  EXPECT_FALSE(kernelSynCookiesWarning(write("/ig_syncookies_2", "2\n")).has_value());
+  EXPECT_TRUE(kernelSynCookiesWarning(dir + "/ig_no_such_file").has_value());
+}
+
 }  // namespace
 }  // namespace infergate::xdp::testing

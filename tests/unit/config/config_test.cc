@@ -173,7 +173,9 @@ limits: {max_header_bytes: 4096, max_body_bytes: 1000, max_connections: 5, idle_
          header_timeout_ms: 2, body_timeout_ms: 3}
 logging: {level: debug, access_log: true}
 xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
-      http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10}}
+      http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
+      fragments: drop_all, rst_rate_limit: {rate_per_sec: 5, burst: 7}, source_prefix_v4: 24,
+      source_prefix_v6: 48, syn_cookies: always}
 models:
   - name: m.v-1_x
     version: 7
@@ -210,6 +212,12 @@ models:
   EXPECT_EQ(c->xdp.http2_max_frame_size, 16777215u);
   EXPECT_EQ(c->xdp.rate_limit.rate_per_sec, 10u);
   EXPECT_EQ(c->xdp.rate_limit.burst, 10u);  // defaults to the rate
+  EXPECT_EQ(c->xdp.fragments, "drop_all");
+  EXPECT_EQ(c->xdp.rst_rate_limit.rate_per_sec, 5u);
+  EXPECT_EQ(c->xdp.rst_rate_limit.burst, 7u);
+  EXPECT_EQ(c->xdp.source_prefix_v4, 24);
+  EXPECT_EQ(c->xdp.source_prefix_v6, 48);
+  EXPECT_EQ(c->xdp.syn_cookies, "always");
   EXPECT_EQ(c->models[0].name, "m.v-1_x");
   EXPECT_EQ(c->models[0].version, "7");
   EXPECT_EQ(c->models[0].max_batch_size, 0);
