@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -22,6 +25,7 @@
 
 #ifdef INFERGATE_HAVE_XDP
 #include "dataplane/afxdp_reactor.h"
+#include "dataplane/tcp/syncookie_jar.h"
 #include "dataplane/xsk/xsk_device.h"
 #include "xdp/xdp_filter.h"
 #endif
@@ -231,9 +235,108 @@ std::pair<std::string, std::string> interfaceAddresses(const std::string& ifname
   return {ip, mac};
 }
 
+// Cookie mode at the NIC, decided from the stacks' backlogs (xdp.syn_cookies: auto). On as soon
+// as any reactor's half-open connections reach half its backlog (or a SYN found it full);
+// off again once the program's cookie SYN-ACK rate has stayed below a tenth of the backlog
+// per second for kCalmNs (the stacks can keep state for that many again). While on, SYNs never
+// reach userspace; ACKs and first data segments that prove a cookie create connections.
+class CookieModeController {
+ public:
+  static constexpr uint64_t kPeriodNs = 50'000'000;
+  static constexpr uint64_t kCalmNs = 10'000'000'000;
+
+  CookieModeController(xdp::XdpFilter& filter, std::vector<AfXdpReactor*> reactors,
+                       uint32_t syn_backlog)
+      : filter_(filter), reactors_(std::move(reactors)), backlog_(std::max(1u, syn_backlog)) {
+    full_seen_.assign(reactors_.size(), 0);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~CookieModeController() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();  // pairs with the wait in run()
+    thread_.join();
+  }
+  uint64_t switches() const { return switches_.load(std::memory_order_relaxed); }
+
+ private:
+  static uint64_t nowNs() {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                     std::chrono::steady_clock::now().time_since_epoch())
+                                     .count());
+  }
+  void run() {
+    bool on = filter_.cookieMode();
+    uint64_t calm_since = 0, cookies_at_calm = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::nanoseconds(kPeriodNs), [this] { return stop_; })) {
+      const uint64_t now = nowNs();
+      bool pressure = false;
+      for (size_t i = 0; i < reactors_.size(); ++i) {
+        const tcp::TcpCounters& c = reactors_[i]->tcpCounters();
+        const uint64_t half_open = __atomic_load_n(
+            &c.conns_by_state[static_cast<size_t>(tcp::TcpState::kSynReceived)], __ATOMIC_RELAXED);
+        const uint64_t full = __atomic_load_n(&c.syn_backlog_full, __ATOMIC_RELAXED);
+        if (half_open >= backlog_ / 2 || full != full_seen_[i]) pressure = true;
+        full_seen_[i] = full;
+      }
+      const uint64_t sent = xdp::CookieCounters::from(filter_.readCounters()).syn_cookies_sent;
+      if (pressure) {
+        calm_since = 0;
+        if (!on && set(true)) on = true;
+        continue;
+      }
+      if (!on) continue;
+      if (calm_since == 0) {
+        calm_since = now;
+        cookies_at_calm = sent;
+        continue;
+      }
+      if (now - calm_since < kCalmNs) continue;
+      const uint64_t rate = (sent - cookies_at_calm) * 1'000'000'000ull / (now - calm_since);
+      if (rate < backlog_ / 10 && set(false)) {
+        on = false;
+      } else {
+        calm_since = now;  // still flooded: look again after another calm period
+        cookies_at_calm = sent;
+      }
+    }
+  }
+  bool set(bool on) {
+    if (absl::Status st = filter_.setCookieMode(on); !st.ok()) {
+      spdlog::warn("afxdp: SYN cookie mode: {}", st.ToString());
+      return false;
+    }
+    switches_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::info("afxdp: SYN cookies at the NIC {}", on ? "on (a backlog is under pressure)"
+                                                        : "off (the SYN rate is back to normal)");
+    return true;
+  }
+
+  xdp::XdpFilter& filter_;
+  std::vector<AfXdpReactor*> reactors_;
+  const uint32_t backlog_;
+  std::vector<uint64_t> full_seen_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<uint64_t> switches_{0};
+  std::thread thread_;
+};
+
+uint8_t windowShift(uint32_t rcv_buf) {
+  uint8_t shift = 0;
+  while ((rcv_buf >> shift) > 65535 && shift < 14) ++shift;
+  return shift;
+}
+
 }  // namespace
 
 struct AfXdpMode::State {
+  std::shared_ptr<tcp::SynCookieJar> cookie_jar = std::make_shared<tcp::SynCookieJar>();
+  std::unique_ptr<CookieModeController> cookie_ctl;
   std::unique_ptr<xdp::XdpFilter> filter;
   std::vector<std::unique_ptr<AfXdpReactor>> reactors;
   std::vector<XskDevice*> devices;  // owned by the reactors
@@ -292,6 +395,13 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   xo->redirect_xsk = true;
   xo->write_metadata = true;
   xo->reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
+  // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
+  xo->synack_wscale = windowShift(tcp::TcpOptions{}.rcv_buf);
+  const tcp::SynCookies stack_cookies = xo->syn_cookies == xdp::SynCookies::kOff
+                                            ? tcp::SynCookies::kOff
+                                        : xo->syn_cookies == xdp::SynCookies::kAlways
+                                            ? tcp::SynCookies::kAlways
+                                            : tcp::SynCookies::kOnOverflow;
 
   const auto [ip, mac] = interfaceAddresses(ifname);
   std::unique_ptr<AfXdpMode> mode(new AfXdpMode());
@@ -324,6 +434,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.tcp.max_connections = static_cast<uint32_t>(
           std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
       ro.tcp.syn_backlog = std::min<uint32_t>(4096, ro.tcp.max_connections);
+      ro.tcp.syn_cookies = stack_cookies;
+      ro.tcp.cookie_jar = st.cookie_jar;  // one key pair for every reactor and the program
       auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
       for (const config::ListenerConfig& l : c.listeners) {
         if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return s;
@@ -331,6 +443,9 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       st.devices.push_back(raw);
       st.reactors.push_back(std::move(reactor));
     }
+    // Always: the stacks' ISNs are cookies whatever the mode, and the program proves
+    // handshakes with these keys (request-rate charging of proven flows only).
+    if (absl::Status s = filter.setCookieKeys(st.cookie_jar->snapshot()); !s.ok()) return s;
     return absl::OkStatus();
   };
   absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(*xo, bind_sockets);
@@ -352,7 +467,22 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       return f->setOverloadLevel(level);
     });
   }
+  {
+    // Rotations happen on whichever reactor's poll finds the period over; the program's map
+    // follows at once (its previous key stays valid, like the stacks').
+    st.cookie_jar->setListener([f = st.filter.get()](const ig_cookie_keys& keys) {
+      if (absl::Status s = f->setCookieKeys(keys); !s.ok())
+        spdlog::warn("afxdp: SYN cookie keys: {}", s.ToString());
+    });
+  }
   for (auto& r : st.reactors) r->start();
+  if (xo->syn_cookies == xdp::SynCookies::kAuto) {
+    std::vector<AfXdpReactor*> rs;
+    for (auto& r : st.reactors) rs.push_back(r.get());
+    st.cookie_ctl = std::make_unique<CookieModeController>(
+        *st.filter, std::move(rs), std::min<uint32_t>(4096, static_cast<uint32_t>(std::max<uint64_t>(
+                                       1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)))));
+  }
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",
                  l.name, ifname, l.port, l.protocol, c.reactors);
@@ -369,6 +499,8 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   State& st = *state_;
   st.stopped = true;
   if (st.models != nullptr) clearOverloadListeners(*st.models);  // before the filter goes
+  st.cookie_ctl.reset();                // before the filter and the reactors go
+  st.cookie_jar->setListener(nullptr);  // no rotation may reach the filter after this
   for (auto& r : st.reactors) r->stop(drain_ms * 1'000'000);
   for (auto& r : st.reactors) r->join();
   {

@@ -7,6 +7,13 @@
 #
 # Usage: sudo bench/xdp_reject_cpu.sh [--binary build/app/infergate] [--connections N]
 #                                     [--concurrency C] [--max-seconds S] [--server-cpu N]
+#                                     [--mode xdp-filter|afxdp]
+#
+# --mode afxdp: infergate in afxdp mode with xdp.syn_cookies: always. The program answers each
+# SYN with a cookie SYN-ACK, drops the handshake's pure ACK (deferred accept) and answers the
+# malformed first data segment with a RST itself: a rejected connection never reaches
+# userspace (the AF_XDP rx counter delta is printed to show it). xdp-filter mode: the kernel
+# does the handshake, the program resets the request start.
 #
 # Method. The gateway side runs in its own namespace, pinned to --server-cpu. For each server,
 # over a window from just before the flood to SETTLE seconds after it (so that infergate's idle
@@ -24,7 +31,7 @@
 # Needs root (namespaces, XDP), nginx, python3. Namespaces are unique and always removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BIN=build/app/infergate; CONNS=3000; CONC=16; MAXS=60; SCPU=0; SETTLE=2
+BIN=build/app/infergate; CONNS=3000; CONC=16; MAXS=60; SCPU=0; SETTLE=2; MODE=xdp-filter
 while [ $# -gt 0 ]; do
   case "$1" in
     --binary) BIN="$2"; shift 2 ;;
@@ -32,6 +39,7 @@ while [ $# -gt 0 ]; do
     --concurrency) CONC="$2"; shift 2 ;;
     --max-seconds) MAXS="$2"; shift 2 ;;
     --server-cpu) SCPU="$2"; shift 2 ;;
+    --mode) MODE="$2"; shift 2 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -134,9 +142,15 @@ measure() {  # name, port, pids...: runs the flood, prints "name rejected server
   echo "$name $(( p1 - p0 )) $(( s1 - s0 ))"
 }
 
-# --- infergate, xdp-filter mode -------------------------------------------------------------
+# --- infergate, xdp-filter or afxdp mode ---------------------------------------------------
+case "$MODE" in
+  xdp-filter) EXTRA="" ;;
+  afxdp) EXTRA="  syn_cookies: always
+  rst_rate_limit: {rate_per_sec: 0}" ;;
+  *) echo "--mode: xdp-filter or afxdp" >&2; exit 2 ;;
+esac
 cat >"$WORK/ig.yaml" <<YAML
-mode: xdp-filter
+mode: $MODE
 reactors: 1
 cpus: [$SCPU]
 listeners: [{name: http, address: 0.0.0.0, port: 8000, protocol: http}]
@@ -147,6 +161,7 @@ xdp:
   attach: native
   methods: [GET, POST]
   path_prefixes: ["/v2/"]
+$EXTRA
 models:
   - name: identity
     max_batch_size: 8
@@ -157,9 +172,16 @@ ip netns exec "$GW" "$BIN" run -c "$WORK/ig.yaml" >"$WORK/ig.log" 2>&1 & IGPID=$
 for _ in $(seq 100); do grep -q serving "$WORK/ig.log" && break; sleep 0.1; done
 grep -q serving "$WORK/ig.log" || { echo "infergate did not start:"; cat "$WORK/ig.log"; exit 1; }
 tx0=$(metric '^infergate_xdp_packets_total\{verdict="tx"')
+rx0=$(metric '^infergate_afxdp_rx_frames_total')
 read -r _ IG_P IG_S < <(measure infergate 8000 "$IGPID")
 tx1=$(metric '^infergate_xdp_packets_total\{verdict="tx"')
+rx1=$(metric '^infergate_afxdp_rx_frames_total')
 IG_REJ=$(( ${tx1%.*} - ${tx0%.*} ))
+if [ "$MODE" = afxdp ]; then
+  echo "infergate afxdp: frames that reached userspace during the flood: $(( ${rx1%.*} - ${rx0%.*} ))" >&2
+  ip netns exec "$GW" curl -s http://127.0.0.1:8002/metrics |
+    grep -E 'reason="(syn_cookie_sent|cookie_ack_deferred|bad_method)"' | grep -v ' 0$' >&2 || true
+fi
 kill -TERM "$IGPID"; wait "$IGPID" 2>/dev/null || true
 
 # --- NGINX, 400 for anything but GET/POST under /v2/ ---------------------------------------
@@ -187,11 +209,11 @@ NGPIDS=$(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')
 read -r _ NG_P NG_S < <(measure nginx 8080 "$(cat "$WORK/nginx.pid")" $NGPIDS)
 NG_REJ=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["400"])' "$WORK/nginx.json")
 
-/usr/bin/python3 - "$HZ" "$IG_REJ" "$IG_P" "$IG_S" "$NG_REJ" "$NG_P" "$NG_S" "$CONNS" "$CONC" <<'PY'
+/usr/bin/python3 - "$HZ" "$IG_REJ" "$IG_P" "$IG_S" "$NG_REJ" "$NG_P" "$NG_S" "$CONNS" "$CONC" "$MODE" <<'PY'
 import sys
 hz = float(sys.argv[1])
 ig_rej, ig_p, ig_s, ng_rej, ng_p, ng_s = (int(float(x)) for x in sys.argv[2:8])
-print("# malformed-request flood: %s connections, concurrency %s; CPU = server process + softirq (all CPUs)" % (sys.argv[8], sys.argv[9]))
+print("# malformed-request flood: %s connections, concurrency %s; CPU = server process + softirq (all CPUs); infergate mode %s" % (sys.argv[8], sys.argv[9], sys.argv[10]))
 print("%-10s %9s %10s %10s %14s" % ("server", "rejected", "proc_s", "softirq_s", "us/rejected"))
 res = {}
 for name, rej, p, s in (("infergate", ig_rej, ig_p, ig_s), ("nginx", ng_rej, ng_p, ng_s)):
