@@ -171,10 +171,10 @@ YAML
 ip netns exec "$GW" "$BIN" run -c "$WORK/ig.yaml" >"$WORK/ig.log" 2>&1 & IGPID=$!; PIDS+=($IGPID)
 for _ in $(seq 100); do grep -q serving "$WORK/ig.log" && break; sleep 0.1; done
 grep -q serving "$WORK/ig.log" || { echo "infergate did not start:"; cat "$WORK/ig.log"; exit 1; }
-tx0=$(metric '^infergate_xdp_packets_total\{verdict="tx"')
+tx0=$(metric '^infergate_xdp_packets_total\{verdict="tx",reason="bad_')
 rx0=$(metric '^infergate_afxdp_rx_frames_total')
 read -r _ IG_P IG_S < <(measure infergate 8000 "$IGPID")
-tx1=$(metric '^infergate_xdp_packets_total\{verdict="tx"')
+tx1=$(metric '^infergate_xdp_packets_total\{verdict="tx",reason="bad_')
 rx1=$(metric '^infergate_afxdp_rx_frames_total')
 IG_REJ=$(( ${tx1%.*} - ${tx0%.*} ))
 if [ "$MODE" = afxdp ]; then
