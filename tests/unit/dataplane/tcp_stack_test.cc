@@ -211,7 +211,9 @@ std::string pattern(size_t n, uint32_t seed = 1) {
 class HandshakeTest : public TcpTest, public ::testing::WithParamInterface<int> {};
 
 TEST_P(HandshakeTest, NegotiatesOffered) {
-  const int m = GetParam();
+  const int m = GetParam() & 15;
+  // Client ISNs in both halves of sequence space (issue 12: 0x80000000 disabled the window).
+  const uint32_t cisn = GetParam() < 16 ? 1000u : 0x80000000u;
   SynOpts o;
   o.mss = (m & 1) ? 1000 : 0;  // 0: no MSS option -> 536
   o.wscale = (m & 2) ? 9 : -1;
@@ -219,13 +221,13 @@ TEST_P(HandshakeTest, NegotiatesOffered) {
   o.ts = m & 8;
   opts.rcv_buf = 1 << 20;
   start();
-  sendSyn(1000, o);
+  sendSyn(cisn, o);
   auto out = drain();
   ASSERT_EQ(out.size(), 1u);
   const Out& sa = out[0];
   EXPECT_TRUE(sa.has(kSyn | kAck));
   EXPECT_FALSE(sa.has(kFin));
-  EXPECT_EQ(sa.seg.ack, 1001u);
+  EXPECT_EQ(sa.seg.ack, cisn + 1);
   EXPECT_TRUE(sa.seg.opt.has_mss);
   EXPECT_EQ(sa.seg.opt.mss, 1460);
   EXPECT_EQ(sa.seg.opt.wscale >= 0, o.wscale >= 0);
@@ -236,7 +238,7 @@ TEST_P(HandshakeTest, NegotiatesOffered) {
   EXPECT_EQ(sa.seg.window, 65535);  // SYN windows are never scaled
   EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 1u);
   siss = sa.seg.seq;
-  send(kAck, 1001, siss + 1, {}, 65535);
+  send(kAck, cisn + 1, siss + 1, {}, 65535);
   EXPECT_EQ(stack->counters().inState(TcpState::kEstablished), 1u);
   EXPECT_EQ(stack->counters().accepted, 1u);
   ASSERT_EQ(sessions.size(), 1u);
@@ -256,9 +258,15 @@ TEST_P(HandshakeTest, NegotiatesOffered) {
   size_t total = 0;
   for (auto& s : out) total += s.len();
   EXPECT_EQ(total, std::min<size_t>(5000, 10 * expect_mss));
+  // The window holds: bytes far beyond it are not stored, whatever half the ISN is in.
+  session().transport->pauseReading(true);
+  const size_t held = stack->bufferBytes();  // our unacknowledged response
+  send(kAck, cisn + 1 + 0x7FFF0000u, siss + 1, "x", 65535);
+  EXPECT_EQ(stack->bufferBytes(), held);
+  EXPECT_GE(stack->counters().dropped(DropReason::kOutOfWindow), 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(AllCombinations, HandshakeTest, ::testing::Range(0, 16));
+INSTANTIATE_TEST_SUITE_P(AllCombinations, HandshakeTest, ::testing::Range(0, 32));
 
 TEST_F(TcpTest, Ipv6Handshake) {
   start(true);
