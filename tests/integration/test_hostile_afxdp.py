@@ -224,6 +224,19 @@ class HostileAfXdpTest(netns.VethTestCase):
                                 "after %s s (expected within 1 s)" % (rec["recover_s"] or "> 10"))
             if half_open > 4096:
                 problems.append("%d half-open connections, more than the 4096 backlog" % half_open)
+            # The defaults (xdp.syn_cookies: auto) must move the flood off userspace: the cookie
+            # controller turns cookie mode on at the NIC, after which the program answers the
+            # SYNs and the AF_XDP socket sees only the legitimate traffic.
+            xdp_cookies = (hostile.metric(mid, "infergate_xdp_packets_total", reason="syn_cookie_sent") -
+                           hostile.metric(before, "infergate_xdp_packets_total", reason="syn_cookie_sent"))
+            to_user = (hostile.metric(mid, "infergate_afxdp_rx_frames_total") -
+                       hostile.metric(before, "infergate_afxdp_rx_frames_total"))
+            if sent and xdp_cookies < 0.5 * sent:
+                problems.append("the XDP program answered %d of %d flood SYNs with cookies (expected "
+                                "most: cookie mode at the NIC should be on)" % (xdp_cookies, sent))
+            if sent and to_user > 0.2 * sent:
+                problems.append("%d frames reached the AF_XDP socket during a flood of %d SYNs "
+                                "(expected the flood to stay in the XDP program)" % (to_user, sent))
             self.assertFalse(problems, "; ".join(problems) + ".\n" + summary +
                              "\ncounters during the flood: " + hostile.delta(before, mid) +
                              "\ncounters after recovery: " + hostile.delta(mid, after))
