@@ -47,61 +47,49 @@ struct ig_sipkey {
 		v2 = IG_SIP_ROTL(v2, 32);                                             \
 	} while (0)
 
-IG_SIP_INLINE __u64 ig_siphash(const struct ig_sipkey *key, const __u64 *w, __u32 n)
+/* SipHash-c-d over n 64-bit words: c compression rounds per word, d finalisation rounds. c and
+ * d are constants at every call site (the rounds unroll). */
+IG_SIP_INLINE __u64 ig_siphash_cd(const struct ig_sipkey *key, const __u64 *w, __u32 n,
+				  const __u32 c, const __u32 d)
 {
 	__u64 v0 = 0x736f6d6570736575ULL ^ key->k0;
 	__u64 v1 = 0x646f72616e646f6dULL ^ key->k1;
 	__u64 v2 = 0x6c7967656e657261ULL ^ key->k0;
 	__u64 v3 = 0x7465646279746573ULL ^ key->k1;
 	__u64 b = (__u64)(8 * n) << 56;
-	__u32 i;
+	__u32 i, r;
 
 IG_SIP_UNROLL
 	for (i = 0; i < n; i++) {
 		v3 ^= w[i];
-		IG_SIP_ROUND(v0, v1, v2, v3);
-		IG_SIP_ROUND(v0, v1, v2, v3);
+IG_SIP_UNROLL
+		for (r = 0; r < c; r++)
+			IG_SIP_ROUND(v0, v1, v2, v3);
 		v0 ^= w[i];
 	}
 	v3 ^= b;
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
+IG_SIP_UNROLL
+	for (r = 0; r < c; r++)
+		IG_SIP_ROUND(v0, v1, v2, v3);
 	v0 ^= b;
 	v2 ^= 0xff;
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
+IG_SIP_UNROLL
+	for (r = 0; r < d; r++)
+		IG_SIP_ROUND(v0, v1, v2, v3);
 	return v0 ^ v1 ^ v2 ^ v3;
 }
 
-/* SipHash-1-3 over n 64-bit words: the same construction with one compression and three
- * finalisation rounds (what Python and Rust hash tables use). Cheaper by about half; for hash
- * tables (the XDP flow table), where the key only has to stop chosen collisions, not for
- * outputs an attacker sees (ISNs, cookies: ig_siphash). */
+/* SipHash-2-4: for outputs an attacker sees (ISNs, cookies). */
+IG_SIP_INLINE __u64 ig_siphash(const struct ig_sipkey *key, const __u64 *w, __u32 n)
+{
+	return ig_siphash_cd(key, w, n, 2, 4);
+}
+
+/* SipHash-1-3 (what Python and Rust hash tables use), about half the cost: for hash tables
+ * (the XDP flow table), where the key only has to stop chosen collisions. */
 IG_SIP_INLINE __u64 ig_siphash13(const struct ig_sipkey *key, const __u64 *w, __u32 n)
 {
-	__u64 v0 = 0x736f6d6570736575ULL ^ key->k0;
-	__u64 v1 = 0x646f72616e646f6dULL ^ key->k1;
-	__u64 v2 = 0x6c7967656e657261ULL ^ key->k0;
-	__u64 v3 = 0x7465646279746573ULL ^ key->k1;
-	__u64 b = (__u64)(8 * n) << 56;
-	__u32 i;
-
-IG_SIP_UNROLL
-	for (i = 0; i < n; i++) {
-		v3 ^= w[i];
-		IG_SIP_ROUND(v0, v1, v2, v3);
-		v0 ^= w[i];
-	}
-	v3 ^= b;
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	v0 ^= b;
-	v2 ^= 0xff;
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	IG_SIP_ROUND(v0, v1, v2, v3);
-	return v0 ^ v1 ^ v2 ^ v3;
+	return ig_siphash_cd(key, w, n, 1, 3);
 }
 
 #endif /* INFERGATE_COMMON_SIPHASH_H */

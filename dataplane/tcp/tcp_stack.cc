@@ -432,6 +432,14 @@ void TcpStack::abortAll() {
   flushTx();
 }
 
+void TcpStack::queueTx(const Frame& f) {
+  tx_batch_.push_back(f);
+  if (tx_batch_.size() >= 64) {
+    device_.txBurst(tx_batch_.data(), tx_batch_.size());
+    tx_batch_.clear();
+  }
+}
+
 void TcpStack::flushTx() {
   if (tx_batch_.empty()) return;
   device_.txBurst(tx_batch_.data(), tx_batch_.size());
@@ -697,11 +705,7 @@ void TcpStack::sendCookieSynAck(const Segment& syn) {
     s.ts_ecr = syn.opt.ts_val;
   }
   f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0));
-  tx_batch_.push_back(f);
-  if (tx_batch_.size() >= 64) {
-    device_.txBurst(tx_batch_.data(), tx_batch_.size());
-    tx_batch_.clear();
-  }
+  queueTx(f);
   ++counters_.segments_out;
   ++counters_.cookies_sent;
 }
@@ -1322,11 +1326,7 @@ bool TcpStack::sendSegment(Conn& c, uint32_t seq, uint32_t len, uint8_t flags) {
   if (len) c.tx.copyOut(seq - c.snd_una, f.data + h, len);
   finishSegment(f.data, h, len, c.key.v6);
   f.len = static_cast<uint32_t>(h + len);
-  tx_batch_.push_back(f);
-  if (tx_batch_.size() >= 64) {
-    device_.txBurst(tx_batch_.data(), tx_batch_.size());
-    tx_batch_.clear();
-  }
+  queueTx(f);
   ++counters_.segments_out;
   counters_.bytes_out += len;
   if (flags & kRst) ++counters_.rst_out;
@@ -1361,11 +1361,7 @@ void TcpStack::sendRstFor(const Segment& seg) {
     s.flags = kRst | kAck;
   }
   f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0));
-  tx_batch_.push_back(f);
-  if (tx_batch_.size() >= 64) {
-    device_.txBurst(tx_batch_.data(), tx_batch_.size());
-    tx_batch_.clear();
-  }
+  queueTx(f);
   ++counters_.segments_out;
   ++counters_.rst_out;
 }

@@ -150,6 +150,7 @@ class TcpStack {
   void markDirty(Conn& c);
   void flushDirty();
   void flushTx();
+  void queueTx(const Frame& f);  // into the tx batch; a full batch goes to the device
   void enterRecovery(Conn& c);
   void retransmitHead(Conn& c);
   void rttSample(Conn& c, uint64_t rtt_ns);

@@ -13,34 +13,12 @@
 
 #include "xdp/ingress_shared.h"
 #include "xdp/testing/fixtures.h"
+#include "xdp/testing/load_or_skip.h"
 #include "xdp/testing/prog_run.h"
 #include "xdp/xdp_filter.h"
 
 namespace infergate::xdp::testing {
 namespace {
-
-// Loads `opts`, or skips the test when the kernel refuses BPF to this process.
-std::unique_ptr<XdpFilter> loadOrSkip(const XdpOptions& opts, std::string* skip) {
-  auto f = XdpFilter::load(opts);
-  if (!f.ok()) {
-    if (f.status().code() == absl::StatusCode::kPermissionDenied) {
-      *skip = "needs root or CAP_BPF+CAP_PERFMON to load BPF programs: " +
-              std::string(f.status().message());
-      return nullptr;
-    }
-    ADD_FAILURE() << f.status();
-    return nullptr;
-  }
-  return std::move(*f);
-}
-
-#define LOAD_OR_SKIP(var, opts)                 \
-  std::string skip_##var;                       \
-  auto var = loadOrSkip(opts, &skip_##var);     \
-  if (!var) {                                   \
-    if (!skip_##var.empty()) GTEST_SKIP() << skip_##var; \
-    return;                                     \
-  }
 
 ig_tag tagOf(const RunResult& r) {
   ig_tag t{};
