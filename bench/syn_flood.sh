@@ -75,21 +75,14 @@ print(hostile.config_text(sys.argv[2], sys.argv[3], cpu=int(sys.argv[4])))' \
 }
 config afxdp >"$WORK/afxdp.yaml"
 config socket >"$WORK/socket.yaml"
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity $(printf '1%0*d' "$SCPU" 0);
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
+{ nginx_conf_head "$SCPU" 8192; cat <<NGX
   server {
     listen 0.0.0.0:8000 backlog=4096;
     location / { return 200 'ok'; }
   }
 }
 NGX
+} >"$WORK/nginx.conf"
 
 SERVER_PID=
 start_server() {  # name

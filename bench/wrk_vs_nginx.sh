@@ -40,15 +40,7 @@ models:
 YAML
 # NGINX: one worker on the same CPU, a fixed 200 with a body of the size infergate answers.
 BODY='{"model_name":"identity","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[1,16],"data":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0,11.0,12.0,13.0,14.0,15.0,16.0]}]}'
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity $(printf '1%0*d' "$SCPU" 0);
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
+{ nginx_conf_head "$SCPU" 4096; cat <<NGX
   keepalive_requests 1000000;
   server {
     listen 127.0.0.1:$NG_PORT reuseport;
@@ -56,6 +48,7 @@ http {
   }
 }
 NGX
+} >"$WORK/nginx.conf"
 "$BIN" run -c "$WORK/ig.yaml" >"$WORK/ig.log" 2>&1 & PIDS+=($!)
 nginx -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.out" 2>&1 & PIDS+=($!)
 sleep 1

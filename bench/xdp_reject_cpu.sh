@@ -51,6 +51,7 @@ TAG=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 GW=ig-rcg-$TAG; CL=ig-rcc-$TAG; GIF=igr$TAG; CIF=igs$TAG
 NET=10.233.$(( $$ % 250 )); GIP=$NET.1; CIP=$NET.2
 WORK=$(mktemp -d /tmp/ig-reject-cpu.XXXXXX)
+source bench/lib.sh  # nginx_conf_head (this script keeps its own cleanup)
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
@@ -185,15 +186,7 @@ fi
 kill -TERM "$IGPID"; wait "$IGPID" 2>/dev/null || true
 
 # --- NGINX, 400 for anything but GET/POST under /v2/ ---------------------------------------
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity $(printf '1%0*d' "$SCPU" 0);
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
+{ nginx_conf_head "$SCPU" 8192; cat <<NGX
   server {
     listen 0.0.0.0:8080 backlog=4096;
     if (\$request_method !~ ^(GET|POST)\$) { return 400; }
@@ -202,6 +195,7 @@ http {
   }
 }
 NGX
+} >"$WORK/nginx.conf"
 ip netns exec "$GW" nginx -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.out" 2>&1 & NGPID=$!; PIDS+=($NGPID)
 for _ in $(seq 50); do [ -s "$WORK/nginx.pid" ] && break; sleep 0.1; done
 sleep 0.3
