@@ -507,12 +507,8 @@ void TcpStack::handleSegment(const Segment& seg) {
     if (c == nullptr) {
       if ((seg.flags & kAck) && !(seg.flags & (kSyn | kRst)) && seg.payload_len > 0) {
         uint16_t li = 0;
-        const ig_cookie_keys keys = cookies_->snapshot();
-        const CookieTuple t(seg.key);
         ig_cookie_opts o{};
-        if (findListener(seg.key.local_port, &li) &&
-            ig_cookie_check(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, seg.seq - 1,
-                            seg.ack - 1, &o)) {
+        if (findListener(seg.key.local_port, &li) && checkCookie(seg, &o)) {
           ++counters_.xdp_rejected;  // first data of a cookie handshake: answer, keep nothing
           sendRstFor(seg);
           return;
@@ -612,14 +608,8 @@ void TcpStack::handleListen(const Segment& seg) {
     counters_.drop(DropReason::kSynQueueFull);  // the client retries
     return;
   }
-  Conn* cp = allocConn();
-  if (cp == nullptr) cp = evictTimeWait();
-  if (cp == nullptr) {
-    ++counters_.refused;
-    counters_.drop(DropReason::kConnLimit);
-    sendRstFor(seg);
-    return;
-  }
+  Conn* cp = allocOrRefuse(seg);
+  if (cp == nullptr) return;
   Conn& c = *cp;
   initConn(c, seg, li, seg.seq, makeIsn(seg), seg.opt.has_mss ? seg.opt.mss : 0,
            seg.opt.wscale, seg.opt.sack_permitted, seg.opt.has_ts, seg.opt.ts_val);
@@ -710,26 +700,36 @@ void TcpStack::sendCookieSynAck(const Segment& syn) {
   ++counters_.cookies_sent;
 }
 
-// An ACK (perhaps with data) for no connection: if it completes a cookie handshake, the
-// connection is created straight into ESTABLISHED from what the cookie encodes.
-bool TcpStack::acceptCookie(const Segment& seg, uint16_t listener) {
-  if (options_.isn_fn) return false;  // tests that fix ISNs make no cookies
-  const ig_cookie_keys keys = cookies_->snapshot();
-  const CookieTuple t(seg.key);
-  ig_cookie_opts o{};
-  if (!ig_cookie_check(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, seg.seq - 1,
-                       seg.ack - 1, &o)) {
-    return false;
-  }
-  if (o.ts && !seg.opt.has_ts) return false;  // RFC 7323 §3.2: timestamps were negotiated
+// A free slot for a connection `seg` starts (evicting TIME_WAIT, then half-open state), or
+// nullptr after refusing it with a RST (`refused`, `conn_limit`).
+TcpStack::Conn* TcpStack::allocOrRefuse(const Segment& seg) {
   Conn* cp = allocConn();
   if (cp == nullptr) cp = evictTimeWait();
   if (cp == nullptr) {
     ++counters_.refused;
     counters_.drop(DropReason::kConnLimit);
     sendRstFor(seg);
-    return true;
   }
+  return cp;
+}
+
+// Whether seg's ack - 1 is one of our cookies for its seq - 1 (the client's ISN).
+bool TcpStack::checkCookie(const Segment& seg, ig_cookie_opts* out) const {
+  const ig_cookie_keys keys = cookies_->snapshot();
+  const CookieTuple t(seg.key);
+  return ig_cookie_check(&keys, t.saddr, t.daddr, t.sport, t.dport, t.v6, seg.seq - 1,
+                         seg.ack - 1, out) != 0;
+}
+
+// An ACK (perhaps with data) for no connection: if it completes a cookie handshake, the
+// connection is created straight into ESTABLISHED from what the cookie encodes.
+bool TcpStack::acceptCookie(const Segment& seg, uint16_t listener) {
+  if (options_.isn_fn) return false;  // tests that fix ISNs make no cookies
+  ig_cookie_opts o{};
+  if (!checkCookie(seg, &o)) return false;
+  if (o.ts && !seg.opt.has_ts) return false;  // RFC 7323 §3.2: timestamps were negotiated
+  Conn* cp = allocOrRefuse(seg);
+  if (cp == nullptr) return true;
   Conn& c = *cp;
   initConn(c, seg, listener, seg.seq - 1, seg.ack - 1, o.mss, o.wscale, o.sack, o.ts,
            o.ts ? seg.opt.ts_val : 0);

@@ -167,6 +167,8 @@ class TcpStack {
   uint32_t makeIsn(const Segment& syn);
   void sendCookieSynAck(const Segment& syn);
   bool acceptCookie(const Segment& seg, uint16_t listener);
+  bool checkCookie(const Segment& seg, ig_cookie_opts* out) const;
+  Conn* allocOrRefuse(const Segment& seg);
   void initConn(Conn& c, const Segment& syn_or_ack, uint16_t listener, uint32_t client_isn,
                 uint32_t iss, uint32_t peer_mss, int peer_wscale, bool sack, bool ts,
                 uint32_t ts_val);
