@@ -85,6 +85,7 @@ struct TcpCounters {
   uint64_t cookies_sent = 0;        // SYN-ACKs carrying a cookie, with no state kept
   uint64_t cookies_validated = 0;   // connections created from a valid cookie ACK/data segment
   uint64_t cookies_rejected = 0;    // ACKs for no connection whose cookie did not validate
+                                    // (forgeries, and stray ACKs of closed connections)
   uint64_t half_open_evicted = 0;   // half-open connections dropped to make room (table full);
                                     // their ACK still completes them as a cookie
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
