@@ -245,8 +245,11 @@ absl::Status TcpStack::listen(uint16_t port, frontend::SessionFactory factory) {
 // Connection table
 
 uint64_t TcpStack::hashKey(const FlowKey& k) const {
-  // Keyed (getrandom): nobody can pick 4-tuples that share a probe chain.
-  return keyedHash(hash_key_, k, 0);
+  // Keyed (getrandom): nobody can pick 4-tuples that share a probe chain. SipHash-1-3, as hash
+  // tables use it: its output never leaves the process.
+  __u64 w[5];
+  std::memcpy(w, &k, sizeof(w));
+  return ig_siphash13(&hash_key_, w, 5);
 }
 
 TcpStack::Conn* TcpStack::lookup(const FlowKey& k) {
