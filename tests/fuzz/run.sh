@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a bounded time over a scratch copy of its seed corpus, after
+# replaying its regression inputs (tests/fuzz/regressions/<target>/). Exits non-zero on the
+# first crash, sanitizer report, leak or timeout; the input that caused it is left in
+# $FUZZ_ARTIFACTS (default: a temp dir, printed). See docs/FUZZING.md.
+#
+#   tests/fuzz/run.sh [build-dir] [seconds per target]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-fuzz}
+secs=${2:-60}
+artifacts=${FUZZ_ARTIFACTS:-$(mktemp -d /tmp/ig-fuzz-artifacts.XXXXXX)}
+mkdir -p "$artifacts"
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+status=0
+for t in fuzz_xdp_classifier fuzz_tcp_stack; do
+  bin=$build/tests/fuzz/$t
+  [ -x "$bin" ] || { echo "fuzz: $bin not built (ninja -C $build $t)"; exit 1; }
+  regress=(tests/fuzz/regressions/$t/*)
+  if [ -e "${regress[0]}" ]; then
+    echo "fuzz: $t: replaying ${#regress[@]} regression input(s)"
+    if ! "$bin" -rss_limit_mb=2048 "${regress[@]}" >"$artifacts/$t.regress.log" 2>&1; then
+      echo "fuzz: $t FAILED on a regression input:"
+      tail -40 "$artifacts/$t.regress.log"
+      status=1
+      continue
+    fi
+  fi
+  work=$(mktemp -d /tmp/ig-fuzz-$t.XXXXXX)
+  cp tests/fuzz/corpus/$t/* "$work/"
+  echo "fuzz: $t for ${secs}s (corpus copy in $work)"
+  if "$bin" -max_total_time="$secs" -rss_limit_mb=2048 -timeout=25 -print_final_stats=1 \
+      -artifact_prefix="$artifacts/$t-" "$work" >"$artifacts/$t.log" 2>&1; then
+    grep -E '^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec' \
+      "$artifacts/$t.log" || true
+    rm -rf "$work"
+  else
+    echo "fuzz: $t FOUND A PROBLEM (input and log in $artifacts):"
+    tail -60 "$artifacts/$t.log"
+    ls -l "$artifacts"/$t-* 2>/dev/null || true
+    status=1
+  fi
+done
+[ $status -eq 0 ] && echo "fuzz: all targets clean (logs in $artifacts)"
+exit $status
