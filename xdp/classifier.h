@@ -569,7 +569,7 @@ IG_INLINE int ig_classify_start(const __u8 *data, const __u8 *end, IG_CFG *cfg,
 		if (!looks && letters && i > 0 && i < 9 && i >= avail) {
 			/* The segment ends inside the method (a client writing byte by byte): a
 			 * request start if it is a prefix of an allowed method or of "PRI". */
-			__u64 m = (1ULL << (8 * i)) - 1;
+			__u64 m = i >= 8 ? ~0ULL : (1ULL << (8 * i)) - 1; /* no shift by 64 */
 			__u32 j;
 			int ok = 0;
 IG_UNROLL

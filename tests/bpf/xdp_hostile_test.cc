@@ -261,6 +261,24 @@ TEST(XdpHostile, FirstSegmentCutInsideTheMethodIsARequestStart) {
   }
 }
 
+// Found by fuzz_xdp_classifier (tests/fuzz/regressions/fuzz_xdp_classifier/
+// method_8_letters_shift64): a first segment of exactly 8 letters shifted a 64-bit mask by 64.
+TEST(XdpHostile, FirstSegmentOfAnEightLetterMethod) {
+  XdpOptions o = fixtureOptions();
+  o.methods = {"GET", "POST", "PROPFIND"};
+  LOAD_OR_SKIP(f, o);
+  struct Case {
+    const char* payload;
+    uint32_t verdict;
+  } cases[] = {{"PROPFIND", kPass}, {"PROPFINX", kTx}, {"PROPFIN", kPass}};
+  uint16_t port = 54500;
+  for (const Case& c : cases) {
+    ASSERT_EQ(run(*f, seg(port, kSyn, 999)), kPass);
+    EXPECT_EQ(run(*f, seg(port, kAck | kPsh, 1000, c.payload)), c.verdict) << c.payload;
+    ++port;
+  }
+}
+
 // ---------------------------------------------------------------- SYN cookies (main feature)
 
 ig_cookie_keys makeKeys(uint32_t gen = 3) {

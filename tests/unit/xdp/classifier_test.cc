@@ -7,6 +7,7 @@
 
 #include "xdp/classifier.h"
 #include "xdp/testing/fixtures.h"
+#include "xdp/testing/packet_builder.h"
 #include "xdp/xdp_filter.h"
 
 namespace infergate::xdp::testing {
@@ -50,6 +51,31 @@ TEST_P(HostClassifier, MatchesFixture) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HostClassifier,
                          ::testing::Range<size_t>(0, fixtures().size()), testName);
+
+// Found by fuzz_xdp_classifier: a first segment of exactly 8 letters (a client writing the
+// method alone) shifted a 64-bit mask by 64 (undefined; on x86 a shift by 0, so an allowed
+// 8-letter method was rejected).
+TEST(HostClassifierMethods, FirstSegmentOfExactlyEightLetters) {
+  XdpOptions o = fixtureOptions();
+  o.methods = {"GET", "PROPFIND"};
+  ig_config cfg;
+  ASSERT_TRUE(buildConfig(o, &cfg).ok());
+  for (const char* m : {"PROPFIND", "PROPFINX"}) {
+    PacketSpec s;
+    s.payload = m;
+    std::vector<uint8_t> buf = buildPacket(s);
+    ig_parse p{};
+    const uint8_t* end = buf.data() + buf.size();
+    ASSERT_TRUE(ig_parse_l2l4(buf.data(), end, &cfg, &p));
+    ig_classify_payload(buf.data(), end, &cfg, &p, 1);
+    if (std::string(m) == "PROPFIND") {
+      EXPECT_EQ(reasonName(p.reason), std::string("request")) << m;
+      EXPECT_NE(p.tag_flags & IG_TF_REQUEST_START, 0) << m;
+    } else {
+      EXPECT_EQ(reasonName(p.reason), std::string("bad_method")) << m;
+    }
+  }
+}
 
 TEST(HostClassifierTable, HasEnoughCases) {
   EXPECT_GE(fixtures().size(), 80u);
