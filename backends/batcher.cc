@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "common/checked.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "fmt/format.h"
@@ -578,7 +579,10 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
         (timeout_us == 0 || request.timeout_us < timeout_us)) {
       timeout_us = request.timeout_us;
     }
-    r->deadline_ns = timeout_us > 0 ? now + timeout_us * 1000 : 0;
+    // Saturating: a client's huge timeout means "no sooner than anything", never a wrap into
+    // the past.
+    r->deadline_ns =
+        timeout_us > 0 ? common::saturatingAdd(now, common::saturatingMul(timeout_us, 1000)) : 0;
   }
   r->request = std::move(request);
   r->done = std::move(done);

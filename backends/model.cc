@@ -47,6 +47,35 @@ bool bytesElementsOk(const uint8_t* data, size_t size, uint64_t n) {
 }
 }  // namespace
 
+absl::Status checkInputShape(const ModelConfig& config, const TensorSpec& spec, DataType dtype,
+                             const std::vector<int64_t>& shape) {
+  if (dtype != spec.dtype) {
+    return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+        "input '", spec.name, "' has datatype ", dataTypeName(dtype), ", model '",
+        config.name, "' expects ", dataTypeName(spec.dtype)));
+  }
+  const std::vector<int64_t> want = config.fullShape(spec);
+  bool ok = shape.size() == want.size();
+  for (size_t d = 0; ok && d < want.size(); ++d) {
+    if (shape[d] < 0 || (want[d] >= 0 && shape[d] != want[d])) ok = false;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+        "input '", spec.name, "' has shape ", shapeToString(shape), ", model '", config.name,
+        "' expects ", shapeToString(want)));
+  }
+  if (config.max_batch_size > 0 && shape[0] > config.max_batch_size) {
+    return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
+        "input '", spec.name, "' has batch size ", shape[0], ", model '", config.name,
+        "' allows at most ", config.max_batch_size));
+  }
+  if (dtype != DataType::kBytes && !tensorByteSize(shape, dtype)) {
+    return absl::InvalidArgumentError(fmt::format("{}{}{}{}",
+        "input '", spec.name, "' has an invalid shape ", shapeToString(shape)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status validateRequest(const ModelConfig& config, const InferRequest& request) {
   for (size_t i = 0; i < request.inputs.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
@@ -66,27 +95,8 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}","expected input '", spec.name, "' for model '",
                                                      config.name, "' is missing"));
     }
-    if (t->dtype != spec.dtype) {
-      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
-          "input '", spec.name, "' has datatype ", dataTypeName(t->dtype), ", model '",
-          config.name, "' expects ", dataTypeName(spec.dtype)));
-    }
-    const std::vector<int64_t> want = config.fullShape(spec);
-    bool ok = t->shape.size() == want.size();
-    for (size_t d = 0; ok && d < want.size(); ++d) {
-      if (t->shape[d] < 0 || (want[d] >= 0 && t->shape[d] != want[d])) ok = false;
-    }
-    if (!ok) {
-      return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
-          "input '", spec.name, "' has shape ", shapeToString(t->shape), ", model '", config.name,
-          "' expects ", shapeToString(want)));
-    }
+    if (absl::Status st = checkInputShape(config, spec, t->dtype, t->shape); !st.ok()) return st;
     if (config.max_batch_size > 0) {
-      if (t->shape[0] > config.max_batch_size) {
-        return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
-            "input '", spec.name, "' has batch size ", t->shape[0], ", model '", config.name,
-            "' allows at most ", config.max_batch_size));
-      }
       if (batch >= 0 && t->shape[0] != batch) {
         return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}",
             "input '", spec.name, "' has batch size ", t->shape[0],
@@ -105,11 +115,12 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
             "input '", spec.name, "' BYTES data does not hold exactly ", *n,
             " length-prefixed elements"));
       }
-    } else if (t->byteSize() != *n * dataTypeSize(spec.dtype)) {
+    } else if (const std::optional<uint64_t> need = tensorByteSize(t->shape, spec.dtype);
+               !need || t->byteSize() != *need) {
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}{}{}",
           "input '", spec.name, "' has ", t->byteSize(), " bytes of data, shape ",
           shapeToString(t->shape), " of ", dataTypeName(spec.dtype), " needs ",
-          *n * dataTypeSize(spec.dtype)));
+          need ? fmt::format("{}", *need) : std::string("more than 2^64")));
     }
   }
   for (const Tensor& in : request.inputs) {

@@ -88,4 +88,11 @@ class ModelRegistry {
 // and says why.
 absl::Status validateRequest(const ModelConfig& config, const InferRequest& request);
 
+// The shape and datatype part of validateRequest for one input, for decoders that must know a
+// client's shape is the model's (so its size is bounded) before they touch memory for it:
+// the datatype, the rank, every fixed dimension, variable dimensions >= 0, the batch dimension
+// within max_batch_size, and (for fixed-size types) a byte size that does not overflow.
+absl::Status checkInputShape(const ModelConfig& config, const TensorSpec& spec, DataType dtype,
+                             const std::vector<int64_t>& shape);
+
 }  // namespace infergate::backends

@@ -3,6 +3,8 @@
 #include <array>
 #include <limits>
 
+#include "common/checked.h"
+
 namespace infergate::backends {
 namespace {
 struct TypeInfo {
@@ -36,6 +38,15 @@ std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape) {
     n *= static_cast<uint64_t>(d);
   }
   return n;
+}
+
+std::optional<uint64_t> tensorByteSize(const std::vector<int64_t>& shape, DataType t) {
+  const size_t size = dataTypeSize(t);
+  if (size == 0) return std::nullopt;
+  const std::optional<uint64_t> n = elementCount(shape);
+  uint64_t bytes = 0;
+  if (!n || !common::checkedMul(*n, static_cast<uint64_t>(size), bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::string shapeToString(const std::vector<int64_t>& shape) {

@@ -41,6 +41,9 @@ size_t dataTypeSize(DataType t);
 
 // Number of elements of a shape; nullopt when a dimension is negative or the product overflows.
 std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape);
+// Bytes of a fixed-size tensor (elements x element size, checked); nullopt for BYTES, a negative
+// dimension or an overflow. Every size computed from a client's shape goes through this.
+std::optional<uint64_t> tensorByteSize(const std::vector<int64_t>& shape, DataType t);
 std::string shapeToString(const std::vector<int64_t>& shape);
 
 // A tensor as declared in configuration / metadata. -1 marks a variable dimension.

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "common/checked.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_kserve_codec.h"
 #include "grpc_service.pb.h"
@@ -91,18 +92,34 @@ tensorflow::DataType toTf(DataType t) {
   return tensorflow::DT_INVALID;
 }
 
+// A single value broadcast over a shape (TF's version-0 rule) makes data that was never on the
+// wire: at most this much of it.
+constexpr uint64_t kMaxTfBroadcastBytes = 64ull << 20;
+
 template <typename Out, typename Rep>
-void appendTyped(const Rep& values, uint64_t count, std::vector<uint8_t>& data) {
+absl::Status appendTyped(const std::string& name, const Rep& values, uint64_t count,
+                         std::vector<uint8_t>& data) {
   // TF's version-0 rule: a single value fills the whole shape.
   const uint64_t n = values.size() == 1 && count > 1 ? count : static_cast<uint64_t>(values.size());
-  data.resize(n * sizeof(Out));
+  uint64_t bytes = 0;
+  if (!common::checkedMul(n, static_cast<uint64_t>(sizeof(Out)), bytes) ||
+      (n != static_cast<uint64_t>(values.size()) && bytes > kMaxTfBroadcastBytes)) {
+    return absl::InvalidArgumentError("input '" + name + "': broadcasting one value over " +
+                                      std::to_string(count) + " elements exceeds " +
+                                      std::to_string(kMaxTfBroadcastBytes) + " bytes");
+  }
+  data.resize(bytes);
   for (uint64_t i = 0; i < n; ++i) {
     const Out v = static_cast<Out>(values.Get(values.size() == 1 ? 0 : static_cast<int>(i)));
     std::memcpy(data.data() + i * sizeof(Out), &v, sizeof(Out));
   }
+  return absl::OkStatus();
 }
 
+// Decodes one Predict input. The shape is checked against the model (checkInputShape) before
+// any value is decoded, so no size below comes from the client unbounded.
 absl::Status tensorFromTf(const std::string& name, const tensorflow::TensorProto& tp,
+                          const backends::ModelConfig& cfg, const backends::TensorSpec& spec,
                           backends::Tensor& t) {
   std::optional<DataType> dt = fromTf(tp.dtype());
   if (!dt) {
@@ -112,6 +129,9 @@ absl::Status tensorFromTf(const std::string& name, const tensorflow::TensorProto
   t.name = name;
   t.dtype = *dt;
   for (const auto& d : tp.tensor_shape().dim()) t.shape.push_back(d.size());
+  if (absl::Status st = backends::checkInputShape(cfg, spec, t.dtype, t.shape); !st.ok()) {
+    return st;
+  }
   const uint64_t count = backends::elementCount(t.shape).value_or(0);
   if (!tp.tensor_content().empty()) {
     if (*dt == DataType::kBytes) {
@@ -121,19 +141,19 @@ absl::Status tensorFromTf(const std::string& name, const tensorflow::TensorProto
     return absl::OkStatus();
   }
   switch (*dt) {
-    case DataType::kFp32: appendTyped<float>(tp.float_val(), count, t.data); break;
-    case DataType::kFp64: appendTyped<double>(tp.double_val(), count, t.data); break;
-    case DataType::kInt32: appendTyped<int32_t>(tp.int_val(), count, t.data); break;
-    case DataType::kInt16: appendTyped<int16_t>(tp.int_val(), count, t.data); break;
-    case DataType::kInt8: appendTyped<int8_t>(tp.int_val(), count, t.data); break;
-    case DataType::kUint8: appendTyped<uint8_t>(tp.int_val(), count, t.data); break;
-    case DataType::kUint16: appendTyped<uint16_t>(tp.int_val(), count, t.data); break;
-    case DataType::kInt64: appendTyped<int64_t>(tp.int64_val(), count, t.data); break;
-    case DataType::kBool: appendTyped<uint8_t>(tp.bool_val(), count, t.data); break;
+    case DataType::kFp32: return appendTyped<float>(name, tp.float_val(), count, t.data);
+    case DataType::kFp64: return appendTyped<double>(name, tp.double_val(), count, t.data);
+    case DataType::kInt32: return appendTyped<int32_t>(name, tp.int_val(), count, t.data);
+    case DataType::kInt16: return appendTyped<int16_t>(name, tp.int_val(), count, t.data);
+    case DataType::kInt8: return appendTyped<int8_t>(name, tp.int_val(), count, t.data);
+    case DataType::kUint8: return appendTyped<uint8_t>(name, tp.int_val(), count, t.data);
+    case DataType::kUint16: return appendTyped<uint16_t>(name, tp.int_val(), count, t.data);
+    case DataType::kInt64: return appendTyped<int64_t>(name, tp.int64_val(), count, t.data);
+    case DataType::kBool: return appendTyped<uint8_t>(name, tp.bool_val(), count, t.data);
     case DataType::kFp16:
-    case DataType::kBf16: appendTyped<uint16_t>(tp.half_val(), count, t.data); break;
-    case DataType::kUint32: appendTyped<uint32_t>(tp.uint32_val(), count, t.data); break;
-    case DataType::kUint64: appendTyped<uint64_t>(tp.uint64_val(), count, t.data); break;
+    case DataType::kBf16: return appendTyped<uint16_t>(name, tp.half_val(), count, t.data);
+    case DataType::kUint32: return appendTyped<uint32_t>(name, tp.uint32_val(), count, t.data);
+    case DataType::kUint64: return appendTyped<uint64_t>(name, tp.uint64_val(), count, t.data);
     case DataType::kBytes:
       for (const std::string& s : tp.string_val()) {
         const uint32_t len = static_cast<uint32_t>(s.size());
@@ -364,7 +384,8 @@ void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
   for (const backends::TensorSpec& spec : cfg.inputs) {
     auto it = pr.inputs().find(spec.name);
     if (it == pr.inputs().end()) continue;
-    if (absl::Status st = tensorFromTf(it->first, it->second, req.inputs.emplace_back()); !st.ok()) {
+    if (absl::Status st = tensorFromTf(it->first, it->second, cfg, spec, req.inputs.emplace_back());
+        !st.ok()) {
       return respond(errorReply(st));
     }
   }

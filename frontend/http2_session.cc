@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -64,7 +66,22 @@ struct Http2Session::Callbacks {
     return it == h.streams_.end() ? nullptr : it->second.get();
   }
 
-  static int onBeginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+  // Runs a callback body; an exception becomes NGHTTP2_ERR_CALLBACK_FAILURE (the connection
+  // ends with GOAWAY) instead of unwinding through nghttp2's C frames.
+  template <typename F>
+  static int guarded(void* user_data, F&& body) {
+    try {
+      return body();
+    } catch (...) {
+      ++self(user_data).stats_.callback_exceptions;
+      return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+  }
+
+  static int onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    return guarded(user_data, [&] { return beginHeaders(session, frame, user_data); });
+  }
+  static int beginHeaders(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     Http2Session& h = self(user_data);
     if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
     auto s = std::make_unique<Stream>(h.options_.max_message_bytes);
@@ -84,9 +101,16 @@ struct Http2Session::Callbacks {
     return 0;
   }
 
-  static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
-                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t,
+  static int onHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                      size_t namelen, const uint8_t* value, size_t valuelen, uint8_t flags,
                       void* user_data) {
+    return guarded(user_data, [&] {
+      return header(session, frame, name, namelen, value, valuelen, flags, user_data);
+    });
+  }
+  static int header(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
+                    size_t namelen, const uint8_t* value, size_t valuelen, uint8_t,
+                    void* user_data) {
     Http2Session& h = self(user_data);
     Stream* s = find(h, frame->hd.stream_id);
     if (s == nullptr || s->headers_done || s->header_too_large) return 0;  // trailers: ignored
@@ -111,7 +135,10 @@ struct Http2Session::Callbacks {
     return 0;
   }
 
-  static int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
+  static int onFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
+    return guarded(user_data, [&] { return frameRecv(session, frame, user_data); });
+  }
+  static int frameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user_data) {
     Http2Session& h = self(user_data);
     Stream* s = find(h, frame->hd.stream_id);
     if (s == nullptr) return 0;
@@ -127,9 +154,11 @@ struct Http2Session::Callbacks {
 
   static int onDataChunk(nghttp2_session*, uint8_t, int32_t stream_id, const uint8_t* data,
                          size_t len, void* user_data) {
-    Http2Session& h = self(user_data);
-    if (Stream* s = find(h, stream_id)) h.onStreamData(*s, data, len);
-    return 0;
+    return guarded(user_data, [&] {
+      Http2Session& h = self(user_data);
+      if (Stream* s = find(h, stream_id)) h.onStreamData(*s, data, len);
+      return 0;
+    });
   }
 
   static int onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
@@ -392,12 +421,22 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
       if (auto self = weak.lock()) self->deliver(id, std::move(reply));
     });
   };
-  if (cancellable_ == nullptr) {
-    services_.call(s.method, s.call, message, std::move(respond));
-    return;
+  // We are inside an nghttp2 callback: no exception may cross it. A service that throws
+  // (out of memory decoding a hostile message, a bug) fails its own stream, nothing else.
+  try {
+    if (cancellable_ == nullptr) {
+      services_.call(s.method, s.call, message, std::move(respond));
+      return;
+    }
+    if (!s.cancel) s.cancel = std::make_shared<backends::CancelToken>();
+    cancellable_->call(s.method, s.call, message, std::move(respond), s.cancel);
+  } catch (const std::bad_alloc&) {
+    ++stats_.service_exceptions;
+    if (!s.ended) finishStream(s, absl::StatusCode::kResourceExhausted, "out of memory for this request");
+  } catch (const std::exception& e) {
+    ++stats_.service_exceptions;
+    if (!s.ended) finishStream(s, absl::StatusCode::kInternal, std::string("internal error: ") + e.what());
   }
-  if (!s.cancel) s.cancel = std::make_shared<backends::CancelToken>();
-  cancellable_->call(s.method, s.call, message, std::move(respond), s.cancel);
 }
 
 void Http2Session::onStreamEnd(Stream& s) {

@@ -68,6 +68,9 @@ struct Http2SessionStats {
   uint64_t deadline_exceeded = 0;
   uint64_t protocol_errors = 0;   // connection-level errors (GOAWAY sent)
   uint64_t gathered_bytes = 0;    // request bytes copied to reassemble split messages
+  uint64_t service_exceptions = 0;   // a service threw: its stream failed (RESOURCE_EXHAUSTED /
+                                     // INTERNAL), the connection went on
+  uint64_t callback_exceptions = 0;  // an exception reached an nghttp2 callback: connection ended
 };
 
 class Http2Session : public Session, public std::enable_shared_from_this<Http2Session> {

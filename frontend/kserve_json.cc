@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/checked.h"
 #include "fmt/format.h"
 #include "frontend/fp16.h"
 #include "frontend/http.h"
@@ -78,9 +79,7 @@ bool getNonNegative(element e, uint64_t& out) {
   return false;
 }
 
-bool checkedMul(uint64_t a, uint64_t b, uint64_t& out) {
-  return !__builtin_mul_overflow(a, b, &out);
-}
+using common::checkedMul;
 
 // ---------------------------------------------------------------------------------------------
 // Element conversion: JSON scalar -> little-endian bytes at `dst`.

@@ -71,6 +71,30 @@ TEST(ElementCount, OverflowAndNegative) {
   EXPECT_EQ(elementCount({1ll << 40, 1ll << 40}), std::nullopt);
 }
 
+TEST(TensorByteSize, CheckedProduct) {
+  EXPECT_EQ(tensorByteSize({2, 16}, DataType::kFp32), 128u);
+  EXPECT_EQ(tensorByteSize({2, 16}, DataType::kBytes), std::nullopt);
+  EXPECT_EQ(tensorByteSize({(1ll << 61) + 1}, DataType::kFp64), std::nullopt);  // 8x wraps
+  EXPECT_EQ(tensorByteSize({-1}, DataType::kFp32), std::nullopt);
+}
+
+// Issue 13: with a variable dimension the element count is the client's; count x element size
+// wrapped, so a tensor claiming 2^61 + 1 FP64 elements with 8 bytes of data passed validation.
+TEST(ValidateRequest, ByteSizeOverflowIsRejected) {
+  ModelConfig c;
+  c.name = "var";
+  c.max_batch_size = 0;
+  c.inputs = {{"X", DataType::kFp64, {-1}}};
+  c.outputs = {{"Y", DataType::kFp64, {-1}}};
+  InferRequest r;
+  r.model_name = "var";
+  Tensor t{"X", DataType::kFp64, {(1ll << 61) + 1}, {}};
+  t.data.resize(8);
+  r.inputs.push_back(t);
+  const absl::Status st = validateRequest(c, r);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+}
+
 TEST(ModelConfig, FullShapeAddsBatchDim) {
   ModelConfig c = identityConfig(8);
   EXPECT_EQ(c.fullShape(c.inputs[0]), (std::vector<int64_t>{-1, 16}));

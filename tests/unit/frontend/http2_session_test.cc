@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <new>
 #include <thread>
 
 #include "tests/unit/frontend/fake_transport.h"
@@ -35,6 +36,7 @@ class FakeServices : public CancellableGrpcServices {
     GrpcMethod m;
     if (path == "/t.S/Echo") m.id = 0;
     if (path == "/t.S/Later") m.id = 1;
+    if (path == "/t.S/Throw") m.id = 3;  // the service throws std::bad_alloc
     if (path == "/t.S/Stream") {
       m.id = 2;
       m.client_streaming = true;
@@ -45,6 +47,7 @@ class FakeServices : public CancellableGrpcServices {
             GrpcRespond respond) override {
     received.emplace_back(message);
     last_call = call;
+    if (method.id == 3) throw std::bad_alloc();
     GrpcReply r;
     appendGrpcMessage(r.framed, message);
     if (method.id == 1) {
@@ -208,6 +211,24 @@ TEST_F(Fixture, WrongContentTypeIs415) {
   const Frame* h = find(fs, kHeaders, 1);
   ASSERT_TRUE(h);
   EXPECT_EQ(h->headers.at(":status"), "415");
+}
+
+// Issue 13: no exception may cross nghttp2's C callbacks. A service that throws (out of memory
+// decoding a hostile message) fails its own stream; the connection serves the next call.
+TEST_F(Fixture, ServiceExceptionFailsOnlyItsStream) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Throw")) + frame(kData, 1, 1, grpc("x")));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "8");  // RESOURCE_EXHAUSTED
+  EXPECT_EQ(session->stats().service_exceptions, 1u);
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
+  fs = frames();
+  const Frame* t = find(fs, kHeaders, 3, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
 }
 
 TEST_F(Fixture, TwoMessagesOnAUnaryCallIsInternal) {
