@@ -74,8 +74,29 @@ struct Http2Session::Callbacks {
       return body();
     } catch (...) {
       ++self(user_data).stats_.callback_exceptions;
+      self(user_data).fatal_code_ = NGHTTP2_INTERNAL_ERROR;
       return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
+  }
+
+  // Every frame header, before nghttp2 acts on it.
+  static int onBeginFrame(nghttp2_session*, const nghttp2_frame_hd* hd, void* user_data) {
+    Http2Session& h = self(user_data);
+    if (hd->type == NGHTTP2_RST_STREAM) ++h.resets_received_;
+    if (hd->type != NGHTTP2_HEADERS || hd->stream_id <= 0) return 0;
+    const int32_t id = hd->stream_id;
+    if (id > h.max_peer_stream_) {
+      h.max_peer_stream_ = id;
+      h.opened_[h.opened_next_++ % h.opened_.size()] = id;
+      return 0;
+    }
+    if (h.streams_.count(id) != 0) return 0;  // trailers on an open stream
+    for (int32_t o : h.opened_) {
+      if (o == id) return 0;  // opened before, closed since: nghttp2 ignores or refuses it
+    }
+    // An identifier lower than one the peer already used, never opened: PROTOCOL_ERROR.
+    ++h.stats_.stream_id_errors;
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
   }
 
   static int onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user_data) {
@@ -165,6 +186,13 @@ struct Http2Session::Callbacks {
     Http2Session& h = self(user_data);
     if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
       ++h.stats_.protocol_errors;
+      // nghttp2 ends a rapid-reset flood with INTERNAL_ERROR, its other floods with
+      // ENHANCE_YOUR_CALM.
+      if (frame->goaway.error_code == NGHTTP2_ENHANCE_YOUR_CALM ||
+          (frame->goaway.error_code == NGHTTP2_INTERNAL_ERROR &&
+           h.resets_received_ > h.options_.stream_reset_burst)) {
+        ++h.stats_.flood_trips;
+      }
       if (h.metrics_ != nullptr) {
         h.metrics_->recordParseError(
             std::string("http2_") + nghttp2_http2_strerror(frame->goaway.error_code));
@@ -247,6 +275,7 @@ Http2Session::Http2Session(Transport& transport, GrpcServices& services,
       last_activity_ns_(transport.loop().nowNs()) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
+  nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, &Callbacks::onBeginFrame);
   nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, &Callbacks::onBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(cbs, &Callbacks::onHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &Callbacks::onFrameRecv);
@@ -257,6 +286,12 @@ Http2Session::Http2Session(Transport& transport, GrpcServices& services,
   nghttp2_option_new(&opt);
   // Header blocks larger than this are refused by HPACK already (we enforce the list size).
   nghttp2_option_set_max_send_header_block_length(opt, 64 * 1024);
+  nghttp2_option_set_max_outbound_ack(opt, options_.max_outbound_ack);
+  nghttp2_option_set_max_settings(opt, options_.max_settings_entries);
+  nghttp2_option_set_stream_reset_rate_limit(opt, options_.stream_reset_burst,
+                                             options_.stream_reset_rate);
+  nghttp2_option_set_max_continuations(opt, options_.max_continuations);
+  nghttp2_option_set_max_deflate_dynamic_table_size(opt, options_.max_hpack_table_bytes);
   nghttp2_session_server_new2(&session_, cbs, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
@@ -300,8 +335,11 @@ void Http2Session::fatal(int err) {
   // nghttp2 queues GOAWAY itself for the connection errors it detects; errors returned from
   // mem_recv (bad client preface, flooding, callback failure) get one here.
   spdlog::debug("http2: closing connection: {}", nghttp2_strerror(err));
-  const uint32_t code =
-      err == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR;
+  const uint32_t code = err == NGHTTP2_ERR_FLOODED || err == NGHTTP2_ERR_TOO_MANY_SETTINGS
+                            ? NGHTTP2_ENHANCE_YOUR_CALM
+                        : err == NGHTTP2_ERR_CALLBACK_FAILURE && fatal_code_ != 0
+                            ? fatal_code_
+                            : NGHTTP2_PROTOCOL_ERROR;
   // Counted when the GOAWAY goes out (onFrameSend).
   nghttp2_session_terminate_session(session_, code);
 }

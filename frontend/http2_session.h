@@ -24,6 +24,7 @@
 // Threading: everything on the transport's loop thread; respond callbacks may come from any
 // thread and are posted to the loop.
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,6 +60,15 @@ struct Http2SessionOptions {
   size_t max_message_bytes = 64ull << 20;      // one gRPC message; larger: RESOURCE_EXHAUSTED
   uint64_t idle_timeout_ns = 60'000'000'000ull;  // no stream open: GOAWAY and close
   size_t max_pending_bytes = 8 << 20;          // unsent bytes before reading pauses
+  // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
+  // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over
+  // any of them the connection ends with GOAWAY (ENHANCE_YOUR_CALM where nghttp2 says so).
+  size_t max_outbound_ack = 1000;         // queued SETTINGS/PING ACKs the peer does not read
+  size_t max_settings_entries = 32;       // entries in one SETTINGS frame
+  uint64_t stream_reset_burst = 1000;     // RST_STREAMs from the peer: token bucket burst
+  uint64_t stream_reset_rate = 33;        //   and refill per second
+  size_t max_continuations = 8;           // CONTINUATION frames after one HEADERS
+  size_t max_hpack_table_bytes = 4096;    // our HPACK encoder's dynamic table
 };
 
 // Counters a session keeps (per connection; the reactor/lead may aggregate them).
@@ -71,6 +81,9 @@ struct Http2SessionStats {
   uint64_t service_exceptions = 0;   // a service threw: its stream failed (RESOURCE_EXHAUSTED /
                                      // INTERNAL), the connection went on
   uint64_t callback_exceptions = 0;  // an exception reached an nghttp2 callback: connection ended
+  uint64_t stream_id_errors = 0;     // HEADERS on a stream identifier that went down (§5.1.1)
+  uint64_t flood_trips = 0;          // a flood limit above ended the connection (GOAWAY
+                                     // ENHANCE_YOUR_CALM, or nghttp2's flood / settings error)
 };
 
 class Http2Session : public Session, public std::enable_shared_from_this<Http2Session> {
@@ -116,6 +129,13 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   Http2SessionStats stats_;
+  // RFC 9113 §5.1.1: stream identifiers the peer opened, to tell a HEADERS on a stream that
+  // was opened and is now closed (nghttp2 decides) from one on an identifier that went down.
+  int32_t max_peer_stream_ = 0;
+  std::array<int32_t, 256> opened_{};  // the latest opened identifiers, a ring
+  uint32_t opened_next_ = 0;
+  uint64_t resets_received_ = 0;       // RST_STREAM frames from the peer
+  uint32_t fatal_code_ = 0;            // GOAWAY code for the next callback failure (0: PROTOCOL_ERROR)
   uint64_t last_activity_ns_ = 0;
   int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;

@@ -231,6 +231,64 @@ TEST_F(Fixture, ServiceExceptionFailsOnlyItsStream) {
   EXPECT_EQ(t->headers.at("grpc-status"), "0");
 }
 
+// Issue 13: the flood limits are ours, not the linked nghttp2's defaults (burst 1000 there).
+TEST_F(Fixture, RapidResetTripsOurLimit) {
+  options.stream_reset_burst = 5;
+  options.stream_reset_rate = 0;
+  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+  start();
+  frames();
+  std::string flood;
+  for (uint32_t i = 0; i < 10; ++i) {
+    const uint32_t id = 1 + 2 * i;
+    flood += frame(kHeaders, 4, id, requestHeaders("/t.S/Later")) +
+             frame(kRst, 0, id, std::string("\0\0\0\x08", 4));
+  }
+  feed(flood);
+  auto fs = frames();
+  const Frame* g = find(fs, kGoaway, 0);
+  ASSERT_TRUE(g) << "no GOAWAY after 10 rapid resets with a burst of 5";
+  ASSERT_GE(g->payload.size(), 8u);
+  EXPECT_EQ(static_cast<uint8_t>(g->payload[7]), 2);  // nghttp2 ends reset floods with INTERNAL_ERROR
+  EXPECT_EQ(session->stats().flood_trips, 1u);
+}
+
+// RFC 9113 §5.1.1: a client's new stream identifier must be greater than every one it opened.
+TEST_F(Fixture, StreamIdentifierGoingDownIsAConnectionError) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 5, requestHeaders("/t.S/Later")));
+  feed(frame(kHeaders, 5, 3, requestHeaders("/t.S/Echo")));
+  auto fs = frames();
+  const Frame* g = find(fs, kGoaway, 0);
+  ASSERT_TRUE(g) << "stream 3 after stream 5 was not a connection error";
+  ASSERT_GE(g->payload.size(), 8u);
+  EXPECT_EQ(static_cast<uint8_t>(g->payload[7]), 1);  // PROTOCOL_ERROR
+  EXPECT_EQ(find(fs, kHeaders, 3), nullptr);  // never answered
+  EXPECT_EQ(session->stats().stream_id_errors, 1u);
+}
+
+// ...but a stream that was opened and has ended is not an error to mention again (trailers
+// racing our RST_STREAM): nghttp2 ignores it, the connection goes on.
+TEST_F(Fixture, HeadersOnAnEndedStreamAreNoConnectionError) {
+  start();
+  frames();
+  // Answered before the client ended its side: we reset the stream (NO_ERROR) after the reply.
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")) + frame(kData, 0, 1, grpc("a")));
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Later")));
+  auto fs = frames();
+  ASSERT_TRUE(find(fs, kRst, 1));
+  feed(frame(kHeaders, 5, 1, literal("x-trailer", "1")));  // the client's trailers, racing it
+  fs = frames();
+  EXPECT_EQ(find(fs, kGoaway, 0), nullptr);
+  EXPECT_EQ(session->stats().stream_id_errors, 0u);
+  feed(frame(kHeaders, 4, 5, requestHeaders("/t.S/Echo")) + frame(kData, 1, 5, grpc("b")));
+  fs = frames();
+  const Frame* t = find(fs, kHeaders, 5, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+}
+
 TEST_F(Fixture, TwoMessagesOnAUnaryCallIsInternal) {
   start();
   frames();
