@@ -24,23 +24,35 @@ void Http1Session::onData(const char* data, size_t len) {
   const bool was_in_request = parser_.inRequest();
   const Http1Parser::Result r = parser_.feed(data, len, now);
   if (!was_in_request && parser_.inRequest()) request_start_ns_ = now;
-  while (parser_.hasRequest() && !stop_parsing_) {
-    HttpRequest req = parser_.popRequest();
-    if (!req.keep_alive) stop_parsing_ = true;
-    dispatch(std::move(req));
-    if (transport_ == nullptr) return;
-  }
-  if (r == Http1Parser::Result::kError && !stop_parsing_) {
-    const Http1Error& e = parser_.error();
-    failStream(e.status, e.reason, e.message);
-    return;
-  }
+  if (r == Http1Parser::Result::kError) parse_error_ = true;
+  dispatchReady();
+  if (transport_ == nullptr || stop_parsing_) return;
   if (parser_.inRequest() && request_start_ns_ == 0) request_start_ns_ = now;
   if (parser_.expectContinue()) {
     parser_.clearExpectContinue();
     transport_->send("HTTP/1.1 100 Continue\r\n\r\n");
   }
   updateReading();
+}
+
+// Hands parsed requests to the handler while fewer than max_in_flight await their responses;
+// the rest wait in the parser (bounded by the one read they came in: reading is paused) until
+// responses go out. A parse error is answered after every request before it.
+void Http1Session::dispatchReady() {
+  if (dispatching_) return;  // an inline answer's flush(): the loop below goes on
+  dispatching_ = true;
+  while (parser_.hasRequest() && !stop_parsing_ && slots_.size() < options_.max_in_flight) {
+    HttpRequest req = parser_.popRequest();
+    if (!req.keep_alive) stop_parsing_ = true;
+    dispatch(std::move(req));
+    if (transport_ == nullptr) return;
+  }
+  dispatching_ = false;
+  if (parse_error_ && !parser_.hasRequest() && !stop_parsing_) {
+    parse_error_ = false;
+    const Http1Error& e = parser_.error();
+    failStream(e.status, e.reason, e.message);
+  }
 }
 
 void Http1Session::dispatch(HttpRequest&& request) {
@@ -143,6 +155,10 @@ void Http1Session::flush() {
     }
   }
   if (transport_ == nullptr) return;
+  if (parser_.hasRequest() || parse_error_) {
+    dispatchReady();  // room again for requests parsed earlier
+    if (transport_ == nullptr || closing_) return;
+  }
   if (peer_closed_ && slots_.empty()) {
     closing_ = true;
     transport_->closeAfterFlush();
@@ -153,7 +169,7 @@ void Http1Session::flush() {
 
 void Http1Session::updateReading() {
   if (transport_ == nullptr || closing_) return;
-  const bool want_pause = slots_.size() >= options_.max_in_flight ||
+  const bool want_pause = slots_.size() >= options_.max_in_flight || parser_.hasRequest() ||
                           transport_->pendingBytes() > options_.max_pending_bytes;
   if (want_pause != paused_) {
     paused_ = want_pause;

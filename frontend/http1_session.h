@@ -74,6 +74,7 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
     std::shared_ptr<backends::CancelToken> cancel;  // until answered
   };
   void dispatch(HttpRequest&& request);
+  void dispatchReady();
   void deliver(uint64_t seq, HttpResponse&& response);
   void failStream(int status, const std::string& reason, const std::string& message);
   void flush();
@@ -91,6 +92,8 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close
+  bool parse_error_ = false;   // the parser failed after the requests still in it
+  bool dispatching_ = false;   // inside dispatchReady()
   bool peer_closed_ = false;
   bool closing_ = false;
   bool paused_ = false;

@@ -76,6 +76,42 @@ TEST_F(Fixture, PipelinedResponsesStayInOrder) {
   EXPECT_FALSE(transport.closed);
 }
 
+// Issue 13, item 4: max_in_flight holds within one read. 200 pipelined requests in one
+// segment used to reach the handler all at once.
+TEST_F(Fixture, PipelinedRequestsInOneReadRespectMaxInFlight) {
+  options.max_in_flight = 4;
+  session = std::make_shared<Http1Session>(transport, handler, options, nullptr);
+  std::string burst;
+  for (int i = 0; i < 200; ++i) burst += get("/later/" + std::to_string(i));
+  burst += "BAD REQUEST LINE\r\n\r\n";
+  feed(burst);
+  EXPECT_EQ(handler.later.size(), 4u);
+  EXPECT_TRUE(transport.paused);
+  for (size_t i = 0; i < 200; ++i) {
+    ASSERT_LT(i, handler.later.size());
+    handler.release(i);
+    EXPECT_LE(handler.later.size() - (i + 1), 4u);  // never more than 4 unanswered
+  }
+  const std::vector<std::string> b = bodies();
+  ASSERT_EQ(b.size(), 201u);  // 200 answers in order, then the parse error's
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(b[i], std::to_string(i));
+  const size_t last = transport.out.rfind("HTTP/1.1 ");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_NE(transport.out.substr(last + 9, 1), "2") << transport.out.substr(last, 40);  // an error
+  EXPECT_TRUE(transport.closed);
+}
+
+// Requests answered inline while the rest wait: dispatched iteratively, not by recursion.
+TEST_F(Fixture, ManyPipelinedInlineAnswersInOneRead) {
+  options.max_in_flight = 2;
+  session = std::make_shared<Http1Session>(transport, handler, options, nullptr);
+  std::string burst;
+  for (int i = 0; i < 5000; ++i) burst += get("/now/" + std::to_string(i % 10));
+  feed(burst);
+  EXPECT_EQ(bodies().size(), 5000u);
+  EXPECT_FALSE(transport.paused);
+}
+
 TEST_F(Fixture, ResponseFromAnotherThreadIsPostedToTheLoop) {
   feed(get("/later/x"));
   std::thread t([&] { handler.release(0); });
