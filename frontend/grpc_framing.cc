@@ -141,19 +141,5 @@ std::string percentDecodeGrpcMessage(std::string_view v) {
   return out;
 }
 
-int httpStatusForGrpcCode(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    case absl::StatusCode::kCancelled: return 499;
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kDataLoss: return 500;
-    default: return 400;
-  }
-}
 
 }  // namespace infergate::frontend

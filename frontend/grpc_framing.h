@@ -64,8 +64,5 @@ std::optional<uint64_t> parseGrpcTimeout(std::string_view value);
 std::string percentEncodeGrpcMessage(std::string_view message);
 std::string percentDecodeGrpcMessage(std::string_view value);
 
-// The HTTP status Triton's REST API would use for a gRPC code (for metrics labels); CANCELLED
-// maps to 499 (counted as "other").
-int httpStatusForGrpcCode(absl::StatusCode code);
 
 }  // namespace infergate::frontend

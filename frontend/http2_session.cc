@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "frontend/kserve_rest.h"
+#include "frontend/status_map.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::frontend {
@@ -564,7 +565,7 @@ void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::str
 void Http2Session::record(Stream& s, absl::StatusCode code) {
   if (metrics_ == nullptr) return;
   const uint64_t now = transport_ != nullptr ? transport_->loop().nowNs() : s.call.start_ns;
-  metrics_->recordRequest(s.call.model_index, s.method.protocol, httpStatusForGrpcCode(code),
+  metrics_->recordRequest(s.call.model_index, s.method.protocol, httpStatusForCode(code),
                           now > s.call.start_ns ? now - s.call.start_ns : 0);
 }
 

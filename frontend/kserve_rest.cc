@@ -61,20 +61,6 @@ std::optional<size_t> parseSize(std::string_view s) {
 
 }  // namespace
 
-int httpStatusFor(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kDataLoss: return 500;
-    default: return 400;  // INVALID_ARGUMENT, UNKNOWN, ALREADY_EXISTS, CANCELLED, ...
-  }
-}
-
 absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
                                         std::optional<int> tag_class, uint32_t levels) {
   if (kserve_priority > 0) return kserve_priority;

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "backends/model.h"
+#include "frontend/status_map.h"
 #include "frontend/http1_session.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
@@ -23,10 +24,6 @@ struct ServerInfo {
   std::string version;
 };
 
-// Maps a status code to the HTTP status Triton would send (INVALID_ARGUMENT 400, NOT_FOUND
-// 404, UNAVAILABLE 503, UNIMPLEMENTED 501, RESOURCE_EXHAUSTED 429, DEADLINE_EXCEEDED 504,
-// INTERNAL and others 500).
-int httpStatusFor(const absl::Status& status);
 
 // The header (HTTP/1.1) and gRPC metadata key that carries a request's priority: a Triton level
 // (1 = highest .. priority_levels; 0 = the model's default level), decimal.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/escaping.h"
 #include "common/logging.h"
+#include "frontend/status_map.h"
 #include "fmt/format.h"
 #include "frontend/fp16.h"
 #include "frontend/http.h"
@@ -387,26 +388,6 @@ bool parseTfPath(std::string_view path, TfPath& out) {
 
 }  // namespace
 
-int tfServingHttpStatus(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk: return 200;
-    case absl::StatusCode::kCancelled: return 499;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kDeadlineExceeded: return 504;
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kAborted: return 409;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kResourceExhausted: return 429;
-    case absl::StatusCode::kUnimplemented: return 501;
-    case absl::StatusCode::kUnavailable: return 503;
-    case absl::StatusCode::kUnauthenticated: return 401;
-    default: return 500;
-  }
-}
-
 bool rewriteNonFiniteTokens(std::string_view json, std::string& out) {
   struct Token {
     std::string_view text, marker;
@@ -677,7 +658,7 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
   };
   auto fail = [&](int model_index, const absl::Status& st) {
     finishWith(respond, model_index,
-               jsonResponse(tfServingHttpStatus(st), errorBody(std::string(st.message()))));
+               jsonResponse(httpStatusFor(st), errorBody(std::string(st.message()))));
   };
   const std::string_view path = request.path();
   const bool get = request.method == "GET";
@@ -748,13 +729,13 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
                                     absl::StatusOr<backends::InferResponse> result) mutable {
     if (!result.ok()) {
       return finishWith(respond, model_index,
-                        jsonResponse(tfServingHttpStatus(result.status()),
+                        jsonResponse(httpStatusFor(result.status()),
                                      errorBody(std::string(result.status().message()))));
     }
     absl::StatusOr<std::string> body = encodeTfPredictResponse(*result, format);
     if (!body.ok()) {
       return finishWith(respond, model_index,
-                        jsonResponse(tfServingHttpStatus(body.status()),
+                        jsonResponse(httpStatusFor(body.status()),
                                      errorBody(std::string(body.status().message()))));
     }
     finishWith(respond, model_index, jsonResponse(200, std::move(*body)));

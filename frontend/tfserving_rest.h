@@ -5,7 +5,7 @@
 //   GET  /v1/models/{name}[/versions/{v}]           model version status
 // Bodies follow TF Serving: {"predictions": ...} for the row format, {"outputs": ...} for the
 // columnar one, {"error": "..."} on failure with TF Serving's HTTP status for the code
-// (tfServingHttpStatus). Bare NaN, Inf, Infinity, -Inf, -Infinity tokens are accepted in
+// (httpStatusFor, frontend/status_map.h). Bare NaN, Inf, Infinity, -Inf, -Infinity tokens are accepted in
 // requests (as TF Serving's RapidJSON with kParseNanAndInfFlag) and written in responses.
 // BYTES tensors: JSON strings, or {"b64": "..."} objects (outputs that are not valid UTF-8 are
 // written as {"b64": ...}).
@@ -24,11 +24,6 @@ namespace infergate::frontend {
 
 enum class TfPredictFormat { kRow, kColumnar };
 
-// TF Serving's ToHTTPStatusCode: INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE 400,
-// NOT_FOUND 404, CANCELLED 499, DEADLINE_EXCEEDED 504, RESOURCE_EXHAUSTED 429, UNIMPLEMENTED
-// 501, UNAVAILABLE 503, ALREADY_EXISTS/ABORTED 409, PERMISSION_DENIED 403, UNAUTHENTICATED 401,
-// others 500.
-int tfServingHttpStatus(const absl::Status& status);
 
 // Copies `json` with every bare non-finite token outside strings (NaN, -NaN, Inf, -Inf,
 // Infinity, -Infinity) replaced by a marker string literal the predict decoder reads back as

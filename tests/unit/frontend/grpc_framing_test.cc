@@ -143,14 +143,5 @@ TEST(GrpcMessage, PercentEncodingRoundTrips) {
   EXPECT_EQ(percentDecodeGrpcMessage(enc), m);
 }
 
-TEST(GrpcStatus, HttpStatusForMetrics) {
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kOk), 200);
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kInvalidArgument), 400);
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kNotFound), 404);
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kUnavailable), 503);
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kDeadlineExceeded), 504);
-  EXPECT_EQ(httpStatusForGrpcCode(absl::StatusCode::kCancelled), 499);
-}
-
 }  // namespace
 }  // namespace infergate::frontend

@@ -184,17 +184,6 @@ TEST(TfServingRest, EncodeRowAndColumnar) {
             absl::StatusCode::kInternal);
 }
 
-TEST(TfServingRest, HttpStatusMapping) {
-  EXPECT_EQ(tfServingHttpStatus(absl::InvalidArgumentError("")), 400);
-  EXPECT_EQ(tfServingHttpStatus(absl::NotFoundError("")), 404);
-  EXPECT_EQ(tfServingHttpStatus(absl::CancelledError("")), 499);
-  EXPECT_EQ(tfServingHttpStatus(absl::DeadlineExceededError("")), 504);
-  EXPECT_EQ(tfServingHttpStatus(absl::UnavailableError("")), 503);
-  EXPECT_EQ(tfServingHttpStatus(absl::ResourceExhaustedError("")), 429);
-  EXPECT_EQ(tfServingHttpStatus(absl::FailedPreconditionError("")), 400);
-  EXPECT_EQ(tfServingHttpStatus(absl::InternalError("")), 500);
-}
-
 class HandlerTest : public ::testing::Test {
  protected:
   HandlerTest() {
