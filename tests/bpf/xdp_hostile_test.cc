@@ -44,13 +44,8 @@ ig_tag tagOf(const RunResult& r) {
 
 PacketSpec seg(uint16_t sport, uint8_t flags, uint32_t seq, std::string payload = "",
                std::string src = "10.0.0.2") {
-  PacketSpec s;
-  s.sport = sport;
-  s.flags = flags;
+  PacketSpec s = flow(sport, flags, std::move(payload), std::move(src));
   s.seq = seq;
-  s.payload = std::move(payload);
-  s.src = std::move(src);
-  if (flags == kSyn) s.ack = 0;
   return s;
 }
 
@@ -382,17 +377,7 @@ class CookieTest : public ::testing::Test {
     uint32_t isn = ig_cookie_make(&keys_, saddr, daddr, htons(syn.sport), htons(syn.dport), c.v6,
                                   client_isn, opts);
     // the SYN-ACK we expect (TSval taken from the output, then checked against the clock)
-    PacketSpec sa;
-    sa.dst_mac = syn.src_mac;
-    sa.src_mac = syn.dst_mac;
-    sa.vlans = syn.vlans;
-    sa.ipv6 = c.v6;
-    sa.src = syn.dst;
-    sa.dst = syn.src;
-    sa.ttl = 64;
-    sa.frag = 0x4000;
-    sa.sport = syn.dport;
-    sa.dport = syn.sport;
+    PacketSpec sa = replyTo(syn);
     sa.seq = isn;
     sa.ack = client_isn + 1;
     sa.flags = kSyn | kAck;

@@ -114,16 +114,6 @@ TEST_P(XdpFixtures, Verdict) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, XdpFixtures, ::testing::Range<size_t>(0, fixtures().size()),
                          testName);
 
-PacketSpec flow(uint16_t sport, uint8_t flags, std::string payload = "",
-                std::string src = "10.0.0.2") {
-  PacketSpec s;
-  s.sport = sport;
-  s.flags = flags;
-  s.payload = std::move(payload);
-  s.src = std::move(src);
-  if (flags == kSyn) s.ack = 0;
-  return s;
-}
 
 const char* kGood = "GET /v2/health/ready HTTP/1.1\r\nHost: gw\r\n\r\n";
 

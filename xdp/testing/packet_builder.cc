@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -115,7 +116,17 @@ std::vector<uint8_t> buildPacket(const PacketSpec& s) {
   return b;
 }
 
-PacketSpec rstFor(const PacketSpec& s) {
+PacketSpec flow(uint16_t sport, uint8_t flags, std::string payload, std::string src) {
+  PacketSpec s;
+  s.sport = sport;
+  s.flags = flags;
+  s.payload = std::move(payload);
+  s.src = std::move(src);
+  if (flags == kSyn) s.ack = 0;
+  return s;
+}
+
+PacketSpec replyTo(const PacketSpec& s) {
   PacketSpec r;
   r.dst_mac = s.src_mac;
   r.src_mac = s.dst_mac;
@@ -128,6 +139,11 @@ PacketSpec rstFor(const PacketSpec& s) {
   r.frag = 0x4000;
   r.sport = s.dport;
   r.dport = s.sport;
+  return r;
+}
+
+PacketSpec rstFor(const PacketSpec& s) {
+  PacketSpec r = replyTo(s);
   r.seq = (s.flags & kAck) ? s.ack : 0;
   r.ack = s.seq + static_cast<uint32_t>(s.payload.size()) + ((s.flags & kSyn) ? 1 : 0) +
           ((s.flags & kFin) ? 1 : 0);

@@ -40,6 +40,12 @@ std::vector<uint8_t> buildPacket(const PacketSpec& s);
 
 // The RST (with ACK) that the program must answer `s` with.
 PacketSpec rstFor(const PacketSpec& s);
+// A client segment of the default flow (10.0.0.2 -> 10.0.0.1:8000) from `sport`; a SYN has ack 0.
+PacketSpec flow(uint16_t sport, uint8_t flags, std::string payload = "",
+                std::string src = "10.0.0.2");
+// The headers of the program's answer to `s`: MACs, addresses and ports swapped, VLAN tags kept,
+// TTL 64, DF, no IP options (the TCP fields are left for the caller).
+PacketSpec replyTo(const PacketSpec& s);
 
 // Internet checksum over bytes (returns the folded one's-complement sum, network order value).
 uint16_t inetChecksum(const uint8_t* p, size_t n, uint32_t initial = 0);
