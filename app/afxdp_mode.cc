@@ -326,12 +326,6 @@ class CookieModeController {
   std::thread thread_;
 };
 
-uint8_t windowShift(uint32_t rcv_buf) {
-  uint8_t shift = 0;
-  while ((rcv_buf >> shift) > 65535 && shift < 14) ++shift;
-  return shift;
-}
-
 }  // namespace
 
 struct AfXdpMode::State {
@@ -396,7 +390,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   xo->write_metadata = true;
   xo->reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
-  xo->synack_wscale = windowShift(tcp::TcpOptions{}.rcv_buf);
+  xo->synack_wscale = tcp::windowShiftFor(tcp::TcpOptions{}.rcv_buf);
   const tcp::SynCookies stack_cookies = xo->syn_cookies == xdp::SynCookies::kOff
                                             ? tcp::SynCookies::kOff
                                         : xo->syn_cookies == xdp::SynCookies::kAlways
@@ -408,6 +402,11 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   State& st = *mode->state_;
   st.interface = ifname;
   const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
+
+  // Each reactor's share of the connection limit, and its half-open backlog.
+  const uint32_t conns_per_reactor = static_cast<uint32_t>(
+      std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
+  const uint32_t syn_backlog = std::min<uint32_t>(4096, conns_per_reactor);
 
   // Sockets first (into the XSKMAP), then the program: no service segment falls through to
   // the kernel, which has no listener on these ports and would reset the connection.
@@ -431,9 +430,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.index = q;
       ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
       ro.busy_poll = o.busy_poll;
-      ro.tcp.max_connections = static_cast<uint32_t>(
-          std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
-      ro.tcp.syn_backlog = std::min<uint32_t>(4096, ro.tcp.max_connections);
+      ro.tcp.max_connections = conns_per_reactor;
+      ro.tcp.syn_backlog = syn_backlog;
       ro.tcp.syn_cookies = stack_cookies;
       ro.tcp.cookie_jar = st.cookie_jar;  // one key pair for every reactor and the program
       auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
@@ -479,9 +477,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   if (xo->syn_cookies == xdp::SynCookies::kAuto) {
     std::vector<AfXdpReactor*> rs;
     for (auto& r : st.reactors) rs.push_back(r.get());
-    st.cookie_ctl = std::make_unique<CookieModeController>(
-        *st.filter, std::move(rs), std::min<uint32_t>(4096, static_cast<uint32_t>(std::max<uint64_t>(
-                                       1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)))));
+    st.cookie_ctl = std::make_unique<CookieModeController>(*st.filter, std::move(rs), syn_backlog);
   }
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",

@@ -43,6 +43,12 @@ uint64_t keyedHash(const ig_sipkey& key, const FlowKey& k, uint64_t extra) {
 
 }  // namespace
 
+uint8_t windowShiftFor(uint32_t rcv_buf) {
+  uint8_t shift = 0;
+  while ((rcv_buf >> shift) > 65535 && shift < 14) ++shift;
+  return shift;
+}
+
 // The per-connection control block: plain values, reset by assigning Tcb{} on reuse.
 struct Tcb {
   TcpState state = TcpState::kClosed;
@@ -654,7 +660,7 @@ void TcpStack::initConn(Conn& c, const Segment& seg, uint16_t listener, uint32_t
   c.wscale_ok = options_.window_scaling && peer_wscale >= 0;
   if (c.wscale_ok) {
     c.snd_wscale = static_cast<uint8_t>(std::min(peer_wscale, 14));
-    while ((options_.rcv_buf >> c.rcv_wscale) > 65535 && c.rcv_wscale < 14) ++c.rcv_wscale;
+    c.rcv_wscale = windowShiftFor(options_.rcv_buf);
   }
   c.sack_ok = options_.sack && sack;
   c.ts_ok = options_.timestamps && ts;
@@ -684,9 +690,7 @@ void TcpStack::sendCookieSynAck(const Segment& syn) {
   s.window = static_cast<uint16_t>(std::min<uint32_t>(options_.rcv_buf, 65535));
   s.mss = static_cast<uint16_t>(mtu_ - (syn.key.v6 ? 60 : 40));
   if (options_.window_scaling && syn.opt.wscale >= 0) {
-    uint8_t shift = 0;
-    while ((options_.rcv_buf >> shift) > 65535 && shift < 14) ++shift;
-    s.wscale = static_cast<int8_t>(shift);
+    s.wscale = static_cast<int8_t>(windowShiftFor(options_.rcv_buf));
   }
   s.sack_permitted = options_.sack && syn.opt.sack_permitted;
   if (options_.timestamps && syn.opt.has_ts) {

@@ -93,6 +93,10 @@ struct TcpOptions {
   std::function<uint32_t(const FlowKey&)> isn_fn;
 };
 
+// Our window-scale shift for a receive buffer: the smallest that fits rcv_buf in 16 bits (at
+// most 14). The XDP program's cookie SYN-ACKs must announce the same one.
+uint8_t windowShiftFor(uint32_t rcv_buf);
+
 class TcpStack {
  public:
   // `loop`: the reactor's loop sessions see; nullptr: the stack provides one (post() queues
