@@ -39,6 +39,13 @@ class GrpcMessageReader {
   uint64_t messages() const { return messages_; }
   // Bytes gathered because a message spanned feeds (for the copy accounting).
   uint64_t gatheredBytes() const { return gathered_; }
+  // Memory held for the message being gathered (its buffer's capacity): grows with the bytes
+  // that arrived, never with what a length prefix merely announces.
+  size_t bufferedBytes() const { return have_ == 0 ? 0 : body_.capacity(); }
+
+  // What a 5-byte prefix may make the reader reserve before any of the body has arrived; the
+  // buffer then grows with the bytes received (geometrically, so gathering stays linear).
+  static constexpr size_t kMaxReserveBytes = 64 * 1024;
 
  private:
   size_t max_;

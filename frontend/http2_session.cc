@@ -40,6 +40,11 @@ struct Http2Session::Stream {
   std::string out;          // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
   std::shared_ptr<backends::CancelToken> cancel;  // for the outstanding call()s
+  uint64_t last_rx_ns = 0;  // HEADERS or DATA last arrived (stream_timeout_ns)
+  size_t held = 0;          // this stream's share of held_bytes_ (reader buffer + out)
+  size_t withheld = 0;      // DATA bytes received and not yet acknowledged
+
+  size_t holding() const { return reader.bufferedBytes() + (out.size() - out_off); }
 
   explicit Stream(size_t max_message) : reader(max_message) {}
 };
@@ -110,6 +115,7 @@ struct Http2Session::Callbacks {
     s->id = frame->hd.stream_id;
     s->call.stream_id = s->id;
     s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
+    s->last_rx_ns = s->call.start_ns;
     // The ingress tag of the latest request start the transport saw (xdp-filter / afxdp modes;
     // none in socket mode). The XDP program tags the h2 preface, not each HEADERS frame, so for
     // gRPC this is the connection's class.
@@ -178,7 +184,9 @@ struct Http2Session::Callbacks {
                          size_t len, void* user_data) {
     return guarded(user_data, [&] {
       Http2Session& h = self(user_data);
-      if (Stream* s = find(h, stream_id)) h.onStreamData(*s, data, len);
+      Stream* s = find(h, stream_id);
+      if (s != nullptr) h.onStreamData(*s, data, len);
+      h.received(s, stream_id, len);  // after: the bytes it now holds count
       return 0;
     });
   }
@@ -189,7 +197,7 @@ struct Http2Session::Callbacks {
       ++h.stats_.protocol_errors;
       // nghttp2 ends a rapid-reset flood with INTERNAL_ERROR, its other floods with
       // ENHANCE_YOUR_CALM.
-      if (frame->goaway.error_code == NGHTTP2_ENHANCE_YOUR_CALM ||
+      if ((frame->goaway.error_code == NGHTTP2_ENHANCE_YOUR_CALM && !h.timed_out_) ||
           (frame->goaway.error_code == NGHTTP2_INTERNAL_ERROR &&
            h.resets_received_ > h.options_.stream_reset_burst)) {
         ++h.stats_.flood_trips;
@@ -225,6 +233,7 @@ struct Http2Session::Callbacks {
       ++h.stats_.cancelled;
       h.record(s, absl::StatusCode::kCancelled);
     }
+    h.forgetStream(s);
     h.streams_.erase(it);
     // After the erase: an answer given inline by the canceller finds no stream.
     if (cancel) cancel->cancel();
@@ -241,9 +250,10 @@ struct Http2Session::Callbacks {
       std::memcpy(buf, s.out.data() + s.out_off, n);
       s.out_off += n;
       if (s.out_off == s.out.size()) {
-        s.out.clear();
+        std::string().swap(s.out);  // a large reply's memory goes as soon as it is framed
         s.out_off = 0;
       }
+      self(user_data).rehold(s);
     }
     if (s.out.empty()) {
       if (s.trailers_ready) {
@@ -293,6 +303,8 @@ Http2Session::Http2Session(Transport& transport, GrpcServices& services,
                                              options_.stream_reset_rate);
   nghttp2_option_set_max_continuations(opt, options_.max_continuations);
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, options_.max_hpack_table_bytes);
+  // We acknowledge received DATA ourselves, against the connection's memory budget.
+  nghttp2_option_set_no_auto_window_update(opt, 1);
   nghttp2_session_server_new2(&session_, cbs, this, opt);
   nghttp2_option_del(opt);
   nghttp2_session_callbacks_del(cbs);
@@ -347,6 +359,7 @@ void Http2Session::fatal(int err) {
 
 void Http2Session::flush() {
   if (transport_ == nullptr || in_nghttp2_ > 0 || closing_) return;
+  if (withheld_bytes_ > 0) grantWindow();
   for (;;) {
     const uint8_t* p = nullptr;
     const ssize_t n = nghttp2_session_mem_send(session_, &p);
@@ -373,6 +386,78 @@ void Http2Session::updateReading() {
   if (want_pause != paused_) {
     paused_ = want_pause;
     transport_->pauseReading(paused_);
+  }
+}
+
+size_t Http2Session::memoryBytes() const {
+  return held_bytes_ + (transport_ != nullptr ? transport_->pendingBytes() : 0);
+}
+
+void Http2Session::rehold(Stream& s) {
+  const size_t now = s.holding();
+  held_bytes_ = held_bytes_ - s.held + now;
+  s.held = now;
+  if (held_bytes_ > stats_.peak_memory_bytes) stats_.peak_memory_bytes = held_bytes_;
+}
+
+void Http2Session::forgetStream(Stream& s) {
+  held_bytes_ -= s.held;
+  s.held = 0;
+  withheld_bytes_ -= s.withheld;  // the stream window goes with the stream
+  s.withheld = 0;
+  if (favoured_ == s.id) favoured_ = 0;
+}
+
+void Http2Session::received(Stream* s, int32_t stream_id, size_t len) {
+  if (len == 0) return;
+  // The connection window is always returned: withholding it could starve the one stream
+  // that would free memory by completing its message. Stream windows are what we withhold,
+  // so an over-budget connection holds at most max_concurrent_streams * initial_window_bytes
+  // more (plus one message being finished).
+  nghttp2_session_consume_connection(session_, len);
+  if (s == nullptr) return;  // not a request stream of ours: nghttp2 discards it
+  const size_t mem = memoryBytes();
+  if (mem > stats_.peak_memory_bytes) stats_.peak_memory_bytes = mem;
+  bool grant = mem <= options_.max_connection_memory_bytes || favoured_ == s->id;
+  if (!grant && favoured_ == 0 && !s->ended && !s->reader.atBoundary()) {
+    favoured_ = s->id;  // this one may finish its message even over budget
+    grant = true;
+  }
+  if (!grant) {
+    if (withheld_bytes_ == 0) ++stats_.window_withheld;
+    withheld_bytes_ += len;
+    s->withheld += len;
+    return;
+  }
+  len += s->withheld;  // e.g. it just became the favoured stream
+  withheld_bytes_ -= s->withheld;
+  s->withheld = 0;
+  if (s->id == favoured_ && s->reader.atBoundary()) favoured_ = 0;
+  nghttp2_session_consume_stream(session_, stream_id, len);
+}
+
+void Http2Session::grantWindow() {
+  if (memoryBytes() > options_.max_connection_memory_bytes) {
+    if (favoured_ != 0) return;
+    // Still over budget and nobody may finish a message: let the one furthest along do so.
+    Stream* best = nullptr;
+    for (auto& [id, sp] : streams_) {
+      Stream& s = *sp;
+      if (s.withheld == 0 || s.ended || s.reader.atBoundary()) continue;
+      if (best == nullptr || s.held > best->held) best = &s;
+    }
+    if (best == nullptr) return;
+    favoured_ = best->id;
+    nghttp2_session_consume_stream(session_, best->id, best->withheld);
+    withheld_bytes_ -= best->withheld;
+    best->withheld = 0;
+    return;
+  }
+  for (auto& [id, sp] : streams_) {
+    if (sp->withheld == 0) continue;
+    nghttp2_session_consume_stream(session_, id, sp->withheld);
+    withheld_bytes_ -= sp->withheld;
+    sp->withheld = 0;
   }
 }
 
@@ -423,6 +508,7 @@ void Http2Session::onHeadersDone(Stream& s) {
 }
 
 void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
+  if (transport_ != nullptr) s.last_rx_ns = transport_->loop().nowNs();
   if (s.ended || !s.headers_done) return;  // already answered: the rest is discarded
   const uint64_t gathered = s.reader.gatheredBytes();
   const absl::Status st =
@@ -431,6 +517,7 @@ void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
         return absl::OkStatus();
       });
   stats_.gathered_bytes += s.reader.gatheredBytes() - gathered;
+  rehold(s);
   if (!st.ok() && !s.ended) {
     if (metrics_ != nullptr) {
       metrics_->recordParseError(st.code() == absl::StatusCode::kResourceExhausted
@@ -512,6 +599,7 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
       } else {
         s.out.append(reply.framed);
       }
+      rehold(s);
       submitHeadersIfNeeded(s);
       if (s.deferred) {
         s.deferred = false;
@@ -586,9 +674,30 @@ void Http2Session::onTick(uint64_t now_ns) {
     Stream& s = *sp;
     if (s.ended) continue;
     any_open = true;
+    if (!s.headers_done) {
+      // CONTINUATION frames outstanding: nghttp2 takes no other frame until they come, so
+      // only the connection can end. Once.
+      if (now_ns - s.call.start_ns > options_.header_timeout_ns && !timed_out_) {
+        timed_out_ = true;
+        shutting_down_ = true;
+        ++stats_.header_timeouts;
+        if (metrics_ != nullptr) metrics_->recordParseError("http2_header_timeout");
+        nghttp2_session_terminate_session(session_, NGHTTP2_ENHANCE_YOUR_CALM);
+      }
+      continue;
+    }
     if (s.call.deadline_ns != 0 && now_ns >= s.call.deadline_ns) {
       ++stats_.deadline_exceeded;
       finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
+      continue;
+    }
+    // Waiting for the client (nothing of ours outstanding) and it sends nothing.
+    if (!s.remote_closed && s.outstanding == 0 && now_ns - s.last_rx_ns > options_.stream_timeout_ns) {
+      ++stats_.stream_timeouts;
+      if (metrics_ != nullptr) metrics_->recordParseError("http2_stream_timeout");
+      finishStream(s, absl::StatusCode::kDeadlineExceeded,
+                   "request not received: nothing for " +
+                       std::to_string(options_.stream_timeout_ns / 1'000'000) + " ms");
     }
   }
   if (!any_open && streams_.empty() && now_ns - last_activity_ns_ > options_.idle_timeout_ns &&
@@ -628,6 +737,9 @@ void Http2Session::onClosed() {
     }
   }
   streams_.clear();
+  held_bytes_ = 0;
+  withheld_bytes_ = 0;
+  favoured_ = 0;
   for (auto& t : tokens) t->cancel();
 }
 

@@ -5,7 +5,12 @@
 //
 // - SETTINGS from Http2SessionOptions (max concurrent streams, max frame size, header list
 //   size, initial stream window; the connection window is opened to connection_window_bytes).
-//   Flow control is nghttp2's: WINDOW_UPDATEs go out as received DATA is consumed.
+//   Flow control is manual: received DATA is acknowledged (nghttp2_session_consume, which sends
+//   WINDOW_UPDATEs) while the connection holds less than max_connection_memory_bytes, and
+//   withheld when it holds more, so a peer cannot make one connection buffer without bound.
+// - Timeouts: a header block not finished in header_timeout_ns ends the connection; a stream
+//   silent for stream_timeout_ns while we wait for it ends with DEADLINE_EXCEEDED; a
+//   connection without streams for idle_timeout_ns ends with GOAWAY.
 // - gRPC: length-prefixed messages in any DATA split, grpc-timeout as the call deadline
 //   (DEADLINE_EXCEEDED when it passes), grpc-status/grpc-message trailers (Trailers-Only for
 //   errors before any message), identity encoding only (UNIMPLEMENTED otherwise), unknown
@@ -60,6 +65,20 @@ struct Http2SessionOptions {
   size_t max_message_bytes = 64ull << 20;      // one gRPC message; larger: RESOURCE_EXHAUSTED
   uint64_t idle_timeout_ns = 60'000'000'000ull;  // no stream open: GOAWAY and close
   size_t max_pending_bytes = 8 << 20;          // unsent bytes before reading pauses
+  // A request HEADERS block not complete (CONTINUATION frames outstanding) this long after it
+  // began: the connection ends (GOAWAY). nghttp2 accepts no other frame meanwhile.
+  uint64_t header_timeout_ns = 10'000'000'000ull;
+  // A stream waiting for the client (request message not complete, or a client-streaming call
+  // with nothing outstanding) that receives nothing for this long ends with
+  // DEADLINE_EXCEEDED and RST_STREAM; the connection goes on.
+  uint64_t stream_timeout_ns = 60'000'000'000ull;
+  // Memory one connection may hold: partial gRPC messages being gathered, responses not yet
+  // handed to nghttp2 and bytes queued in the transport. Flow control is manual: a stream's
+  // received DATA is acknowledged (stream WINDOW_UPDATE) only while the connection is under
+  // this budget (one stream gathering a message is let finish it), so a connection holds at
+  // most this + max_message_bytes + max_concurrent_streams * initial_window_bytes.
+  // At least max_message_bytes.
+  size_t max_connection_memory_bytes = 96ull << 20;
   // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
   // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over
   // any of them the connection ends with GOAWAY (ENHANCE_YOUR_CALM where nghttp2 says so).
@@ -84,6 +103,10 @@ struct Http2SessionStats {
   uint64_t stream_id_errors = 0;     // HEADERS on a stream identifier that went down (§5.1.1)
   uint64_t flood_trips = 0;          // a flood limit above ended the connection (GOAWAY
                                      // ENHANCE_YOUR_CALM, or nghttp2's flood / settings error)
+  uint64_t header_timeouts = 0;      // a header block not finished in header_timeout_ns
+  uint64_t stream_timeouts = 0;      // a stream silent for stream_timeout_ns while we waited
+  uint64_t window_withheld = 0;      // times the memory budget stopped WINDOW_UPDATEs
+  uint64_t peak_memory_bytes = 0;    // highest memoryBytes() seen
 };
 
 class Http2Session : public Session, public std::enable_shared_from_this<Http2Session> {
@@ -104,6 +127,8 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   void onDrain() override { shutdown(); }
 
   const Http2SessionStats& stats() const { return stats_; }
+  // What counts against max_connection_memory_bytes now.
+  size_t memoryBytes() const;
 
   struct Stream;  // implementation detail (public for the nghttp2 C callbacks)
   struct Callbacks;
@@ -120,6 +145,13 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   void record(Stream& s, absl::StatusCode code);
   void fatal(int nghttp2_error);
   void updateReading();
+  // Flow control (manual): `len` DATA bytes of `s` (null: a stream we do not track) were
+  // received; acknowledged now while under the memory budget, else withheld.
+  void received(Stream* s, int32_t stream_id, size_t len);
+  // Acknowledges withheld bytes once the connection is back under its budget.
+  void grantWindow();
+  void forgetStream(Stream& s);  // its held memory and withheld window, when it goes
+  void rehold(Stream& s);        // recounts what `s` holds into held_bytes_
 
   Transport* transport_;
   GrpcServices& services_;
@@ -137,6 +169,12 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   uint64_t resets_received_ = 0;       // RST_STREAM frames from the peer
   uint32_t fatal_code_ = 0;            // GOAWAY code for the next callback failure (0: PROTOCOL_ERROR)
   uint64_t last_activity_ns_ = 0;
+  size_t held_bytes_ = 0;        // partial messages + responses not yet handed to nghttp2
+  size_t withheld_bytes_ = 0;    // received DATA whose stream window is not yet returned
+  // Over budget, one stream gathering a message still gets window, so that some message can
+  // always complete and free memory.
+  int32_t favoured_ = 0;
+  bool timed_out_ = false;       // our GOAWAY is for a header timeout, not a flood
   int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;
   bool shutting_down_ = false;

@@ -143,5 +143,25 @@ TEST(GrpcMessage, PercentEncodingRoundTrips) {
   EXPECT_EQ(percentDecodeGrpcMessage(enc), m);
 }
 
+// Issue 13: a 5-byte prefix announcing a 60 MiB message must not reserve 60 MiB before the bytes
+// come; the buffer grows with what arrives and is released with the message.
+TEST(GrpcFraming, PrefixAloneReservesLittle) {
+  GrpcMessageReader r(64u << 20);
+  char prefix[5];
+  writeGrpcPrefix(prefix, 60u << 20);
+  std::string m(prefix, 5);
+  m += "abc";
+  ASSERT_TRUE(r.feed(m.data(), m.size(), [](std::string_view) { return absl::OkStatus(); }).ok());
+  EXPECT_LE(r.bufferedBytes(), GrpcMessageReader::kMaxReserveBytes);
+  std::string rest((60u << 20) - 3, 'x');
+  size_t got = 0;
+  ASSERT_TRUE(r.feed(rest.data(), rest.size(), [&](std::string_view v) {
+                 got = v.size();
+                 return absl::OkStatus();
+               }).ok());
+  EXPECT_EQ(got, 60u << 20);
+  EXPECT_EQ(r.bufferedBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace infergate::frontend

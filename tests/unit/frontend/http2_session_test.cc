@@ -289,6 +289,147 @@ TEST_F(Fixture, HeadersOnAnEndedStreamAreNoConnectionError) {
   EXPECT_EQ(t->headers.at("grpc-status"), "0");
 }
 
+// Issue 13: a HEADERS frame without END_STREAM and then silence must not hold a stream (and
+// its connection) forever: after stream_timeout_ns it ends with DEADLINE_EXCEEDED and a
+// RST_STREAM, and the connection serves the next call.
+TEST_F(Fixture, SilentStreamTimesOut) {
+  options.stream_timeout_ns = 2'000'000'000;
+  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")));  // no END_STREAM, no DATA
+  transport.loop_.now += 1'500'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);  // not yet
+  feed(frame(kData, 0, 1, grpc("partial").substr(0, 6)));  // progress restarts the clock
+  transport.loop_.now += 1'500'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);
+  transport.loop_.now += 1'000'000'000;
+  session->onTick(transport.loop_.now);
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h) << "a silent stream was never ended";
+  EXPECT_EQ(h->headers.at("grpc-status"), "4");  // DEADLINE_EXCEEDED
+  EXPECT_TRUE(find(fs, kRst, 1));                // the client's side is closed too
+  EXPECT_EQ(session->stats().stream_timeouts, 1u);
+  EXPECT_TRUE(session->idle());
+  EXPECT_FALSE(transport.closed);
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
+  const Frame* t = find(frames(), kHeaders, 3, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+}
+
+// A call waiting for its reply is ours to time out (grpc-timeout), not the client's.
+TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
+  options.stream_timeout_ns = 1'000'000'000;
+  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 0, 1, grpc("x")));
+  transport.loop_.now += 5'000'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(session->stats().stream_timeouts, 0u);
+  services.later[0].first(std::move(services.later[0].second));
+  const Frame* t = find(frames(), kHeaders, 1, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+}
+
+// A header block left open (HEADERS without END_HEADERS, no CONTINUATION) blocks every other
+// frame of the connection: after header_timeout_ns the connection ends with GOAWAY.
+TEST_F(Fixture, UnfinishedHeaderBlockEndsTheConnection) {
+  options.header_timeout_ns = 1'000'000'000;
+  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+  start();
+  frames();
+  feed(frame(kHeaders, 0, 1, requestHeaders("/t.S/Echo")));  // END_HEADERS not set
+  transport.loop_.now += 900'000'000;
+  session->onTick(transport.loop_.now);
+  EXPECT_EQ(find(frames(), kGoaway, 0), nullptr);
+  transport.loop_.now += 200'000'000;
+  session->onTick(transport.loop_.now);
+  auto fs = frames();
+  const Frame* g = find(fs, kGoaway, 0);
+  ASSERT_TRUE(g) << "an unfinished header block held the connection";
+  EXPECT_EQ(uint8_t(g->payload[7]), NGHTTP2_ENHANCE_YOUR_CALM);
+  EXPECT_TRUE(transport.closed);
+  EXPECT_EQ(session->stats().header_timeouts, 1u);
+  EXPECT_EQ(session->stats().flood_trips, 0u);
+}
+
+// Issue 13: a client that announces large messages on many streams and sends their bodies as
+// fast as flow control lets it must not make one connection buffer without bound. The client
+// below obeys flow control exactly (it sends what the windows allow and reads our
+// WINDOW_UPDATEs); with nghttp2's automatic window updates every byte would be acknowledged
+// as soon as it was gathered, and all 20 MiB would sit in the session.
+TEST_F(Fixture, MemoryBudgetWithholdsWindowAndEveryMessageStillCompletes) {
+  options.max_connection_memory_bytes = 256 * 1024;
+  options.initial_window_bytes = 65535;
+  options.connection_window_bytes = 64u << 20;
+  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+  start();
+  feed(frame(kSettings, 1, 0, ""));  // ACK: our SETTINGS apply
+  frames();
+  constexpr int kStreams = 20;
+  constexpr size_t kMessage = 1u << 20;
+  const size_t kFrame = 16384;
+  std::map<uint32_t, int64_t> window;  // the client's view of our receive windows
+  std::map<uint32_t, size_t> left;     // bytes of each stream still to send
+  int64_t conn_window = 64 << 20;
+  std::string prefix(5, '\0');
+  writeGrpcPrefix(prefix.data(), kMessage);
+  for (int i = 0; i < kStreams; ++i) {
+    const uint32_t id = 1 + 2 * i;
+    feed(frame(kHeaders, 4, id, requestHeaders("/t.S/Later")));
+    window[id] = 65535;
+    left[id] = kMessage + 5;
+  }
+  size_t peak = 0;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (auto& [id, n] : left) {
+      while (n > 0 && window[id] > 0 && conn_window > 0) {
+        const size_t chunk = std::min<size_t>({n, kFrame, size_t(window[id]), size_t(conn_window)});
+        const size_t sent = kMessage + 5 - n;
+        std::string payload;
+        if (sent < 5) {
+          payload = prefix.substr(sent, std::min<size_t>(chunk, 5 - sent));
+        }
+        payload.resize(std::min(chunk, n), 'x');
+        feed(frame(kData, n == payload.size() ? 1 : 0, id, payload));
+        n -= payload.size();
+        window[id] -= int64_t(payload.size());
+        conn_window -= int64_t(payload.size());
+        progress = true;
+        peak = std::max(peak, session->memoryBytes());
+      }
+    }
+    for (const Frame& f : frames()) {
+      if (f.type != 8) continue;  // WINDOW_UPDATE
+      const uint32_t inc = ((uint8_t(f.payload[0]) & 0x7fu) << 24) | (uint8_t(f.payload[1]) << 16) |
+                           (uint8_t(f.payload[2]) << 8) | uint8_t(f.payload[3]);
+      if (f.stream == 0) {
+        conn_window += inc;
+      } else {
+        window[f.stream] += inc;
+        progress = true;
+      }
+    }
+  }
+  // Bound: budget + one message being finished + a stream window per other stream.
+  const size_t bound = options.max_connection_memory_bytes + kMessage + 5 + kStreams * 65535;
+  EXPECT_LE(peak, bound);
+  EXPECT_LE(session->stats().peak_memory_bytes, bound);
+  EXPECT_GE(session->stats().window_withheld, 1u);
+  // Messages are gathered in turn, none starves: every one reached the service.
+  EXPECT_EQ(services.received.size(), size_t(kStreams));
+  for (const auto& [id, n] : left) EXPECT_EQ(n, 0u) << "stream " << id << " starved";
+  EXPECT_EQ(session->memoryBytes(), 0u);
+}
+
 TEST_F(Fixture, TwoMessagesOnAUnaryCallIsInternal) {
   start();
   frames();
