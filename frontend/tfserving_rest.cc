@@ -208,9 +208,11 @@ const backends::TensorSpec* findInput(const backends::ModelConfig& model, std::s
   return nullptr;
 }
 
-// Columnar: one tensor from one (nested) value.
-absl::Status columnTensor(const backends::TensorSpec& spec, element value,
-                          backends::Tensor& out) {
+// Columnar: one tensor from one (nested) value. The shape (read off the first element at
+// each depth) is checked against the model (checkInputShape: datatype, dimensions, an element
+// count and byte size that fit, with checked arithmetic) before any value is written.
+absl::Status columnTensor(const backends::ModelConfig& model, const backends::TensorSpec& spec,
+                          element value, backends::Tensor& out) {
   out.name = spec.name;
   out.dtype = spec.dtype;
   std::string_view b64;
@@ -218,19 +220,25 @@ absl::Status columnTensor(const backends::TensorSpec& spec, element value,
     return invalid(fmt::format("input '{}': expected a value or a list, got an object", spec.name));
   }
   shapeOf(value, out.shape);
+  if (absl::Status st = backends::checkInputShape(model, spec, spec.dtype, out.shape); !st.ok()) {
+    return st;
+  }
   Writer w(spec.name, spec.dtype, out.data);
   return w.write(value, out.shape, 0);
 }
 
-// Row: one tensor from the same input of every instance.
-absl::Status rowTensor(const backends::TensorSpec& spec, const std::vector<element>& values,
-                       backends::Tensor& out) {
+// Row: one tensor from the same input of every instance; checked as columnTensor.
+absl::Status rowTensor(const backends::ModelConfig& model, const backends::TensorSpec& spec,
+                       const std::vector<element>& values, backends::Tensor& out) {
   out.name = spec.name;
   out.dtype = spec.dtype;
   out.shape.push_back(static_cast<int64_t>(values.size()));
   std::vector<int64_t> inner;
   shapeOf(values.front(), inner);
   out.shape.insert(out.shape.end(), inner.begin(), inner.end());
+  if (absl::Status st = backends::checkInputShape(model, spec, spec.dtype, out.shape); !st.ok()) {
+    return st;
+  }
   Writer w(spec.name, spec.dtype, out.data);
   for (element v : values) {
     std::string_view b64;
@@ -485,7 +493,7 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
       for (auto field : named) {
         const backends::TensorSpec* spec = findInput(model, field.key);
         if (spec == nullptr) return unknownInput(field.key);
-        if (absl::Status s = columnTensor(*spec, field.value, tensors.emplace_back()); !s.ok()) {
+        if (absl::Status s = columnTensor(model, *spec, field.value, tensors.emplace_back()); !s.ok()) {
           return s;
         }
       }
@@ -495,7 +503,7 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
             "model '{}' has {} inputs: \"inputs\" must be an object of named tensors",
             model.name, model.inputs.size()));
       }
-      if (absl::Status s = columnTensor(model.inputs[0], inputs, tensors.emplace_back());
+      if (absl::Status s = columnTensor(model, model.inputs[0], inputs, tensors.emplace_back());
           !s.ok()) {
         return s;
       }
@@ -530,7 +538,7 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
           }
           values.push_back(v);
         }
-        if (absl::Status s = rowTensor(*spec, values, tensors.emplace_back()); !s.ok()) return s;
+        if (absl::Status s = rowTensor(model, *spec, values, tensors.emplace_back()); !s.ok()) return s;
       }
     } else {
       if (model.inputs.size() != 1) {
@@ -546,7 +554,7 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
         }
         values.push_back(row);
       }
-      if (absl::Status s = rowTensor(model.inputs[0], values, tensors.emplace_back()); !s.ok()) {
+      if (absl::Status s = rowTensor(model, model.inputs[0], values, tensors.emplace_back()); !s.ok()) {
         return s;
       }
     }

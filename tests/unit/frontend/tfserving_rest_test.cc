@@ -54,6 +54,37 @@ TEST(TfServingRest, RewriteNonFiniteOnlyOutsideStrings) {
   EXPECT_FALSE(rewriteNonFiniteTokens(R"({"x":"a\"NaN"})", out));
 }
 
+// Issue 13, the REST twin of the 40-byte Predict crash: the shape is read off the first element
+// at each depth, so 14 KB of JSON can claim 1000^7 elements. It is refused as an invalid shape
+// (checked arithmetic in checkInputShape) before a value is written, in both formats.
+TEST(TfServingRest, ShapeThatOverflowsIsRefusedBeforeWriting) {
+  std::string v = "0";
+  for (int depth = 0; depth < 7; ++depth) {
+    std::string level = "[" + v;
+    for (int i = 1; i < 1000; ++i) level += ",0";
+    v = level + "]";
+  }
+  TfPredictFormat f;
+  auto col = decodeTfPredictRequest(R"({"inputs":)" + v + "}",
+                                    oneInput(DataType::kFp32, 0, std::vector<int64_t>(7, -1)), &f);
+  ASSERT_FALSE(col.ok());
+  EXPECT_EQ(col.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(col.status().message().find("invalid shape"), std::string::npos) << col.status();
+  auto row = decodeTfPredictRequest(R"({"instances":)" + v + "}",
+                                    oneInput(DataType::kFp32, 1000, std::vector<int64_t>(6, -1)), &f);
+  ASSERT_FALSE(row.ok());
+  EXPECT_EQ(row.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(row.status().message().find("invalid shape"), std::string::npos) << row.status();
+}
+
+// A shape the model does not take is refused by the shape, not after decoding every value.
+TEST(TfServingRest, ShapeCheckedAgainstTheModelFirst) {
+  TfPredictFormat f;
+  auto r = decodeTfPredictRequest(R"({"inputs":[[1,2,3,4],[5,6,7,8]]})", oneInput(), &f);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("has shape [2,4]"), std::string::npos) << r.status();
+}
+
 TEST(TfServingRest, RowFormatSingleInputWithNonFinite) {
   TfPredictFormat f;
   auto r = decodeTfPredictRequest(R"({"signature_name":"serving_default",
@@ -113,12 +144,12 @@ TEST(TfServingRest, DecodeErrors) {
       {R"({"inputs":[1],"instances":[1]})", "only one of"},
       {R"({"instances":[[1,2,3],[1,2]]})", "same shape"},
       {R"({"instances":[]})", "No instances"},
-      {R"({"inputs":[[1,2],[3]]})", "ragged"},
+      {R"({"inputs":[[1,2,3],[3]]})", "ragged"},
       {R"({"inputs":{"nope":[1]}})", "'nope' is not an input"},
-      {R"({"inputs":[["a"]]})", "expected a number"},
+      {R"({"inputs":[["a",1,2]]})", "expected a number"},
       {R"([1,2])", "Is not object"},
       {R"({"inputs": [1,)", "JSON Parse error"},
-      {R"({"inputs":[1e39]})", "out of range"},
+      {R"({"inputs":[[1e39,1,2]]})", "out of range"},
   };
   for (const Case& c : cases) {
     auto r = decodeTfPredictRequest(c.body, oneInput(), &f);
