@@ -74,22 +74,41 @@ struct SocketReactor::Conn final : frontend::Transport {
   size_t out_off = 0;
   bool want_close = false;
   bool lingering = false;
-  bool read_paused = false;
+  bool read_paused = false;  // by the session
+  bool out_paused = false;   // by the output limits (queue too long)
   bool peer_closed = false;
   bool dirty = false;
   bool dead = false;
   uint32_t events = 0;
   uint64_t linger_deadline = 0;
+  // Send timeout: the queue must drain min_drain_bytes every send_timeout_ns. `drain_mark_ns`
+  // starts a period, `drained` counts what the kernel took since.
+  uint64_t drain_mark_ns = 0;
+  uint64_t drained = 0;
+  OutputCloseReason close_for = OutputCloseReason::kNone;  // closed at the end of the iteration
   sockaddr_storage peer{}, local{};  // filled only when an ingress tag lookup is configured
 
   void send(std::string_view bytes) override {
-    if (lingering || dead) return;
+    if (lingering || dead || bytes.empty()) return;
+    const OutputLimits& lim = reactor->options_.output;
+    if (close_for == OutputCloseReason::kNone) close_for = lim.refuse(pendingBytes(), bytes.size());
+    if (close_for != OutputCloseReason::kNone) {
+      // Refused: the connection is reset at the end of this iteration (not here: the session
+      // is in the middle of a call). What it queued is counted as lost.
+      if (reactor->options_.metrics) reactor->options_.metrics->output_discarded_bytes.inc(bytes.size());
+      markDirty();
+      return;
+    }
     if (out_off == out.size()) {
       out.clear();
       out_off = 0;
+      drain_mark_ns = reactor->now_ns_;
+      drained = 0;
     }
     out.append(bytes);
+    if (lim.used != nullptr) lim.used->add(static_cast<int64_t>(bytes.size()));
     markDirty();
+    reactor->updateOutputPause(*this);
   }
   void closeAfterFlush() override {
     want_close = true;
@@ -190,8 +209,12 @@ void SocketReactor::run() {
       auto it = conns_.find(fd);
       if (it == conns_.end() || it->second->dead) continue;
       Conn& c = *it->second;
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) onReadable(c);
-      if (!c.dead && (events[i].events & EPOLLOUT)) onWritable(c);
+      const uint32_t e = events[i].events;
+      // While paused, EPOLLIN and EPOLLRDHUP are not asked for; a stale one from this batch is
+      // ignored (reading would hand the session data it paused). Errors are always handled.
+      const bool paused = (c.read_paused || c.out_paused) && !c.lingering;
+      if ((e & (EPOLLHUP | EPOLLERR)) || (!paused && (e & (EPOLLIN | EPOLLRDHUP)))) onReadable(c);
+      if (!c.dead && (e & EPOLLOUT)) onWritable(c);
     }
     runPosted();
     flushDirty();
@@ -251,11 +274,14 @@ void SocketReactor::acceptAll(Listener& l) {
 
 void SocketReactor::updateEvents(Conn& c) {
   if (c.dead) return;
-  uint32_t ev = EPOLLRDHUP;
-  if ((!c.read_paused || c.lingering) && !c.peer_closed) ev |= EPOLLIN;
+  // Paused: neither EPOLLIN nor EPOLLRDHUP (level-triggered, a FIN would wake the loop for
+  // nothing); the FIN is read when reading resumes.
+  const bool paused = (c.read_paused || c.out_paused) && !c.lingering;
+  uint32_t ev = paused ? 0u : static_cast<uint32_t>(EPOLLRDHUP);
+  if (!paused && !c.peer_closed) ev |= EPOLLIN;
   if (c.out_off < c.out.size()) ev |= EPOLLOUT;
   if (c.peer_closed && !(ev & EPOLLOUT)) ev &= ~EPOLLRDHUP;  // nothing more to learn
-  if (ev == c.events) return;
+  if ((ev == 0 ? static_cast<uint32_t>(EPOLLET) : ev) == c.events) return;
   epoll_event e{};
   e.events = ev;
   e.data.fd = c.fd;
@@ -296,6 +322,10 @@ void SocketReactor::flushDirty() {
     Conn* c = dirty_[i];
     c->dirty = false;
     if (c->dead) continue;
+    if (c->close_for != OutputCloseReason::kNone) {
+      closeForOutput(*c, c->close_for);
+      continue;
+    }
     if (writeOut(*c)) updateEvents(*c);
   }
   dirty_.clear();
@@ -307,14 +337,24 @@ bool SocketReactor::writeOut(Conn& c) {
                              MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       c.out_off += static_cast<size_t>(n);
+      if (options_.output.used != nullptr) options_.output.used->sub(n);
+      c.drained += static_cast<uint64_t>(n);
+      if (c.drained >= options_.output.min_drain_bytes) {  // enough progress: a new period
+        c.drain_mark_ns = now_ns_;
+        c.drained = 0;
+      }
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      updateOutputPause(c);
+      return true;
+    }
     destroy(c);
     return false;
   }
   c.out.clear();
   c.out_off = 0;
+  updateOutputPause(c);
   if (c.want_close && !c.lingering) {
     beginLinger(c);
     return !c.dead;
@@ -340,6 +380,12 @@ void SocketReactor::beginLinger(Conn& c) {
 void SocketReactor::destroy(Conn& c) {
   if (c.dead) return;
   c.dead = true;
+  if (const size_t lost = c.pendingBytes(); lost > 0) {  // accepted, never sent: counted
+    if (options_.output.used != nullptr) options_.output.used->sub(static_cast<int64_t>(lost));
+    if (options_.metrics) options_.metrics->output_discarded_bytes.inc(lost);
+    c.out.clear();
+    c.out_off = 0;
+  }
   if (!c.lingering && c.session) c.session->onClosed();
   epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
   // close() waits for the end of the loop iteration (reapDestroyed) so that the fd number is
@@ -370,8 +416,42 @@ void SocketReactor::tick() {
       destroy(*c);
       continue;
     }
+    if (c->pendingBytes() > 0 && options_.output.send_timeout_ns != 0 &&
+        now_ns_ - c->drain_mark_ns >= options_.output.send_timeout_ns) {
+      closeForOutput(*c, OutputCloseReason::kSendTimeout);
+      continue;
+    }
+    updateOutputPause(*c);  // the process budget may have changed
     c->session->onTick(now_ns_);
   }
+}
+
+void SocketReactor::updateOutputPause(Conn& c) {
+  if (c.dead || c.lingering) return;
+  const OutputLimits& lim = options_.output;
+  const size_t pending = c.pendingBytes();
+  const bool want = (lim.pauseBytes() != 0 && pending >= lim.pauseBytes()) ||
+                    (pending > 0 && lim.globalPause());
+  if (want == c.out_paused) return;
+  c.out_paused = want;
+  if (want && options_.metrics) options_.metrics->output_read_pauses.inc();
+  updateEvents(c);
+}
+
+void SocketReactor::closeForOutput(Conn& c, OutputCloseReason why) {
+  if (options_.metrics) {
+    switch (why) {
+      case OutputCloseReason::kSendTimeout: options_.metrics->send_timeouts.inc(); break;
+      case OutputCloseReason::kConnectionLimit: options_.metrics->output_limit_closes.inc(); break;
+      case OutputCloseReason::kProcessLimit: options_.metrics->output_process_closes.inc(); break;
+      case OutputCloseReason::kNone: break;
+    }
+  }
+  // A reset: the kernel drops what it still holds for the peer instead of keeping an orphan
+  // socket with a full send buffer.
+  const linger lg{1, 0};
+  setsockopt(c.fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  destroy(c);
 }
 
 }  // namespace infergate::dataplane

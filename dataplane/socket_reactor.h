@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/output_limits.h"
 #include "dataplane/reactor_thread.h"
 #include "frontend/server_metrics.h"
 #include "frontend/session.h"
@@ -40,6 +41,10 @@ struct ReactorOptions {
   uint64_t max_connections = 10000;              // process-wide, shared through `connections`
   std::atomic<uint64_t>* connections = nullptr;  // process-wide open-connection count
   frontend::ServerMetrics* metrics = nullptr;    // may be null (admin listener)
+  // Slow readers and output memory (dataplane/output_limits.h): applied to the userspace
+  // write queue; a connection closed for them is reset (SO_LINGER 0), which also frees what
+  // the kernel still holds for it.
+  OutputLimits output;
   std::string name = "reactor";
   // xdp-filter mode: looks up the ingress tag of a connection (peer = client, local = us).
   // Called once per request start; empty = no ingress filter.
@@ -83,6 +88,8 @@ class SocketReactor final : public ReactorThread {
   void updateEvents(Conn& c);
   void runPosted();
   void tick();
+  void updateOutputPause(Conn& c);
+  void closeForOutput(Conn& c, OutputCloseReason why);
 
   ReactorOptions options_;
   int epfd_ = -1;

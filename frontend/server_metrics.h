@@ -31,6 +31,13 @@ class ServerMetrics {
   common::Gauge& connections_active;
   common::Counter& connections_total;
   common::Counter& connections_refused;
+  // Slow readers and output memory (dataplane/output_limits.h), socket mode; afxdp mode counts
+  // the same events in its TCP counters (infergate_tcp_send_timeouts_total...).
+  common::Counter& send_timeouts;            // closed: drained too little in send_timeout
+  common::Counter& output_limit_closes;      // closed: max_output_bytes_per_connection
+  common::Counter& output_process_closes;    // closed: max_output_bytes (process budget)
+  common::Counter& output_discarded_bytes;   // queued response bytes lost with a closed connection
+  common::Counter& output_read_pauses;       // reading paused because output piled up
 
   int modelIndex(std::string_view name) const;
 

@@ -88,6 +88,13 @@ struct TcpCounters {
                                     // (forgeries, and stray ACKs of closed connections)
   uint64_t half_open_evicted = 0;   // half-open connections dropped to make room (table full);
                                     // their ACK still completes them as a cookie
+  // Slow readers and output memory (TcpOptions::output, dataplane/output_limits.h).
+  uint64_t send_timeouts = 0;       // reset: less than min_drain_bytes acknowledged in
+                                    // send_timeout_ns while data was queued
+  uint64_t output_limit_closes = 0;    // reset: the send buffer would exceed its per-connection limit
+  uint64_t output_process_closes = 0;  // reset: the process output budget would be exceeded
+  uint64_t output_discarded_bytes = 0; // queued bytes never acknowledged by a connection that ended
+  uint64_t output_read_pauses = 0;     // delivery paused because the send buffer piled up
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::array<uint64_t, static_cast<size_t>(TcpState::kCount)> conns_by_state{};  // gauges
 

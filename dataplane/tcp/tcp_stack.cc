@@ -89,6 +89,13 @@ struct Tcb {
   // Timers (0 = off); the earliest is in the stack's wheel.
   uint64_t rto_at = 0, delack_at = 0, persist_at = 0, ka_at = 0, close_at = 0;
   uint64_t last_rx = 0;
+  // Send timeout (OutputLimits): snd_una must move min_drain_bytes past drain_mark_una within
+  // send_timeout_ns of drain_mark_at while data is queued.
+  uint64_t drain_mark_at = 0;
+  uint32_t drain_mark_una = 0;
+  bool out_paused = false;  // delivery paused by the output limits (the session's: `paused`)
+  OutputCloseReason close_for = OutputCloseReason::kNone;  // reset at the next flushDirty()
+  bool readPaused() const { return paused || out_paused; }
   // Links in the stack's eviction list of this state (TIME_WAIT or SYN_RECEIVED), oldest first.
   uint32_t tw_prev = kNone, tw_next = kNone;
 };
@@ -119,7 +126,22 @@ struct TcpStack::Conn final : Tcb, frontend::Transport {
         (state != TcpState::kEstablished && state != TcpState::kCloseWait)) {
       return;
     }
+    const OutputLimits& lim = stack->options_.output;
+    if (close_for == OutputCloseReason::kNone) close_for = lim.refuse(tx.size(), bytes.size());
+    if (close_for != OutputCloseReason::kNone) {
+      // Refused: reset at the next flushDirty() (not here: the session is mid-call); the
+      // bytes are counted as lost.
+      stack->counters_.output_discarded_bytes += bytes.size();
+      stack->markDirty(*this);
+      return;
+    }
+    if (tx.empty()) {  // a send-timeout period starts
+      drain_mark_at = stack->now_;
+      drain_mark_una = snd_una;
+    }
     tx.append(stack->pool_, bytes.data(), bytes.size());
+    if (lim.used != nullptr) lim.used->add(static_cast<int64_t>(bytes.size()));
+    stack->updateOutputPause(*this);
     stack->markDirty(*this);
   }
   void closeAfterFlush() override {
@@ -227,12 +249,14 @@ TcpStack::~TcpStack() {
   for (Conn& c : conns_) {
     if (c.state == TcpState::kClosed) continue;
     c.rx.clear(pool_);
+    tx_freed_ += static_cast<int64_t>(c.tx.size());
     c.tx.clear(pool_);
     if (c.session) {
       auto sp = std::move(c.session);
       sp->onClosed();
     }
   }
+  publishOutput();
 }
 
 void TcpStack::bindThread() {
@@ -363,6 +387,10 @@ void TcpStack::freeConn(Conn& c) {
   wheel_.cancel(c.id);
   setState(c, TcpState::kClosed);
   c.rx.clear(pool_);
+  if (!c.tx.empty()) {  // never acknowledged: lost with the connection, counted
+    counters_.output_discarded_bytes += c.tx.size();
+    tx_freed_ += static_cast<int64_t>(c.tx.size());
+  }
   c.tx.clear(pool_);
   c.dirty = false;
   detachSession(c);
@@ -425,6 +453,9 @@ void TcpStack::poll(uint64_t now_ns) {
     last_session_tick_ = now_;
     for (Conn& c : conns_) {
       if (c.session && !c.app_close) {
+        if (c.out_paused || (!c.tx.empty() && options_.output.globalPause())) {
+          updateOutputPause(c);  // the process budget may have changed
+        }
         std::shared_ptr<frontend::Session> sp = c.session;
         sp->onTick(now_);
       }
@@ -438,6 +469,7 @@ void TcpStack::abortAll() {
   for (Conn& c : conns_) {
     if (c.state != TcpState::kClosed) resetConn(c, true);
   }
+  publishOutput();
   flushTx();
 }
 
@@ -462,6 +494,12 @@ void TcpStack::flushDirty() {
     if (!c.dirty) continue;
     c.dirty = false;
     if (c.state == TcpState::kClosed) continue;
+    if (c.close_for != OutputCloseReason::kNone) {
+      if (c.close_for == OutputCloseReason::kConnectionLimit) ++counters_.output_limit_closes;
+      else ++counters_.output_process_closes;
+      resetConn(c, true);
+      continue;
+    }
     if (c.deliver_pending) {
       c.deliver_pending = false;
       deliver(c);
@@ -473,6 +511,30 @@ void TcpStack::flushDirty() {
     output(c);
   }
   dirty_.clear();
+  publishOutput();
+}
+
+void TcpStack::publishOutput() {
+  if (tx_freed_ == 0) return;
+  if (options_.output.used != nullptr) options_.output.used->sub(tx_freed_);
+  tx_freed_ = 0;
+}
+
+// Delivery to the session pauses while the send buffer holds half the per-connection limit,
+// or anything while the process is at half its budget; resumes when it drains.
+void TcpStack::updateOutputPause(Conn& c) {
+  const OutputLimits& lim = options_.output;
+  const size_t pending = c.tx.size();
+  const bool want = (lim.pauseBytes() != 0 && pending >= lim.pauseBytes()) ||
+                    (pending > 0 && lim.globalPause());
+  if (want == c.out_paused) return;
+  c.out_paused = want;
+  if (want) {
+    ++counters_.output_read_pauses;
+  } else {
+    c.deliver_pending = true;
+    markDirty(c);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -971,8 +1033,10 @@ bool TcpStack::processAck(Conn& c, const Segment& seg) {
     const uint32_t acked = ack - c.snd_una;
     uint32_t data_acked = acked;
     if (c.app_close && seqGt(ack, c.fin_seq)) --data_acked;  // our FIN
-    c.tx.consume(pool_, std::min<size_t>(data_acked, c.tx.size()));
+    const size_t freed = std::min<size_t>(data_acked, c.tx.size());
+    c.tx.consume(pool_, freed);
     c.tx.releaseIfEmpty(pool_);
+    tx_freed_ += static_cast<int64_t>(freed);
     if (c.ts_ok && seg.opt.has_ts && seg.opt.ts_ecr != 0) {
       rttSample(c, static_cast<uint64_t>(tsNow(c) - seg.opt.ts_ecr) * kMs);
     } else if (c.rtt_timing && seqGeq(ack, c.rtt_seq)) {
@@ -983,6 +1047,11 @@ bool TcpStack::processAck(Conn& c, const Segment& seg) {
     if (seqLt(c.snd_nxt, c.snd_una)) c.snd_nxt = c.snd_una;
     c.retries = 0;
     c.persist_probes = 0;
+    if (c.snd_una - c.drain_mark_una >= options_.output.min_drain_bytes || c.tx.empty()) {
+      c.drain_mark_at = now_;  // enough progress: a new send-timeout period
+      c.drain_mark_una = c.snd_una;
+    }
+    if (c.out_paused) updateOutputPause(c);
     if (c.in_recovery) {
       if (seqGeq(ack, c.recover)) {  // full ACK: leave fast recovery (RFC 6582 §3.2 step 3)
         const uint32_t flight = c.snd_max - c.snd_una;
@@ -1108,7 +1177,7 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
       if (!had_ooo && c.rx_read == c.rcv_nxt && c.app_close) {
         c.rcv_nxt += len;  // lingering close: acknowledged and discarded
         c.rx_read = c.rcv_nxt;
-      } else if (!had_ooo && c.rx_read == c.rcv_nxt && c.session && !c.paused) {
+      } else if (!had_ooo && c.rx_read == c.rcv_nxt && c.session && !c.readPaused()) {
         // Fast path: straight from the frame to the session, no copy in the stack.
         c.rcv_nxt += len;
         c.rx_read = c.rcv_nxt;
@@ -1236,7 +1305,7 @@ void TcpStack::deliver(Conn& c) {
       consumed = true;
       break;
     }
-    if (c.paused) break;
+    if (c.readPaused()) break;
     size_t n = 0;
     const char* p = c.rx.front(&n);
     if (n > avail) n = avail;
@@ -1464,14 +1533,25 @@ void TcpStack::armTimer(Conn& c) {
   } else {
     c.ka_at = 0;
   }
+  const uint64_t drain_at = options_.output.send_timeout_ns != 0 && !c.tx.empty()
+                                ? c.drain_mark_at + options_.output.send_timeout_ns
+                                : 0;
   uint64_t next = 0;
-  for (uint64_t t : {c.rto_at, c.delack_at, c.persist_at, c.ka_at, c.close_at}) {
+  for (uint64_t t : {c.rto_at, c.delack_at, c.persist_at, c.ka_at, c.close_at, drain_at}) {
     if (t != 0 && (next == 0 || t < next)) next = t;
   }
   wheel_.schedule(c.id, next);
 }
 
 void TcpStack::onTimer(Conn& c) {
+  if (options_.output.send_timeout_ns != 0 && !c.tx.empty() &&
+      now_ - c.drain_mark_at >= options_.output.send_timeout_ns) {
+    // A peer that does not read (zero window answered forever) or reads a trickle (a tiny
+    // window): its queued bytes must not be held forever.
+    ++counters_.send_timeouts;
+    resetConn(c, true);
+    return;
+  }
   if (c.close_at != 0 && now_ >= c.close_at) {
     if (c.state == TcpState::kTimeWait) {
       freeConn(c);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "dataplane/output_limits.h"
 #include "dataplane/packet_io.h"
 #include "dataplane/tcp/buffer.h"
 #include "dataplane/tcp/counters.h"
@@ -89,6 +90,9 @@ struct TcpOptions {
   // The keys, shared by every reactor and mirrored into the XDP program; nullptr: the stack
   // makes its own (random) jar and rotates it.
   std::shared_ptr<SynCookieJar> cookie_jar;
+  // Send timeout and output budgets, applied to each connection's send buffer (what the
+  // session queued and the peer has not acknowledged); a connection over them is reset.
+  OutputLimits output;
   // Tests: fixes our initial sequence number for a flow (nullptr: the cookie).
   std::function<uint32_t(const FlowKey&)> isn_fn;
 };
@@ -151,6 +155,8 @@ class TcpStack {
   void onTimer(Conn& c);
   void rtoExpired(Conn& c);
   void armTimer(Conn& c);
+  void updateOutputPause(Conn& c);
+  void publishOutput();  // tx_freed_ into options_.output.used
   void markDirty(Conn& c);
   void flushDirty();
   void flushTx();
@@ -213,6 +219,7 @@ class TcpStack {
   std::vector<Frame> tx_batch_;
   std::vector<Frame> rx_batch_;
   bool in_batch_ = false;
+  int64_t tx_freed_ = 0;  // send-buffer bytes freed since the last publishOutput()
   uint64_t last_session_tick_ = 0;
   uint64_t challenge_window_start_ = 0;
   uint32_t challenge_count_ = 0;

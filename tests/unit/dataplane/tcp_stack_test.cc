@@ -1401,5 +1401,204 @@ TEST_F(CookieTest, OrdinaryIsnsAreCookiesToo) {
   EXPECT_EQ(o.ts, 1);
 }
 
+// ---- Slow readers and output memory (issue 13, item 3) -------------------------------------
+
+// A peer that answers every zero-window probe with a zero window pinned its send buffer until
+// 2 x max_retries probes had gone unanswered... and forever when it answered them. With the
+// send timeout, it is reset once it has drained less than min_drain_bytes in the period.
+TEST_F(TcpTest, SendTimeoutResetsAPeerThatNeverOpensItsWindow) {
+  opts.output.send_timeout_ns = 2000 * kMs;
+  opts.output.min_drain_bytes = 1000;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 0);  // window closes
+  session().transport->send(pattern(5000));
+  drain();
+  const uint64_t t0 = now;
+  while (now - t0 < 1900 * kMs) {
+    advance(100 * kMs);
+    for (const Out& o : drain()) {
+      EXPECT_FALSE(o.has(kRst));
+      if (o.len() == 0 && o.seg.seq == sseq - 1) send(kAck, cseq, sseq, {}, 0);  // probe: still 0
+    }
+  }
+  EXPECT_EQ(stack->connectionCount(), 1u);
+  EXPECT_GE(stack->counters().zero_window_probes, 3u);
+  advance(100 * kMs);
+  auto out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().has(kRst));
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->counters().send_timeouts, 1u);
+  EXPECT_EQ(stack->counters().output_discarded_bytes, 5000u);
+  EXPECT_EQ(stack->bufferBytes(), 0u);
+  EXPECT_TRUE(session().closed);
+}
+
+// A 1-byte window moves snd_una a byte per round trip: the retransmission and persist limits
+// never fire, the minimum drain rate does.
+TEST_F(TcpTest, SendTimeoutResetsATrickleReader) {
+  opts.output.send_timeout_ns = 2000 * kMs;
+  opts.output.min_drain_bytes = 1000;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 1);
+  session().transport->send(pattern(100000));
+  uint32_t acked = sseq;
+  bool reset = false;
+  for (int i = 0; i < 100 && !reset; ++i) {  // 10 s at 100 ms per step
+    for (const Out& o : drain()) {
+      if (o.has(kRst)) reset = true;
+      if (o.len() > 0) acked = std::max(acked, o.seg.seq + o.len());
+    }
+    if (reset) break;
+    send(kAck, cseq, acked, {}, 1);  // read one byte, offer one more
+    advance(100 * kMs);
+  }
+  EXPECT_TRUE(reset);
+  EXPECT_EQ(stack->counters().send_timeouts, 1u);
+  EXPECT_LT(acked - sseq, 1000u);
+  EXPECT_GE(now - 5'000'000'000ull, 2000 * kMs);
+  EXPECT_LE(now - 5'000'000'000ull, 2300 * kMs);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->bufferBytes(), 0u);
+}
+
+// ...while a slow but steady reader (more than min_drain_bytes per period) is left alone.
+TEST_F(TcpTest, SendTimeoutSparesASteadyReader) {
+  opts.output.send_timeout_ns = 1000 * kMs;
+  opts.output.min_drain_bytes = 1000;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 300);
+  const std::string body = pattern(12000);
+  session().transport->send(body);
+  std::string got;
+  for (int i = 0; i < 100 && got.size() < body.size(); ++i) {  // 300 bytes per 100 ms
+    for (const Out& o : drain()) {
+      EXPECT_FALSE(o.has(kRst));
+      if (o.len() > 0 && o.seg.seq == sseq + got.size()) got += o.data;
+    }
+    send(kAck, cseq, sseq + static_cast<uint32_t>(got.size()), {}, 300);
+    advance(100 * kMs);
+  }
+  EXPECT_EQ(got, body);
+  EXPECT_EQ(stack->counters().send_timeouts, 0u);
+  EXPECT_EQ(stack->connectionCount(), 1u);
+}
+
+// The send buffer is bounded: reading pauses at half the per-connection limit (the session
+// gets no new requests) and resumes when the peer drains; a send that would take a non-empty
+// buffer past the limit resets the connection, and what it held is counted as lost.
+TEST_F(TcpTest, OutputLimitPausesReadingThenResets) {
+  opts.output.max_bytes_per_connection = 64 * 1024;  // pause at 32 KiB
+  opts.output.send_timeout_ns = 0;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 0);  // the peer reads nothing
+  session().transport->send(pattern(40 * 1024));
+  drain();
+  EXPECT_EQ(stack->counters().output_read_pauses, 1u);
+  send(kAck | kPsh, cseq, sseq, "GET /next", 0);
+  EXPECT_EQ(session().received, "");  // paused: held in the receive buffer, not delivered
+  // The peer takes one flight (IW10): 40 KiB - 14600 B left, below the mark: the held request
+  // is delivered.
+  send(kAck, cseq + 9, sseq, {}, 65535);
+  uint32_t top = sseq;
+  for (const Out& o : drain()) top = std::max(top, o.seg.seq + o.len());
+  EXPECT_EQ(top - sseq, 14600u);
+  send(kAck, cseq + 9, top, {}, 0);
+  drain();
+  EXPECT_EQ(session().received, "GET /next");
+  // 50 KiB more onto what is left would exceed 64 KiB: reset.
+  const uint32_t left = 40 * 1024 - 14600;
+  session().transport->send(pattern(50 * 1024));
+  auto out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().has(kRst));
+  EXPECT_EQ(stack->counters().output_limit_closes, 1u);
+  EXPECT_EQ(stack->counters().output_discarded_bytes, 50 * 1024u + left);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_EQ(stack->bufferBytes(), 0u);
+  EXPECT_TRUE(session().closed);
+}
+
+// One response larger than the limit is accepted onto an empty buffer: the limit bounds what
+// piles up behind output the peer has not taken, not the size of an answer.
+TEST_F(TcpTest, OutputLimitAcceptsOneLargeResponseOntoAnEmptyBuffer) {
+  opts.output.max_bytes_per_connection = 64 * 1024;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  session().transport->send(pattern(100 * 1024));
+  auto out = drain();
+  ASSERT_FALSE(out.empty());
+  for (const Out& o : out) EXPECT_FALSE(o.has(kRst));
+  EXPECT_EQ(stack->counters().output_limit_closes, 0u);
+  EXPECT_EQ(stack->connectionCount(), 1u);
+}
+
+// The process budget: while half of it is used, connections with output queued stop being
+// read; a send that would exceed it onto a non-empty buffer resets that connection; a
+// connection with nothing queued is still served. The gauge follows every byte.
+TEST_F(TcpTest, ProcessOutputBudget) {
+  common::Gauge used;
+  opts.output.max_bytes_per_connection = 1 << 20;
+  opts.output.max_bytes = 128 * 1024;
+  opts.output.used = &used;
+  opts.output.send_timeout_ns = 0;
+  start();
+  const FlowKey a = clientKey(41000, false), b = clientKey(41001, false),
+                c = clientKey(41002, false);
+  std::vector<uint32_t> isn;
+  for (const FlowKey* k : {&a, &b, &c}) {
+    key = *k;
+    connect(1000, SynOpts{1460, 0, false, false});
+    send(kAck, cseq, sseq, {}, 0);  // nobody reads
+    isn.push_back(sseq);
+  }
+  session(0).transport->send(pattern(60 * 1024));
+  session(1).transport->send(pattern(60 * 1024));
+  drain();
+  EXPECT_EQ(used.value(), 120 * 1024);
+  // 120 KiB >= 64 KiB: b paused at its send, a at the next session tick.
+  EXPECT_EQ(stack->counters().output_read_pauses, 1u);
+  advance(opts.session_tick_ns);
+  EXPECT_EQ(stack->counters().output_read_pauses, 2u);
+  key = a;
+  send(kAck | kPsh, cseq, isn[0], "held", 0);
+  EXPECT_EQ(session(0).received, "");
+  // b would take the process to 130 KiB: reset, its bytes given back.
+  session(1).transport->send(pattern(10 * 1024));
+  auto out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_TRUE(out.back().has(kRst));
+  EXPECT_EQ(stack->counters().output_process_closes, 1u);
+  EXPECT_TRUE(session(1).closed);
+  EXPECT_EQ(used.value(), 60 * 1024);
+  // c has nothing queued: its answer goes out although the process is near its budget.
+  key = c;
+  send(kAck | kPsh, cseq, isn[2], "q", 65535);
+  session(2).transport->send(pattern(1000));
+  out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().data.size(), 1000u);
+  EXPECT_EQ(session(2).received, "q");
+  EXPECT_EQ(used.value(), 60 * 1024 + 1000);
+  // a's peer starts reading: the gauge goes back down as it acknowledges, reading resumes.
+  key = a;
+  uint32_t acked = isn[0];
+  for (int i = 0; i < 50 && acked != isn[0] + 60 * 1024; ++i) {
+    send(kAck, cseq + 4, acked, {}, 65535);  // after "held"
+    for (const Out& o : drain()) acked = std::max(acked, o.seg.seq + o.len());
+  }
+  send(kAck | kPsh, cseq + 4, acked, "r", 65535);
+  drain();
+  EXPECT_EQ(acked, isn[0] + 60 * 1024);
+  EXPECT_EQ(session(0).received, "heldr");
+  EXPECT_EQ(used.value(), 1000);
+  stack.reset();  // connections still holding output give it back
+  EXPECT_EQ(used.value(), 0);
+}
+
 }  // namespace
 }  // namespace infergate::dataplane::tcp

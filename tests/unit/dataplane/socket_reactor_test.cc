@@ -1,0 +1,207 @@
+// Socket mode's slow-reader and output-memory limits (dataplane/output_limits.h) against the
+// kernel's own TCP as the client: a loopback socket with a tiny receive buffer that does not
+// read. The reactor runs on its thread; the session records what it saw for the test.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/metrics.h"
+#include "dataplane/socket_reactor.h"
+#include "frontend/server_metrics.h"
+
+namespace infergate::dataplane {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What the reactor-thread session reports to the test thread.
+struct Seen {
+  std::atomic<int> requests{0};
+  std::atomic<size_t> max_pending{0};
+  std::atomic<bool> closed{false};
+};
+
+// Each 'g' received is a request for `body` bytes.
+class BulkSession final : public frontend::Session {
+ public:
+  BulkSession(frontend::Transport& t, const std::string& body, Seen& seen)
+      : t_(&t), body_(body), seen_(seen) {}
+  void onData(const char* d, size_t n) override {
+    for (size_t i = 0; i < n && t_ != nullptr; ++i) {
+      if (d[i] != 'g') continue;
+      seen_.requests.fetch_add(1);
+      t_->send(body_);
+      if (t_ == nullptr) break;
+      const size_t p = t_->pendingBytes();
+      if (p > seen_.max_pending.load()) seen_.max_pending.store(p);
+    }
+  }
+  void onPeerClosed() override {}
+  void onTick(uint64_t) override {}
+  void onClosed() override {
+    t_ = nullptr;
+    seen_.closed.store(true);
+  }
+  bool idle() const override { return true; }
+
+ private:
+  frontend::Transport* t_;
+  const std::string& body_;
+  Seen& seen_;
+};
+
+class SocketReactorOutputTest : public ::testing::Test {
+ protected:
+  void start(size_t body_bytes) {
+    body_.assign(body_bytes, 'x');
+    metrics_ = std::make_unique<frontend::ServerMetrics>(registry_, std::vector<std::string>{});
+    ReactorOptions ro;
+    ro.metrics = metrics_.get();
+    ro.output = limits;
+    ro.output.used = &used_;
+    reactor_ = std::make_unique<SocketReactor>(ro);
+    absl::StatusOr<int> fd = openListener("127.0.0.1", 0, &port_);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    reactor_->addListener(*fd, [this](frontend::Transport& t) {
+      return std::make_shared<BulkSession>(t, body_, seen_);
+    });
+    reactor_->start();
+  }
+  void TearDown() override {
+    if (client_ >= 0) close(client_);
+    if (reactor_) {
+      reactor_->stop(0);
+      reactor_->join();
+    }
+  }
+  // A kernel TCP client with a tiny receive buffer (a window of a few KiB).
+  void connectClient() {
+    client_ = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(client_, 0);
+    const int rcvbuf = 4096;
+    setsockopt(client_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  }
+  void write(const std::string& s) {
+    ASSERT_EQ(::send(client_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
+  }
+  template <typename Pred>
+  bool waitFor(Pred p, std::chrono::milliseconds limit) {
+    const auto end = Clock::now() + limit;
+    while (Clock::now() < end) {
+      if (p()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return p();
+  }
+
+  OutputLimits limits;
+  common::MetricsRegistry registry_;
+  common::Gauge used_;
+  std::unique_ptr<frontend::ServerMetrics> metrics_;
+  std::unique_ptr<SocketReactor> reactor_;
+  std::string body_;
+  Seen seen_;
+  uint16_t port_ = 0;
+  int client_ = -1;
+};
+
+// One request for 8 MiB, never read: the kernel takes what fits in its buffers, the rest
+// waits in the reactor. It drains nothing for send_timeout: the connection is reset, counted,
+// and its bytes given back to the process budget.
+TEST_F(SocketReactorOutputTest, SendTimeoutClosesAClientThatNeverReads) {
+  limits.send_timeout_ns = 1'000'000'000;
+  limits.min_drain_bytes = 64 * 1024;
+  start(8 << 20);
+  connectClient();
+  const auto t0 = Clock::now();
+  write("g");
+  ASSERT_TRUE(waitFor([&] { return used_.value() > 0; }, std::chrono::seconds(2)));
+  ASSERT_TRUE(waitFor([&] { return seen_.closed.load(); }, std::chrono::seconds(10)));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  EXPECT_GE(took.count(), 1000);
+  EXPECT_LE(took.count(), 2500);
+  EXPECT_EQ(metrics_->send_timeouts.value(), 1u);
+  EXPECT_GT(metrics_->output_discarded_bytes.value(), 4u << 20);
+  EXPECT_EQ(used_.value(), 0);
+  // The client sees a reset once it reads past what had reached it.
+  char buf[65536];
+  ssize_t n = 1;
+  while (n > 0) n = recv(client_, buf, sizeof buf, 0);
+  EXPECT_LT(n, 0);
+  EXPECT_EQ(errno, ECONNRESET);
+}
+
+// 100 pipelined requests for 256 KiB each in one segment: before the limit the connection
+// queued 25 MiB for a client that reads nothing. Now a send that would take the queue past
+// max_bytes_per_connection resets the connection, and the rest is counted as lost.
+TEST_F(SocketReactorOutputTest, PipelinedLargeResponsesAreBoundedPerConnection) {
+  limits.send_timeout_ns = 0;
+  limits.max_bytes_per_connection = 1 << 20;
+  start(256 << 10);
+  connectClient();
+  write(std::string(100, 'g'));
+  ASSERT_TRUE(waitFor([&] { return seen_.closed.load(); }, std::chrono::seconds(5)));
+  EXPECT_LE(seen_.max_pending.load(), size_t{1} << 20);
+  EXPECT_EQ(metrics_->output_limit_closes.value(), 1u);
+  EXPECT_GE(metrics_->output_discarded_bytes.value(), 90u * (256 << 10));
+  EXPECT_EQ(used_.value(), 0);
+}
+
+// Back-pressure: once half the per-connection limit is queued the reactor stops reading, so
+// the session sees no new requests; when the client drains, reading resumes and every
+// request is answered.
+TEST_F(SocketReactorOutputTest, ReadingPausesUntilTheClientDrains) {
+  limits.send_timeout_ns = 0;
+  // Pause at 8 MiB; the requests still unread when reading resumes arrive in one read and are
+  // answered at once, so the limit leaves room for them.
+  limits.max_bytes_per_connection = 16 << 20;
+  const size_t kBody = 1 << 20;
+  const int kRequests = 16;
+  start(kBody);
+  connectClient();
+  for (int i = 0; i < kRequests; ++i) {
+    write("g");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  // The kernel took what its send buffer holds; behind it 8 MiB were queued before reading
+  // stopped, plus at most the response of the request that crossed the mark.
+  const int answered = seen_.requests.load();
+  EXPECT_LT(answered, kRequests);
+  EXPECT_EQ(metrics_->output_read_pauses.value(), 1u);
+  EXPECT_GE(used_.value(), 8 << 20);
+  EXPECT_LT(used_.value(), 9 << 20);
+  std::printf("paused after %d of %d requests, %lld bytes queued in the reactor\n", answered,
+              kRequests, static_cast<long long>(used_.value()));
+  size_t got = 0;
+  char buf[65536];
+  const auto end = Clock::now() + std::chrono::seconds(20);
+  while (got < kRequests * kBody && Clock::now() < end) {
+    const ssize_t n = recv(client_, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << strerror(errno);
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(got, kRequests * kBody);
+  EXPECT_EQ(seen_.requests.load(), kRequests);
+  EXPECT_FALSE(seen_.closed.load());
+  EXPECT_TRUE(waitFor([&] { return used_.value() == 0; }, std::chrono::seconds(2)));
+}
+
+}  // namespace
+}  // namespace infergate::dataplane
