@@ -17,6 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include <linux/capability.h>
+
+#include "app/privileges.h"
 #include "backends/batched_model.h"
 #include "backends/model.h"
 #include "fmt/format.h"
@@ -90,6 +93,7 @@ void clearOverloadListeners(const backends::ModelRegistry& models) {
 struct AfXdpMode::State {};
 AfXdpMode::AfXdpMode() = default;
 AfXdpMode::~AfXdpMode() = default;
+void AfXdpMode::serve() {}
 void AfXdpMode::stop(uint64_t) {}
 absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config&,
                                                            const ListenerFactory&,
@@ -155,6 +159,11 @@ constexpr CounterField kTcpCounters[] = {
     {"cookies_validated", &tcp::TcpCounters::cookies_validated},
     {"cookies_rejected", &tcp::TcpCounters::cookies_rejected},
     {"half_open_evicted", &tcp::TcpCounters::half_open_evicted},
+    {"send_timeouts", &tcp::TcpCounters::send_timeouts},
+    {"output_limit_closes", &tcp::TcpCounters::output_limit_closes},
+    {"output_process_closes", &tcp::TcpCounters::output_process_closes},
+    {"output_discarded_bytes", &tcp::TcpCounters::output_discarded_bytes},
+    {"output_read_pauses", &tcp::TcpCounters::output_read_pauses},
 };
 
 uint64_t relaxed(const uint64_t& v) {
@@ -336,6 +345,8 @@ struct AfXdpMode::State {
   std::vector<XskDevice*> devices;  // owned by the reactors
   std::shared_ptr<MetricsView> view = std::make_shared<MetricsView>();
   const backends::ModelRegistry* models = nullptr;  // overload listeners set (cleared at stop)
+  bool cookie_auto = false;      // serve() starts the cookie controller
+  uint32_t syn_backlog = 0;
   std::string interface;
   bool stopped = false;
 };
@@ -434,6 +445,11 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.tcp.syn_backlog = syn_backlog;
       ro.tcp.syn_cookies = stack_cookies;
       ro.tcp.cookie_jar = st.cookie_jar;  // one key pair for every reactor and the program
+      ro.tcp.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
+      ro.tcp.output.min_drain_bytes = c.limits.min_drain_bytes;
+      ro.tcp.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
+      ro.tcp.output.max_bytes = c.limits.max_output_bytes;
+      ro.tcp.output.used = &dataplane::outputBytesGauge(registry);
       auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
       for (const config::ListenerConfig& l : c.listeners) {
         if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return s;
@@ -473,12 +489,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
         spdlog::warn("afxdp: SYN cookie keys: {}", s.ToString());
     });
   }
-  for (auto& r : st.reactors) r->start();
-  if (xo->syn_cookies == xdp::SynCookies::kAuto) {
-    std::vector<AfXdpReactor*> rs;
-    for (auto& r : st.reactors) rs.push_back(r.get());
-    st.cookie_ctl = std::make_unique<CookieModeController>(*st.filter, std::move(rs), syn_backlog);
-  }
+  st.cookie_auto = xo->syn_cookies == xdp::SynCookies::kAuto;
+  st.syn_backlog = syn_backlog;
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",
                  l.name, ifname, l.port, l.protocol, c.reactors);
@@ -488,6 +500,16 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
                st.devices.front()->zeroCopy() ? "zero-copy" : "copy",
                o.busy_poll ? ", busy polling" : "", fmt::join(ports, ","));
   return mode;
+}
+
+void AfXdpMode::serve() {
+  State& st = *state_;
+  for (auto& r : st.reactors) r->start();
+  if (st.cookie_auto) {
+    std::vector<AfXdpReactor*> rs;
+    for (auto& r : st.reactors) rs.push_back(r.get());
+    st.cookie_ctl = std::make_unique<CookieModeController>(*st.filter, std::move(rs), st.syn_backlog);
+  }
 }
 
 void AfXdpMode::stop(uint64_t drain_ms) {
@@ -514,6 +536,8 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   st.reactors.clear();  // closes the sockets and frees the UMEMs
   st.devices.clear();
   if (st.filter) {
+    // Detaching goes through netlink: CAP_NET_ADMIN, the one capability kept after the drop.
+    ScopedCapability net_admin(CAP_NET_ADMIN);
     st.filter->detach();
     st.filter.reset();
   }

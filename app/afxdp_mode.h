@@ -18,7 +18,10 @@
 // Stop: reactors drain (requests in progress may finish within drain_ms), then every
 // connection is reset, the sockets leave the XSKMAP and are closed, the program is detached.
 //
-// Threading: start/stop from the main thread.
+// Serving: start() does every privileged step and leaves the reactors idle; serve() starts them
+// (and the SYN cookie controller), after Server has dropped privileges (app/privileges.h).
+//
+// Threading: start/serve/stop from the main thread.
 
 #include <cstdint>
 #include <functional>
@@ -73,6 +76,8 @@ class AfXdpMode {
                                                          const backends::ModelRegistry* models = nullptr);
   ~AfXdpMode();
   AfXdpMode(const AfXdpMode&) = delete;
+  // Starts the reactor threads and the cookie controller. Once, after start().
+  void serve();
   AfXdpMode& operator=(const AfXdpMode&) = delete;
 
   // Drains for up to drain_ms, resets the connections, closes the sockets, detaches XDP.

@@ -2,9 +2,15 @@
 
 #include "app/afxdp_mode.h"
 
+#include <linux/capability.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 
+#include "app/privileges.h"
 #include "backends/batched_model.h"
 #include "backends/identity_model.h"
 #include "common/metrics.h"
@@ -97,6 +103,10 @@ absl::Status Server::start() {
   http2_options_.max_message_bytes = c.limits.max_body_bytes;
   http2_options_.max_header_list_bytes = c.limits.max_header_bytes;
   http2_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
+  http2_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
+  http2_options_.stream_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
+  http2_options_.max_connection_memory_bytes =
+      std::max<uint64_t>(http2_options_.max_connection_memory_bytes, c.limits.max_body_bytes);
 
   http_options_.limits.max_header_bytes = c.limits.max_header_bytes;
   http_options_.limits.max_body_bytes = c.limits.max_body_bytes;
@@ -131,6 +141,11 @@ absl::Status Server::start() {
     ro.max_connections = c.limits.max_connections;
     ro.connections = &connections_;
     ro.metrics = metrics_.get();
+    ro.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
+    ro.output.min_drain_bytes = c.limits.min_drain_bytes;
+    ro.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
+    ro.output.max_bytes = c.limits.max_output_bytes;
+    ro.output.used = &dataplane::outputBytesGauge(registry);
 #ifdef INFERGATE_HAVE_XDP
     if (c.mode == config::Mode::kXdpFilter) {
       XdpState* state = xdp_.get();
@@ -199,10 +214,62 @@ absl::Status Server::start() {
                  c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
   }
 #endif
+  // Every privileged step is done: give up what serving does not need (app/privileges.h).
+  if (absl::Status st = dropPrivileges(registry); !st.ok()) {
+    stop(0);
+    return st;
+  }
+  if (xdp_->afxdp) xdp_->afxdp->serve();
   for (auto& r : reactors_) r->start();
   if (admin_) admin_->start();
   spdlog::info("infergate {} serving: mode {}, {} reactor(s)", INFERGATE_VERSION,
                config::modeName(c.mode), c.reactors);
+  return absl::OkStatus();
+}
+
+absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
+  const config::SecurityConfig& sec = config_.security;
+  if (!sec.drop_privileges) {
+    spdlog::warn("security.drop_privileges is false: serving with every privilege infergate "
+                 "started with (uid {}, effective capabilities {:#x})",
+                 getuid(), currentCaps().effective);
+    return absl::OkStatus();
+  }
+  const bool xdp = config_.mode == config::Mode::kXdpFilter || config_.mode == config::Mode::kAfXdp;
+  PrivilegeOptions po;
+  // xdp-filter and afxdp keep CAP_NET_ADMIN in the permitted set only, to detach the program
+  // through netlink at shutdown (ScopedCapability in stop()); map reads and updates through
+  // the open fds and AF_XDP rx/tx need no capability (docs/OPERATIONS.md "Privileges").
+  po.keep = xdp ? capBit(CAP_NET_ADMIN) : 0;
+  po.user = sec.user;
+  po.group = sec.group;
+  po.seccomp = sec.seccomp;
+  po.seccomp_options.action = sec.seccomp_action == "kill"  ? SeccompAction::kKill
+                              : sec.seccomp_action == "log" ? SeccompAction::kLog
+                                                            : SeccompAction::kErrno;
+  po.seccomp_options.bpf_maps = xdp;
+  po.seccomp_options.raise_caps = xdp;
+  if (!sec.user.empty() && xdp && !config_.xdp.pin_path.empty()) {
+    // The pinned maps are unpinned at shutdown: the new user must be able to unlink them.
+    struct stat st {};
+    if (stat(config_.xdp.pin_path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      if (absl::StatusOr<std::pair<uid_t, gid_t>> ids = resolveUser(sec.user, sec.group); ids.ok())
+        if (chown(config_.xdp.pin_path.c_str(), ids->first, ids->second) != 0)
+          spdlog::warn("xdp.pin_path {}: chown to {}: {} (the pins will stay after exit)",
+                       config_.xdp.pin_path, sec.user, std::strerror(errno));
+    }
+  }
+  absl::StatusOr<DropReport> r = app::dropPrivileges(po);
+  if (!r.ok()) return r.status();
+  registry.addCollector([](std::string& out) { renderSeccompMetrics(out); });
+  spdlog::info("privileges dropped in {} thread(s): {}, capabilities kept (permitted, not "
+               "effective): {}, bounding set {}, no_new_privs, seccomp {}",
+               r->threads, r->identity, r->kept == 0 ? "none" : "CAP_NET_ADMIN (XDP detach)",
+               r->bounding_dropped ? "reduced to the same" : "left (no CAP_SETPCAP)",
+               sec.seccomp ? fmt::format("{} system calls allowed, others {}", r->syscalls,
+                                         sec.seccomp_action == "errno" ? "EPERM"
+                                                                       : sec.seccomp_action)
+                           : std::string("off"));
   return absl::OkStatus();
 }
 
@@ -219,6 +286,7 @@ void Server::stop(uint64_t drain_ms) {
 #ifdef INFERGATE_HAVE_XDP
   if (xdp_ && xdp_->filter) {
     clearOverloadListeners(models_);
+    ScopedCapability net_admin(CAP_NET_ADMIN);  // netlink detach; kept for this (dropPrivileges)
     xdp_->filter->detach();
     spdlog::info("XDP program detached from {}", config_.xdp.interface);
     xdp_->filter.reset();

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "backends/model.h"
 #include "backends/pinned_memory.h"
+#include "common/metrics.h"
 #include "config/config.h"
 #include "dataplane/socket_reactor.h"
 #include "frontend/admin_handler.h"
@@ -31,6 +32,8 @@ class Server {
   void stop(uint64_t drain_ms);
 
  private:
+  // config.security: the drop after start-up, before any reactor serves (app/privileges.h).
+  absl::Status dropPrivileges(common::MetricsRegistry& registry);
   config::Config config_;
   backends::PinnedOptions pinned_;
   backends::ModelRegistry models_;

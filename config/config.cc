@@ -15,7 +15,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -355,7 +357,8 @@ class Loader {
   absl::Status readRoot(const YAML::Node& root, Config& c) const {
     IG_CONFIG_TRY(checkMap(
         root, "",
-        {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "models"}));
+        {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "security",
+         "models"}));
     if (YAML::Node n = root["mode"]; n.IsDefined()) {
       std::string name;
       IG_CONFIG_TRY(readString(n, "mode", name));
@@ -393,6 +396,7 @@ class Loader {
     if (YAML::Node n = root["limits"]; n.IsDefined()) IG_CONFIG_TRY(readLimits(n, c.limits));
     if (YAML::Node n = root["logging"]; n.IsDefined()) IG_CONFIG_TRY(readLogging(n, c.logging));
     if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c.xdp));
+    if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if ((c.mode == Mode::kXdpFilter || c.mode == Mode::kAfXdp) && c.xdp.interface.empty()) {
       return err("xdp.interface", fmt::format("required in mode '{}' (the network interface to "
                                               "attach the XDP program to)",
@@ -512,6 +516,48 @@ class Loader {
       if (YAML::Node v = n[std::string(f.key)]; v.IsDefined()) {
         IG_CONFIG_TRY(readNumber(v, join("limits", f.key), f.lo, f.hi, *f.out));
       }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readSecurity(const YAML::Node& n, SecurityConfig& s) const {
+    IG_CONFIG_TRY(checkMap(n, "security",
+                           {"drop_privileges", "seccomp", "seccomp_action", "user", "group"}));
+    if (YAML::Node v = n["drop_privileges"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "security.drop_privileges", s.drop_privileges));
+    }
+    if (YAML::Node v = n["seccomp"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "security.seccomp", s.seccomp));
+    }
+    if (YAML::Node v = n["seccomp_action"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "security.seccomp_action", "action", {"errno", "kill", "log"},
+                               s.seccomp_action));
+    }
+    for (auto [key, out] : {std::pair{"user", &s.user}, std::pair{"group", &s.group}}) {
+      YAML::Node v = n[key];
+      if (!v.IsDefined()) continue;
+      const std::string path = join("security", key);
+      IG_CONFIG_TRY(readString(v, path, *out));
+      // A name as useradd(8) accepts it, or a numeric id; resolved at start-up.
+      const bool ok = !out->empty() && out->size() <= 32 &&
+                      std::all_of(out->begin(), out->end(), [](char ch) {
+                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' ||
+                               ch == '-' || ch == '.';
+                      }) &&
+                      (*out)[0] != '-';
+      if (!ok) {
+        return err(path, fmt::format("invalid {} name '{}' (a user or group name, or a numeric "
+                                     "id)",
+                                     key, *out));
+      }
+    }
+    if (!s.user.empty() && (s.user == "0" || s.user == "root")) {
+      return err("security.user", "'root' gives nothing up; leave security.user out to stay");
+    }
+    if (!s.drop_privileges && (s.seccomp || !s.user.empty() || !s.group.empty())) {
+      return err("security.drop_privileges",
+                 "false, but security.seccomp, user or group ask for a drop (set seccomp: false "
+                 "and leave user/group out, or keep drop_privileges: true)");
     }
     return absl::OkStatus();
   }

@@ -89,6 +89,16 @@ struct XdpConfig {
   std::string syn_cookies = "auto";
 };
 
+// Least privilege (docs/OPERATIONS.md "Privileges"): what `infergate run` gives up once
+// start-up is done and before the reactors serve.
+struct SecurityConfig {
+  bool drop_privileges = true;        // drop capabilities, lock securebits, set no_new_privs
+  bool seccomp = true;                // install the system-call allowlist (needs drop_privileges)
+  std::string seccomp_action = "errno";  // errno (EPERM, logged and counted) | kill | log
+  std::string user;                   // switch to this user (name or numeric uid); empty: stay
+  std::string group;                  // and this group; empty with `user`: the user's group
+};
+
 struct Config {
   std::string source = "<embedded>";  // file name the config came from (for messages)
   Mode mode = Mode::kSocket;
@@ -99,6 +109,7 @@ struct Config {
   AdminConfig admin;
   LoggingConfig logging;
   XdpConfig xdp;
+  SecurityConfig security;
   std::vector<backends::ModelConfig> models;
 };
 

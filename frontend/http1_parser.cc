@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <utility>
 
@@ -60,6 +61,7 @@ enum class Err : uint8_t {
   kBadChunk,
   kBadTarget,
   kExpectationFailed,
+  kNoMemory,
   kBadRequest,
 };
 
@@ -97,6 +99,7 @@ constexpr ErrInfo kErrInfo[] = {
     {400, "bad_chunk", "Malformed chunked body."},
     {400, "bad_target", "The request target must be an absolute path (or * for OPTIONS)."},
     {417, "expectation_failed", "Only the 100-continue expectation is supported."},
+    {503, "no_memory", "Out of memory for this request."},
     {400, "bad_request", "Malformed HTTP request."},
 };
 static_assert(sizeof(kErrInfo) / sizeof(kErrInfo[0]) == static_cast<size_t>(Err::kBadRequest) + 1);
@@ -238,27 +241,50 @@ struct Http1Parser::Impl {
     static const llhttp_settings_t s = [] {
       llhttp_settings_t st;
       llhttp_settings_init(&st);
-      st.on_message_begin = &onMessageBegin;
-      st.on_method = &onMethod;
-      st.on_method_complete = &onMethodComplete;
-      st.on_url = &onUrl;
-      st.on_url_complete = &onUrlComplete;
-      st.on_version = &onVersion;
-      st.on_version_complete = &onVersionComplete;
-      st.on_header_field = &onHeaderField;
-      st.on_header_field_complete = &onHeaderFieldComplete;
-      st.on_header_value = &onHeaderValue;
-      st.on_header_value_complete = &onHeaderValueComplete;
-      st.on_headers_complete = &onHeadersComplete;
-      st.on_chunk_header = &onChunkHeader;
-      st.on_body = &onBody;
-      st.on_message_complete = &onMessageComplete;
+      // Every callback through a guard: no exception (bad_alloc appending a header or body)
+      // may unwind through llhttp's C frames.
+      st.on_message_begin = &guard<&onMessageBegin>;
+      st.on_method = &guardData<&onMethod>;
+      st.on_method_complete = &guard<&onMethodComplete>;
+      st.on_url = &guardData<&onUrl>;
+      st.on_url_complete = &guard<&onUrlComplete>;
+      st.on_version = &guardData<&onVersion>;
+      st.on_version_complete = &guard<&onVersionComplete>;
+      st.on_header_field = &guardData<&onHeaderField>;
+      st.on_header_field_complete = &guard<&onHeaderFieldComplete>;
+      st.on_header_value = &guardData<&onHeaderValue>;
+      st.on_header_value_complete = &guard<&onHeaderValueComplete>;
+      st.on_headers_complete = &guard<&onHeadersComplete>;
+      st.on_chunk_header = &guard<&onChunkHeader>;
+      st.on_body = &guardData<&onBody>;
+      st.on_message_complete = &guard<&onMessageComplete>;
       return st;
     }();
     return s;
   }
 
   static Impl* self(llhttp_t* p) { return static_cast<Impl*>(p->data); }
+
+  // An exception in a callback becomes a parse error (503 no_memory: bad_alloc is the one a
+  // callback can raise) instead of unwinding through llhttp.
+  template <int (*F)(llhttp_t*)>
+  static int guard(llhttp_t* p) noexcept {
+    try {
+      return F(p);
+    } catch (...) {
+      return self(p)->fail(Err::kNoMemory);
+    }
+  }
+  template <int (*F)(llhttp_t*, const char*, size_t)>
+  static int guardData(llhttp_t* p, const char* at, size_t len) noexcept {
+    try {
+      return F(p, at, len);
+    } catch (...) {
+      return self(p)->fail(Err::kNoMemory);
+    }
+  }
+  // Tests: makes the next body callback throw std::bad_alloc.
+  bool throw_in_body = false;
 
   int fail(Err e) {
     cb_err = e;
@@ -749,6 +775,10 @@ struct Http1Parser::Impl {
 
   static int onBody(llhttp_t* p, const char* at, size_t len) {
     Impl* s = self(p);
+    if (s->throw_in_body) {
+      s->throw_in_body = false;
+      throw std::bad_alloc();
+    }
     s->owner->expect_continue_ = false;
     if (len > s->limits.max_body_bytes - s->cur.body.size()) return s->fail(Err::kBodyTooLarge);
     s->cur.body.append(at, len);
@@ -816,6 +846,8 @@ struct Http1Parser::Impl {
 Http1Parser::Http1Parser(const Http1Limits& limits) : impl_(std::make_unique<Impl>(this, limits)) {}
 
 Http1Parser::~Http1Parser() = default;
+
+void Http1Parser::failNextBodyAllocationForTesting() { impl_->throw_in_body = true; }
 
 HttpRequest Http1Parser::popRequest() {
   HttpRequest r = std::move(ready_.front());

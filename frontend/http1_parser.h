@@ -67,6 +67,9 @@ class Http1Parser {
   bool expectContinue() const { return expect_continue_; }
   void clearExpectContinue() { expect_continue_ = false; }
 
+  // Tests: the next body callback throws std::bad_alloc, as an allocation failure would.
+  void failNextBodyAllocationForTesting();
+
   // Implementation detail (llhttp callbacks); not part of the interface.
   struct Impl;
 

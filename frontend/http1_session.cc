@@ -1,5 +1,7 @@
 #include "frontend/http1_session.h"
 
+#include <exception>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -83,13 +85,30 @@ void Http1Session::dispatch(HttpRequest&& request) {
       if (auto self = weak.lock()) self->deliver(seq, std::move(response));
     });
   };
-  if (cancellable_ == nullptr) {
-    handler_.handle(std::move(request), std::move(respond));
-    return;
+  // A handler that throws (out of memory decoding a hostile body, a bug) fails its own
+  // request with 503/500; the connection and the process go on. deliver() ignores the
+  // answer if the handler had already given one.
+  try {
+    if (cancellable_ == nullptr) {
+      handler_.handle(std::move(request), std::move(respond));
+      return;
+    }
+    auto token = std::make_shared<backends::CancelToken>();
+    slots_.back().cancel = token;
+    cancellable_->handle(std::move(request), std::move(respond), std::move(token));
+  } catch (const std::bad_alloc&) {
+    ++handler_exceptions_;
+    HttpResponse r;
+    r.status = 503;
+    r.body = errorBody("out of memory for this request");
+    deliver(seq, std::move(r));
+  } catch (const std::exception& e) {
+    ++handler_exceptions_;
+    HttpResponse r;
+    r.status = 500;
+    r.body = errorBody(std::string("internal error: ") + e.what());
+    deliver(seq, std::move(r));
   }
-  auto token = std::make_shared<backends::CancelToken>();
-  slots_.back().cancel = token;
-  cancellable_->handle(std::move(request), std::move(respond), std::move(token));
 }
 
 void Http1Session::cancelUnanswered() {

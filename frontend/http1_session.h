@@ -61,6 +61,10 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   void onClosed() override;
   bool idle() const override { return slots_.empty() && !parser_.inRequest(); }
 
+  // Requests whose handler threw (answered 503/500 instead).
+  uint64_t handlerExceptions() const { return handler_exceptions_; }
+  Http1Parser& parserForTesting() { return parser_; }
+
  private:
   struct Slot {
     uint64_t seq;
@@ -89,6 +93,7 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   Http1Parser parser_;
   std::deque<Slot> slots_;  // in request order; front is the next to send
   uint64_t next_seq_ = 0;
+  uint64_t handler_exceptions_ = 0;
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close

@@ -296,6 +296,18 @@ TEST(Http1Parser, PostWithBody) {
   }
 }
 
+// Issue 13: no exception may cross llhttp's C callbacks. An allocation failure while appending
+// the body becomes a 503 parse error of this request; nothing unwinds through llhttp.
+TEST(Http1Parser, ExceptionInACallbackIsAnError) {
+  Http1Parser p(Http1Limits{});
+  p.failNextBodyAllocationForTesting();
+  const std::string in = "POST /v2/models/m/infer HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
+  EXPECT_EQ(p.feed(in.data(), in.size()), Http1Parser::Result::kError);
+  EXPECT_EQ(p.error().status, 503);
+  EXPECT_EQ(p.error().reason, "no_memory");
+  EXPECT_FALSE(p.hasRequest());
+}
+
 TEST(Http1Parser, BodyBytesAreOpaque) {
   // CR, LF, NUL and a would-be request inside a Content-Length body are just body.
   const std::string body("a\r\nb\nc\rd\0GET / HTTP/1.1\r\n\r\n", 28);

@@ -4,6 +4,8 @@
 
 #include <deque>
 #include <functional>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "tests/unit/frontend/fake_transport.h"
@@ -22,6 +24,10 @@ class ScriptedHandler : public HttpHandler {
     std::string_view p = req.path();
     HttpResponse r;
     r.content_type = "text/plain";
+    if (p.rfind("/throw/", 0) == 0) {
+      if (p == "/throw/oom") throw std::bad_alloc();
+      throw std::runtime_error("handler bug");
+    }
     if (p.rfind("/now/", 0) == 0) {
       r.body = std::string(p.substr(5));
       respond(std::move(r));
@@ -78,6 +84,19 @@ TEST_F(Fixture, PipelinedResponsesStayInOrder) {
 
 // Issue 13, item 4: max_in_flight holds within one read. 200 pipelined requests in one
 // segment used to reach the handler all at once.
+// Issue 13: a handler that throws (bad_alloc decoding a hostile body) fails its own request
+// (503, or 500 for anything else), in order; the connection goes on.
+TEST_F(Fixture, HandlerExceptionFailsOnlyItsRequest) {
+  feed(get("/now/a") + get("/throw/oom") + get("/throw/bug") + get("/now/b"));
+  EXPECT_EQ(bodies(), (std::vector<std::string>{
+                          "a", R"({"error":"out of memory for this request"})",
+                          R"({"error":"internal error: handler bug"})", "b"}));
+  EXPECT_NE(transport.out.find("HTTP/1.1 503"), std::string::npos);
+  EXPECT_NE(transport.out.find("HTTP/1.1 500"), std::string::npos);
+  EXPECT_EQ(session->handlerExceptions(), 2u);
+  EXPECT_FALSE(transport.closed);
+}
+
 TEST_F(Fixture, PipelinedRequestsInOneReadRespectMaxInFlight) {
   options.max_in_flight = 4;
   session = std::make_shared<Http1Session>(transport, handler, options, nullptr);

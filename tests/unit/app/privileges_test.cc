@@ -1,0 +1,205 @@
+// The seccomp filter and the capability drop of `infergate run` (app/privileges.h), each in a
+// forked child so the test process itself keeps its privileges: what the filter refuses
+// (execve, ptrace, mount, fork, socket(AF_PACKET), a file opened for writing) fails with EPERM
+// (or kills the child, with action kill), and what the gateway uses still works.
+#include "app/privileges.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace infergate::app {
+namespace {
+
+// Runs `body` in a forked child; returns its wait status. `body` returns the exit code.
+int inChild(const std::function<int()>& body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(body());
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+// The child's exit codes: 0 all as expected, otherwise the number of the failed check.
+#define CHECK_OR_EXIT(cond, code)                                                    \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      std::fprintf(stderr, "check %d failed: %s (errno %s)\n", code, #cond,          \
+                   std::strerror(errno));                                            \
+      return code;                                                                   \
+    }                                                                                \
+  } while (0)
+
+std::string statusField(const char* name) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind(std::string(name) + ":", 0) == 0) {
+      std::string v = line.substr(std::strlen(name) + 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      return v;
+    }
+  }
+  return "";
+}
+
+TEST(SeccompFilter, RefusesWhatTheGatewayNeverCallsWithEperm) {
+  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
+  const int status = inChild([] {
+    SeccompOptions o;  // socket mode: errno action, no bpf, no capset
+    absl::StatusOr<size_t> n = installSeccompFilter(o);
+    CHECK_OR_EXIT(n.ok(), 1);
+    CHECK_OR_EXIT(*n > 30 && *n < 100, 2);
+    CHECK_OR_EXIT(statusField("Seccomp") == "2", 3);
+    CHECK_OR_EXIT(statusField("NoNewPrivs") == "1", 4);
+    // Refused.
+    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    errno = 0;
+    CHECK_OR_EXIT(execve("/bin/true", argv, environ) == -1 && errno == EPERM, 10);
+    errno = 0;
+    CHECK_OR_EXIT(ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == -1 && errno == EPERM, 11);
+    errno = 0;
+    CHECK_OR_EXIT(mount("none", "/tmp", "tmpfs", 0, nullptr) == -1 && errno == EPERM, 12);
+    errno = 0;
+    CHECK_OR_EXIT(socket(AF_PACKET, SOCK_RAW, 0) == -1 && errno == EPERM, 13);
+    errno = 0;
+    CHECK_OR_EXIT(fork() == -1 && errno == EPERM, 14);  // clone without CLONE_THREAD
+    errno = 0;
+    CHECK_OR_EXIT(open("/tmp/ig-seccomp-test", O_WRONLY | O_CREAT, 0600) == -1 && errno == EPERM,
+                  15);
+    errno = 0;
+    CHECK_OR_EXIT(syscall(SYS_bpf, 0, nullptr, 0) == -1 && errno == EPERM, 16);  // socket mode
+    errno = 0;
+    CHECK_OR_EXIT(unshare(CLONE_NEWNET) == -1 && errno == EPERM, 17);
+    CHECK_OR_EXIT(seccompDenials() == 8, 18);
+    CHECK_OR_EXIT(seccompDenials(SYS_execve) == 1, 19);
+    std::string metrics;
+    renderSeccompMetrics(metrics);
+    CHECK_OR_EXIT(metrics.find("infergate_seccomp_denied_total{syscall=\"ptrace\"} 1") !=
+                      std::string::npos,
+                  20);
+    // Allowed: threads, sockets of the gateway's families, reading files, pipes' I/O.
+    int ran = 0;
+    std::thread t([&] { ran = 1; });
+    t.join();
+    CHECK_OR_EXIT(ran == 1, 30);
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK_OR_EXIT(s >= 0, 31);
+    close(s);
+    const int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+    CHECK_OR_EXIT(fd >= 0, 32);
+    char buf[64];
+    CHECK_OR_EXIT(read(fd, buf, sizeof buf) > 0, 33);
+    close(fd);
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(SeccompFilter, XdpModesMayUseBpfMapCommandsAndCapsetButNotLoadPrograms) {
+  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
+  const int status = inChild([] {
+    SeccompOptions o;
+    o.bpf_maps = true;
+    o.raise_caps = true;
+    CHECK_OR_EXIT(installSeccompFilter(o).ok(), 1);
+    // A map lookup on a bad fd reaches the kernel (EBADF), a program load is refused.
+    union {
+      char raw[128];
+    } attr{};
+    errno = 0;
+    CHECK_OR_EXIT(syscall(SYS_bpf, 1 /*BPF_MAP_LOOKUP_ELEM*/, &attr, 32) == -1 && errno != EPERM,
+                  2);
+    errno = 0;
+    CHECK_OR_EXIT(syscall(SYS_bpf, 5 /*BPF_PROG_LOAD*/, &attr, 64) == -1 && errno == EPERM, 3);
+    errno = 0;
+    CHECK_OR_EXIT(syscall(SYS_bpf, 0 /*BPF_MAP_CREATE*/, &attr, 64) == -1 && errno == EPERM, 4);
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(SeccompFilter, KillActionKillsTheProcess) {
+  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
+  const int status = inChild([] {
+    SeccompOptions o;
+    o.action = SeccompAction::kKill;
+    if (!installSeccompFilter(o).ok()) return 1;
+    syscall(SYS_ptrace, PTRACE_TRACEME, 0, nullptr, nullptr);
+    return 2;  // not reached
+  });
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGSYS);
+}
+
+TEST(DropPrivileges, EveryThreadEndsWithNothingButWhatIsKept) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root (capabilities to drop)";
+  const int status = inChild([] {
+    // A thread that exists before the drop must drop too (it runs the broadcast handler).
+    std::atomic<bool> stop{false};
+    std::string worker_caps;
+    std::thread worker([&] {
+      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const ThreadCaps c = currentCaps();
+      worker_caps = std::to_string(c.effective) + "/" + std::to_string(c.permitted);
+    });
+    PrivilegeOptions o;
+    o.keep = capBit(CAP_NET_ADMIN);
+    o.seccomp_options.raise_caps = true;
+    absl::StatusOr<DropReport> r = dropPrivileges(o);
+    CHECK_OR_EXIT(r.ok(), 1);
+    CHECK_OR_EXIT(r->threads == 2, 2);
+    CHECK_OR_EXIT(r->kept == capBit(CAP_NET_ADMIN), 3);
+    stop = true;
+    worker.join();
+    CHECK_OR_EXIT(worker_caps == "0/" + std::to_string(capBit(CAP_NET_ADMIN)), 4);
+    CHECK_OR_EXIT(statusField("CapEff") == "0000000000000000", 5);
+    CHECK_OR_EXIT(statusField("CapPrm") == "0000000000001000", 6);
+    CHECK_OR_EXIT(statusField("CapBnd") == "0000000000001000", 7);
+    CHECK_OR_EXIT(statusField("CapAmb") == "0000000000000000", 8);
+    CHECK_OR_EXIT(statusField("NoNewPrivs") == "1", 9);
+    CHECK_OR_EXIT(statusField("Seccomp") == "2", 10);
+    {
+      ScopedCapability raised(CAP_NET_ADMIN);  // what shutdown does to detach XDP
+      CHECK_OR_EXIT(raised.ok(), 11);
+      CHECK_OR_EXIT(statusField("CapEff") == "0000000000001000", 12);
+    }
+    CHECK_OR_EXIT(statusField("CapEff") == "0000000000000000", 13);
+    return 0;
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(DropPrivileges, UnknownUserIsAStartUpErrorNamingTheFix) {
+  absl::StatusOr<std::pair<uid_t, gid_t>> r = resolveUser("no-such-user-ig", "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("useradd"), std::string::npos) << r.status();
+  absl::StatusOr<std::pair<uid_t, gid_t>> n = resolveUser("65534", "65534");
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->first, 65534u);
+}
+
+}  // namespace
+}  // namespace infergate::app
