@@ -14,9 +14,16 @@ enum class TimeoutAction : uint8_t {
   kDelay,   // an expired request is moved behind every unexpired request of its level and above
 };
 
+// Requests a priority level queues by default. Triton's default is unbounded; ours is finite
+// so that clients faster than the backend cannot grow the queues (and the request memory they
+// hold) without limit: beyond it requests are refused at once with the overload status
+// (503 UNAVAILABLE, or 429 RESOURCE_EXHAUSTED with overload_status: 429). 0 in the config
+// still means unbounded, as an explicit choice.
+inline constexpr uint64_t kDefaultMaxQueueSize = 1024;
+
 // Triton's ModelQueuePolicy.
 struct QueuePolicy {
-  uint64_t max_queue_size = 0;        // requests queued at this level; 0 = unbounded
+  uint64_t max_queue_size = kDefaultMaxQueueSize;  // requests queued at this level; 0 = unbounded
   uint64_t default_timeout_us = 0;    // 0 = no timeout
   // A request's own timeout (KServe "timeout", µs) is honoured when true; it may only shorten a
   // non-zero default. (Triton's default is false; ours is true so the KServe parameter works

@@ -304,6 +304,36 @@ TEST_F(BatcherTest, FullQueueRejectsWithUnavailableOr429) {
             2);
 }
 
+// Issue 13: the queues were unbounded unless configured; by default each level now holds
+// kDefaultMaxQueueSize requests and refuses the next at once with the overload status
+// (UNAVAILABLE = HTTP 503 by frontend/status_map.h), each level on its own. 0 stays an
+// explicit "unbounded".
+TEST_F(BatcherTest, DefaultQueueSizeIsFinite) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1'000'000;  // nothing leaves the queue while the test fills it
+  cfg.priority_levels = 2;
+  EXPECT_EQ(cfg.default_queue_policy.max_queue_size, kDefaultMaxQueueSize);
+  make(model(8), cfg);
+  for (uint64_t i = 0; i < kDefaultMaxQueueSize; ++i) {
+    ASSERT_NE(enqueue(fp32("lo" + std::to_string(i), 1, 4, 0, 2)), 0u) << i;
+  }
+  EXPECT_EQ(enqueue(fp32("lo-over", 1, 4, 0, 2)), 0u);
+  EXPECT_EQ(statusOf("lo-over").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(statusOf("lo-over").message(), "Exceeds maximum queue size");
+  EXPECT_NE(enqueue(fp32("hi", 1, 4, 0, 1)), 0u);  // level 1 has its own queue
+  EXPECT_EQ(batcher_->queued(), kDefaultMaxQueueSize + 1);
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"2\",model=\"m\",reason=\"queue_full\"}"),
+            1);
+
+  batcher_.reset();
+  outcomes_.clear();
+  cfg.default_queue_policy.max_queue_size = 0;  // explicitly unbounded
+  make(model(8), cfg);
+  for (uint64_t i = 0; i < 2 * kDefaultMaxQueueSize; ++i) {
+    ASSERT_NE(enqueue(fp32("u" + std::to_string(i), 1, 4, 0, 2)), 0u) << i;
+  }
+}
+
 TEST_F(BatcherTest, ExpiredRequestsAreAnsweredAndNeverDispatched) {
   BatchingConfig cfg;
   cfg.max_queue_delay_us = 5000;
