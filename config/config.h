@@ -33,6 +33,14 @@ struct LimitsConfig {
   uint64_t idle_timeout_ms = 60000;          // keep-alive connection with no request in progress
   uint64_t header_timeout_ms = 10000;        // a started request whose headers are not complete -> 408
   uint64_t body_timeout_ms = 60000;          // a request whose body is not complete -> 408
+  // Slow readers and output memory (docs/OPERATIONS.md; dataplane/output_limits.h): a
+  // connection with output queued must drain min_drain_bytes every send_timeout_ms (0: no
+  // send timeout) or it is reset; reading pauses at half of each output budget and a
+  // connection that would exceed one is reset (0: unlimited).
+  uint64_t send_timeout_ms = 30000;
+  uint64_t min_drain_bytes = 16 * 1024;
+  uint64_t max_output_bytes_per_connection = 64ull << 20;
+  uint64_t max_output_bytes = 1ull << 30;    // per process
 };
 
 struct AdminConfig {
