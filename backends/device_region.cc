@@ -183,7 +183,7 @@ absl::StatusOr<std::unique_ptr<DeviceRegion>> createCudaRegion(int device, size_
 
 absl::StatusOr<std::unique_ptr<DeviceRegion>> createEmulatedCudaRegion(std::string key,
                                                                        size_t bytes) {
-  if (key.size() + kEmulatedHandlePrefix.size() > kCudaIpcHandleBytes) {
+  if (key.size() + kShmSuffixBytes + kEmulatedHandlePrefix.size() > kCudaIpcHandleBytes) {
     return absl::InvalidArgumentError(
         fmt::format("emulated CUDA region key '{}' is too long for a 64-byte handle", key));
   }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "common/secret.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
@@ -81,8 +82,18 @@ absl::StatusOr<PinnedRegion> PinnedRegion::allocateShared(size_t bytes,
                                                           const std::string& label) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t size = roundUp(bytes, page);
-  const std::string& key = options.shared_key;
-  int fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  // The object's name is the caller's prefix and kShmSuffixDigits random hex digits: a local
+  // user who can predict the prefix (pid, model name) still cannot block start-up by creating
+  // the name first. EEXIST (someone else's object, or a collision) draws a new suffix.
+  std::string key;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    uint64_t r = 0;
+    common::randomBytes(&r, sizeof r);
+    key = fmt::format("{}.{:016x}", options.shared_key, r);
+    fd = shm_open(key.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    if (fd >= 0 || errno != EEXIST) break;
+  }
   if (fd < 0) {
     return absl::FailedPreconditionError(fmt::format(
         "shared memory for {}: cannot create POSIX shared memory '{}': {} (is /dev/shm mounted "

@@ -26,14 +26,18 @@ enum class PinnedKind : uint8_t { kCudaHost, kHugePages, kMlocked, kPageable, kS
 // "cuda_host", "huge_pages", "mlock", "pageable", "shm"
 std::string_view pinnedKindName(PinnedKind k);
 
+// What allocation adds to PinnedOptions::shared_key: "." and 16 hex digits.
+inline constexpr size_t kShmSuffixBytes = 17;
+
 struct PinnedOptions {
   bool try_cuda = true;
   bool try_huge_pages = true;
   bool try_mlock = true;
   std::string label;  // for the log line, e.g. "model 'identity' input 'INPUT0'"
-  // Non-empty: allocate a POSIX shared memory object with this key ("/name", created
-  // exclusively, mode 0600); try_mlock applies, the others do not. Batcher: a prefix, one
-  // object per input ("<key>.in<i>").
+  // Non-empty: allocate a POSIX shared memory object named after this prefix ("/name"): the
+  // name is "<prefix>.<16 random hex digits>" (kShmSuffixBytes more; PinnedRegion::key() says
+  // which), created exclusively, mode 0600, so nobody can take it first. try_mlock applies, the
+  // others do not. Batcher: one object per input ("<key>.in<i>.<random>").
   std::string shared_key;
 };
 
@@ -54,7 +58,8 @@ class PinnedRegion {
   size_t size() const { return size_; }
   PinnedKind kind() const { return kind_; }
   bool locked() const { return locked_; }
-  // The shared memory key (kind kShared), else empty.
+  // The shared memory object's actual name (kind kShared: the prefix and its random suffix),
+  // else empty.
   const std::string& key() const { return key_; }
 
  private:

@@ -1,6 +1,7 @@
 // DeviceRegion: the emulated CUDA region (always) and the real one (CUDA builds; the copy tests
 // skip without a GPU).
 #include "backends/device_region.h"
+#include "backends/pinned_memory.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -39,9 +40,10 @@ TEST(EmulatedCudaRegion, HandleNamesTheKeyAndPeersSeeTheBytes) {
   EXPECT_EQ(d.kind(), "emulated");
   EXPECT_EQ(d.size(), 4096u);
   ASSERT_EQ(d.ipcHandle().size(), kCudaIpcHandleBytes);
-  const std::string text = std::string(kEmulatedHandlePrefix) + key;
+  // The handle names the object: the key, "." and its random suffix (kShmSuffixBytes).
+  const std::string text = std::string(kEmulatedHandlePrefix) + key + ".";
   EXPECT_EQ(d.ipcHandle().substr(0, text.size()), text);
-  EXPECT_EQ(d.ipcHandle()[text.size()], '\0');
+  EXPECT_EQ(d.ipcHandle()[text.size() - 1 + kShmSuffixBytes], '\0');
 
   std::vector<uint8_t> a(100), b(50);
   std::iota(a.begin(), a.end(), 1);
@@ -49,8 +51,10 @@ TEST(EmulatedCudaRegion, HandleNamesTheKeyAndPeersSeeTheBytes) {
   HostToDevice copies[] = {{a.data(), 0, a.size()}, {b.data(), 1000, b.size()}};
   ASSERT_TRUE(d.copyIn(0, copies, 2).ok());
 
-  // A peer (the test server does this) maps the key from the handle and sees the bytes.
-  int fd = ::shm_open(key.c_str(), O_RDWR, 0);
+  // A peer (the test server does this) maps the name from the handle and sees the bytes.
+  const std::string name(d.ipcHandle().substr(kEmulatedHandlePrefix.size(),
+                                              key.size() + kShmSuffixBytes));
+  int fd = ::shm_open(name.c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   auto* peer = static_cast<uint8_t*>(::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
   ::close(fd);

@@ -63,25 +63,44 @@ TEST(PinnedRegionTest, SharedKeyMakesAPosixSharedMemoryObjectAPeerCanMap) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->kind(), PinnedKind::kShared);
     EXPECT_EQ(pinnedKindName(r->kind()), "shm");
-    EXPECT_EQ(r->key(), o.shared_key);
+    // The name is the prefix and a random suffix.
+    key = r->key();
+    EXPECT_EQ(key.substr(0, o.shared_key.size() + 1), o.shared_key + ".");
+    EXPECT_EQ(key.size(), o.shared_key.size() + kShmSuffixBytes);
     EXPECT_GE(r->size(), 10000u);
     std::memcpy(r->data() + 5000, "infergate", 9);
     // Another mapping of the key (what Triton does after SystemSharedMemoryRegister) sees it.
-    int fd = ::shm_open(o.shared_key.c_str(), O_RDONLY, 0);
+    int fd = ::shm_open(key.c_str(), O_RDONLY, 0);
     ASSERT_GE(fd, 0);
     void* p = ::mmap(nullptr, r->size(), PROT_READ, MAP_SHARED, fd, 0);
     ::close(fd);
     ASSERT_NE(p, MAP_FAILED);
     EXPECT_EQ(std::memcmp(static_cast<uint8_t*>(p) + 5000, "infergate", 9), 0);
     ::munmap(p, r->size());
-    // The key is taken while the region lives.
-    EXPECT_EQ(PinnedRegion::allocate(100, o).status().code(),
-              absl::StatusCode::kFailedPrecondition);
+    // A second region of the same prefix gets a name of its own.
+    auto second = PinnedRegion::allocate(100, o);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_NE(second->key(), key);
     PinnedRegion moved = std::move(*r);
-    EXPECT_EQ(moved.key(), o.shared_key);
+    EXPECT_EQ(moved.key(), key);
   }
   // Released: unlinked.
-  EXPECT_LT(::shm_open(o.shared_key.c_str(), O_RDONLY, 0), 0);
+  EXPECT_LT(::shm_open(key.c_str(), O_RDONLY, 0), 0);
+}
+
+// A local user who creates the name infergate used to pick ("/infergate.<pid>.<model>.<n>",
+// predictable) before it starts cannot make start-up fail.
+TEST(PinnedRegionTest, AnObjectPreCreatedUnderThePrefixDoesNotBlockAllocation) {
+  PinnedOptions o;
+  o.try_mlock = false;
+  o.shared_key = "/igtest.squat." + std::to_string(::getpid());
+  const int squat = ::shm_open(o.shared_key.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  ASSERT_GE(squat, 0) << std::strerror(errno);
+  ::close(squat);
+  auto r = PinnedRegion::allocate(4096, o);
+  ::shm_unlink(o.shared_key.c_str());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->key(), o.shared_key);
 }
 
 TEST(SlabPoolTest, SharedPoolExposesItsRegion) {
@@ -90,7 +109,7 @@ TEST(SlabPoolTest, SharedPoolExposesItsRegion) {
   o.shared_key = "/igtest.slab." + std::to_string(::getpid());
   auto pool = SlabPool::create(256, 4, o);
   ASSERT_TRUE(pool.ok()) << pool.status();
-  EXPECT_EQ((*pool)->regionKey(), o.shared_key);
+  EXPECT_EQ((*pool)->regionKey().substr(0, o.shared_key.size() + 1), o.shared_key + ".");
   uint8_t* s = (*pool)->acquire();
   EXPECT_GE(s, (*pool)->regionData());
   EXPECT_LT(s, (*pool)->regionData() + (*pool)->regionBytes());
