@@ -13,6 +13,8 @@ PKGS=(
   libfmt-dev libabsl-dev
   # gRPC / protobuf (later issues)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  # least privilege: the seccomp filter (app/privileges.cc); systemd-analyze checks the unit
+  libseccomp-dev systemd
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real peers and tools used by tests, the demo and benchmarks
