@@ -103,6 +103,16 @@ absl::Status Server::start() {
   http2_options_.max_message_bytes = c.limits.max_body_bytes;
   http2_options_.max_header_list_bytes = c.limits.max_header_bytes;
   http2_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
+  // Who may choose a request's priority (validated by the config loader).
+  client_priority_.mode = *frontend::parseClientPriorityMode(c.priority.from_client);
+  if (absl::StatusOr<common::CidrSet> trusted = common::CidrSet::parse(c.priority.trusted_sources);
+      trusted.ok()) {
+    client_priority_.trusted = std::move(*trusted);
+  } else {
+    return absl::InvalidArgumentError("priority.trusted_sources" +
+                                      std::string(trusted.status().message()));
+  }
+  http2_options_.client_priority = &client_priority_;
   http2_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http2_options_.stream_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
   http2_options_.max_connection_memory_bytes =
@@ -114,6 +124,7 @@ absl::Status Server::start() {
   http_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http_options_.body_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
   http_options_.access_log = c.logging.access_log;
+  http_options_.client_priority = &client_priority_;
   admin_options_ = http_options_;
   admin_options_.access_log = false;
 

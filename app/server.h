@@ -42,6 +42,7 @@ class Server {
   std::unique_ptr<frontend::AdminHandler> admin_handler_;
   std::unique_ptr<frontend::InferenceGrpcServices> grpc_;
   frontend::Http2SessionOptions http2_options_;
+  frontend::ClientPriorityPolicy client_priority_;  // both option sets point here
   frontend::Http1SessionOptions http_options_;
   frontend::Http1SessionOptions admin_options_;
   std::atomic<uint64_t> connections_{0};

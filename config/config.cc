@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "common/cidr.h"
 #include "fmt/format.h"
 #include "yaml-cpp/yaml.h"
 
@@ -86,6 +87,7 @@ constexpr int64_t kMaxHeaderBytes = 16ll << 20;  // 16 MiB
 constexpr int64_t kMaxBodyBytes = 1ll << 40;     // 1 TiB
 constexpr int64_t kMaxConnections = 10'000'000;
 constexpr int64_t kMaxTimeoutMs = 86'400'000;  // one day
+constexpr uint64_t kMinOutputBytes = 64 * 1024;  // limits.max_output_bytes_per_connection floor
 constexpr int64_t kMinH2FrameSize = 16384;     // RFC 9113 SETTINGS_MAX_FRAME_SIZE bounds
 constexpr int64_t kMaxH2FrameSize = 16777215;
 constexpr int64_t kMaxRate = 1'000'000'000;
@@ -255,7 +257,7 @@ class Loader {
     if (!n.IsMap()) return err(path, fmt::format("expected a mapping, got {}", describe(n)));
     std::vector<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node& k = it->first;
+      const YAML::Node k = it->first;  // a copy: it-> returns a proxy that dies here
       if (!k.IsScalar()) {
         return err(path, fmt::format("keys must be plain names, got {}", describe(k)));
       }
@@ -358,7 +360,7 @@ class Loader {
     IG_CONFIG_TRY(checkMap(
         root, "",
         {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "security",
-         "models"}));
+         "priority", "models"}));
     if (YAML::Node n = root["mode"]; n.IsDefined()) {
       std::string name;
       IG_CONFIG_TRY(readString(n, "mode", name));
@@ -397,6 +399,7 @@ class Loader {
     if (YAML::Node n = root["logging"]; n.IsDefined()) IG_CONFIG_TRY(readLogging(n, c.logging));
     if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c.xdp));
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
+    if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
     if ((c.mode == Mode::kXdpFilter || c.mode == Mode::kAfXdp) && c.xdp.interface.empty()) {
       return err("xdp.interface", fmt::format("required in mode '{}' (the network interface to "
                                               "attach the XDP program to)",
@@ -498,7 +501,9 @@ class Loader {
   absl::Status readLimits(const YAML::Node& n, LimitsConfig& l) const {
     IG_CONFIG_TRY(checkMap(n, "limits",
                            {"max_header_bytes", "max_body_bytes", "max_connections",
-                            "idle_timeout_ms", "header_timeout_ms", "body_timeout_ms"}));
+                            "idle_timeout_ms", "header_timeout_ms", "body_timeout_ms",
+                            "send_timeout_ms", "min_drain_bytes",
+                            "max_output_bytes_per_connection", "max_output_bytes"}));
     struct Field {
       std::string_view key;
       int64_t lo, hi;
@@ -511,10 +516,70 @@ class Loader {
         {"idle_timeout_ms", 1, kMaxTimeoutMs, &l.idle_timeout_ms},
         {"header_timeout_ms", 1, kMaxTimeoutMs, &l.header_timeout_ms},
         {"body_timeout_ms", 1, kMaxTimeoutMs, &l.body_timeout_ms},
+        {"send_timeout_ms", 0, kMaxTimeoutMs, &l.send_timeout_ms},
+        {"min_drain_bytes", 1, kMaxBodyBytes, &l.min_drain_bytes},
+        {"max_output_bytes_per_connection", 0, kMaxBodyBytes, &l.max_output_bytes_per_connection},
+        {"max_output_bytes", 0, kMaxBodyBytes, &l.max_output_bytes},
     };
     for (const Field& f : fields) {
       if (YAML::Node v = n[std::string(f.key)]; v.IsDefined()) {
         IG_CONFIG_TRY(readNumber(v, join("limits", f.key), f.lo, f.hi, *f.out));
+      }
+    }
+    return checkOutputLimits(l);
+  }
+
+  // The slow-reader limits must make sense together (docs/OPERATIONS.md).
+  absl::Status checkOutputLimits(const LimitsConfig& l) const {
+    if (l.send_timeout_ms != 0 && l.send_timeout_ms < 100) {
+      return err("limits.send_timeout_ms",
+                 fmt::format("{} ms is too short for a peer to drain anything over a real network "
+                             "(use 0 to turn the send timeout off, or at least 100)",
+                             l.send_timeout_ms));
+    }
+    const uint64_t per_conn = l.max_output_bytes_per_connection;
+    if (per_conn != 0 && per_conn < kMinOutputBytes) {
+      return err("limits.max_output_bytes_per_connection",
+                 fmt::format("{} bytes cannot hold one response (use 0 for unlimited, or at least "
+                             "{})",
+                             per_conn, kMinOutputBytes));
+    }
+    if (per_conn != 0 && l.min_drain_bytes > per_conn) {
+      return err("limits.min_drain_bytes",
+                 fmt::format("{} is more than limits.max_output_bytes_per_connection ({}): no "
+                             "connection could ever make that much progress",
+                             l.min_drain_bytes, per_conn));
+    }
+    if (l.max_output_bytes != 0 && per_conn != 0 && l.max_output_bytes < per_conn) {
+      return err("limits.max_output_bytes",
+                 fmt::format("{} is below limits.max_output_bytes_per_connection ({}): the process "
+                             "budget must hold at least one connection's (0: unlimited)",
+                             l.max_output_bytes, per_conn));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readPriority(const YAML::Node& n, PriorityConfig& p) const {
+    IG_CONFIG_TRY(checkMap(n, "priority", {"from_client", "trusted_sources"}));
+    if (YAML::Node v = n["from_client"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readChoice(v, "priority.from_client", "value", {"trusted", "all", "off"},
+                               p.from_client));
+    }
+    if (YAML::Node v = n["trusted_sources"]; v.IsDefined()) {
+      p.trusted_sources.clear();
+      if (!v.IsNull()) {
+        IG_CONFIG_TRY(checkSeq(v, "priority.trusted_sources"));
+        if (v.size() > 1024) {
+          return err("priority.trusted_sources", fmt::format("has {} entries (at most 1024)", v.size()));
+        }
+        for (size_t i = 0; i < v.size(); ++i) {
+          std::string text;
+          IG_CONFIG_TRY(readString(v[i], at("priority.trusted_sources", i), text));
+          if (absl::StatusOr<common::Cidr> c = common::parseCidr(text); !c.ok()) {
+            return err(at("priority.trusted_sources", i), std::string(c.status().message()));
+          }
+          p.trusted_sources.push_back(std::move(text));
+        }
       }
     }
     return absl::OkStatus();

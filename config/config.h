@@ -97,6 +97,16 @@ struct XdpConfig {
   std::string syn_cookies = "auto";
 };
 
+// Who may choose a request's priority (docs/BATCHING.md "Priority"): the x-infergate-priority
+// header / gRPC metadata and the KServe `priority` parameter are honoured only from
+// `trusted_sources` (from_client: trusted), from everyone (all) or from no one (off); otherwise
+// the class comes from the XDP rules (or the model's default level). The XDP program applies
+// the same rule to the header it reads.
+struct PriorityConfig {
+  std::string from_client = "trusted";  // trusted | all | off
+  std::vector<std::string> trusted_sources = {"127.0.0.0/8", "::1/128"};  // CIDRs
+};
+
 // Least privilege (docs/OPERATIONS.md "Privileges"): what `infergate run` gives up once
 // start-up is done and before the reactors serve.
 struct SecurityConfig {
@@ -118,6 +128,7 @@ struct Config {
   LoggingConfig logging;
   XdpConfig xdp;
   SecurityConfig security;
+  PriorityConfig priority;
   std::vector<backends::ModelConfig> models;
 };
 

@@ -86,7 +86,8 @@ struct SocketReactor::Conn final : frontend::Transport {
   uint64_t drain_mark_ns = 0;
   uint64_t drained = 0;
   OutputCloseReason close_for = OutputCloseReason::kNone;  // closed at the end of the iteration
-  sockaddr_storage peer{}, local{};  // filled only when an ingress tag lookup is configured
+  sockaddr_storage peer{};   // the client
+  sockaddr_storage local{};  // filled only when an ingress tag lookup is configured
 
   void send(std::string_view bytes) override {
     if (lingering || dead || bytes.empty()) return;
@@ -123,6 +124,9 @@ struct SocketReactor::Conn final : frontend::Transport {
   std::optional<frontend::IngressTag> ingressTag() override {
     if (!reactor->options_.tag_lookup) return std::nullopt;
     return reactor->options_.tag_lookup(peer, local);
+  }
+  std::optional<common::IpBytes> peerAddress() const override {
+    return common::ipFromSockaddr(reinterpret_cast<const sockaddr*>(&peer));
   }
   void markDirty() {
     if (!dirty) {
@@ -255,10 +259,10 @@ void SocketReactor::acceptAll(Listener& l) {
     conn->reactor = this;
     conn->fd = fd;
     Conn& c = *conn;
+    socklen_t peer_len = sizeof c.peer;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&c.peer), &peer_len) != 0) c.peer = {};
     if (options_.tag_lookup) {
-      socklen_t len = sizeof c.peer;
-      getpeername(fd, reinterpret_cast<sockaddr*>(&c.peer), &len);
-      len = sizeof c.local;
+      socklen_t len = sizeof c.local;
       getsockname(fd, reinterpret_cast<sockaddr*>(&c.local), &len);
     }
     conns_[fd] = std::move(conn);

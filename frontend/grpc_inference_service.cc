@@ -325,7 +325,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     absl::StatusOr<int64_t> prio =
         resolvePriority(req.priority,
                         call.priority_metadata ? &*call.priority_metadata : nullptr,
-                        call.priority_class, priorityLevelsOf(*model));
+                        call.priority_class, priorityLevelsOf(*model), call.priority_trusted);
     if (!prio.ok()) return respond(fail(prio.status()));
     req.priority = *prio;
   }

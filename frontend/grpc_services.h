@@ -47,6 +47,9 @@ struct GrpcCall {
   // The ingress tag's priority class 0..3 (Transport::ingressTag() when the call's headers
   // arrived: xdp-filter and afxdp modes); nullopt without a tag.
   std::optional<int> priority_class;
+  // The connection's source may choose the call's priority (ClientPriorityPolicy): the
+  // metadata above and the ModelInfer priority parameter count only when true.
+  bool priority_trusted = true;
   // Set by the service, read by the session when the call ends (metrics).
   int model_index = -1;
 };

@@ -26,6 +26,9 @@ struct HttpRequest {
   bool has_tag = false;
   int priority_class = 1;
   uint8_t tag_verdict = 0;  // IngressTag::Verdict
+  // The connection's source may choose the request's priority (ClientPriorityPolicy): the
+  // x-infergate-priority header and the KServe priority parameter count only when true.
+  bool priority_trusted = true;
 
   // First header with this (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;

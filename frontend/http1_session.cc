@@ -17,7 +17,10 @@ Http1Session::Http1Session(Transport& transport, HttpHandler& handler,
       options_(options),
       metrics_(metrics),
       parser_(options.limits),
-      last_activity_ns_(transport.loop().nowNs()) {}
+      last_activity_ns_(transport.loop().nowNs()) {
+  priority_trusted_ = options.client_priority == nullptr ||
+                      options.client_priority->trusts(transport.peerAddress());
+}
 
 void Http1Session::onData(const char* data, size_t len) {
   if (transport_ == nullptr || stop_parsing_) return;  // bytes after a final request: discarded
@@ -73,6 +76,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
     request.priority_class = tag->priority_class;
     request.tag_verdict = static_cast<uint8_t>(tag->verdict);
   }
+  request.priority_trusted = priority_trusted_;
   const uint64_t seq = slots_.back().seq;
   std::weak_ptr<Http1Session> weak = weak_from_this();
   Loop* loop = &transport_->loop();

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "backends/tensor.h"
+#include "frontend/client_priority.h"
 #include "frontend/http1_parser.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
@@ -37,6 +38,8 @@ struct Http1SessionOptions {
   // proxied requests, 499). Off by default: a client may half-close after its last request
   // and still read the answers (HTTP/1.1 allows it; tests/integration/test_http1_raw.py).
   bool cancel_on_peer_close = false;
+  // Who may set a request's priority; null: every client (unit tests, embeddings).
+  const ClientPriorityPolicy* client_priority = nullptr;
 };
 
 // Optional extension of HttpHandler for handlers that can drop a request whose client went
@@ -94,6 +97,7 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   std::deque<Slot> slots_;  // in request order; front is the next to send
   uint64_t next_seq_ = 0;
   uint64_t handler_exceptions_ = 0;
+  bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close

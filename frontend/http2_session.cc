@@ -116,6 +116,7 @@ struct Http2Session::Callbacks {
     s->call.stream_id = s->id;
     s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
     s->last_rx_ns = s->call.start_ns;
+    s->call.priority_trusted = h.priority_trusted_;
     // The ingress tag of the latest request start the transport saw (xdp-filter / afxdp modes;
     // none in socket mode). The XDP program tags the h2 preface, not each HEADERS frame, so for
     // gRPC this is the connection's class.
@@ -284,6 +285,8 @@ Http2Session::Http2Session(Transport& transport, GrpcServices& services,
       options_(options),
       metrics_(metrics),
       last_activity_ns_(transport.loop().nowNs()) {
+  priority_trusted_ = options.client_priority == nullptr ||
+                      options.client_priority->trusts(transport.peerAddress());
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, &Callbacks::onBeginFrame);

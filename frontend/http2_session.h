@@ -36,6 +36,7 @@
 #include <unordered_map>
 
 #include "backends/tensor.h"
+#include "frontend/client_priority.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_services.h"
 #include "frontend/server_metrics.h"
@@ -79,6 +80,8 @@ struct Http2SessionOptions {
   // most this + max_message_bytes + max_concurrent_streams * initial_window_bytes.
   // At least max_message_bytes.
   size_t max_connection_memory_bytes = 96ull << 20;
+  // Who may set a call's priority; null: every client (unit tests, embeddings).
+  const ClientPriorityPolicy* client_priority = nullptr;
   // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
   // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over
   // any of them the connection ends with GOAWAY (ENHANCE_YOUR_CALM where nghttp2 says so).
@@ -174,7 +177,8 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   // Over budget, one stream gathering a message still gets window, so that some message can
   // always complete and free memory.
   int32_t favoured_ = 0;
-  bool timed_out_ = false;       // our GOAWAY is for a header timeout, not a flood
+  bool timed_out_ = false;
+  bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once       // our GOAWAY is for a header timeout, not a flood
   int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;
   bool shutting_down_ = false;

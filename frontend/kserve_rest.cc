@@ -62,7 +62,12 @@ std::optional<size_t> parseSize(std::string_view s) {
 }  // namespace
 
 absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
-                                        std::optional<int> tag_class, uint32_t levels) {
+                                        std::optional<int> tag_class, uint32_t levels,
+                                        bool client_trusted) {
+  if (!client_trusted) {
+    kserve_priority = 0;
+    header = nullptr;
+  }
   if (kserve_priority > 0) return kserve_priority;
   if (header != nullptr) {
     int64_t v = 0;
@@ -206,7 +211,7 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     absl::StatusOr<int64_t> prio = resolvePriority(
         req->priority, request.header(kPriorityHeader),
         request.has_tag ? std::optional<int>(request.priority_class) : std::nullopt,
-        priorityLevelsOf(model));
+        priorityLevelsOf(model), request.priority_trusted);
     if (!prio.ok()) {
       return finish(errorResponse(httpStatusFor(prio.status()), std::string(prio.status().message())));
     }

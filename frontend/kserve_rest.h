@@ -33,13 +33,16 @@ inline constexpr std::string_view kPriorityHeader = "x-infergate-priority";
 // the first source present (docs/BATCHING.md "Priority"):
 //   1. `kserve_priority` > 0: the KServe `priority` request parameter, as decoded;
 //   2. `header` (non-null): the x-infergate-priority header / metadata value;
+//   (1 and 2 only when `client_trusted`: the connection's source may choose its priority,
+//   ClientPriorityPolicy; otherwise they are ignored, not refused)
 //   3. `tag_class`: the XDP tag's class 0..3, mapped to `levels` Triton levels by
 //      backends::levelOfPriorityClass (with `levels` 0 — a model without priority levels — the
 //      class is ignored);
 //   4. else 0 (the level default).
 // INVALID_ARGUMENT when the header value is not a non-negative decimal integer.
 absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
-                                        std::optional<int> tag_class, uint32_t levels);
+                                        std::optional<int> tag_class, uint32_t levels,
+                                        bool client_trusted);
 // Triton priority levels of `model`: a BatchedModel's priority_levels, else 0.
 uint32_t priorityLevelsOf(const backends::Model& model);
 

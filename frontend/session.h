@@ -14,6 +14,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/cidr.h"
+
 namespace infergate::frontend {
 
 // What the ingress filter (the XDP program) decided about a connection's latest request start:
@@ -57,6 +59,9 @@ class Transport {
   virtual size_t pendingBytes() const = 0;
   // The ingress tag of the request starting now, when an ingress filter runs; nullopt otherwise.
   virtual std::optional<IngressTag> ingressTag() { return std::nullopt; }
+  // The peer's IP address (IPv4 v4-mapped, common/cidr.h); nullopt when not known. Fixed for
+  // the connection's life (sessions read it once: trusted sources for client priority).
+  virtual std::optional<common::IpBytes> peerAddress() const { return std::nullopt; }
 };
 
 // A protocol session on one connection.

@@ -172,6 +172,16 @@ struct TcpStack::Conn final : Tcb, frontend::Transport {
     t.rx_ns = tag_rx_ns;
     return t;
   }
+  std::optional<common::IpBytes> peerAddress() const override {
+    if (key.v6) {
+      common::IpBytes b;
+      std::memcpy(b.data(), key.remote_ip, 16);
+      return b;
+    }
+    uint32_t a;
+    std::memcpy(&a, key.remote_ip, 4);
+    return common::ipv4Bytes(a);
+  }
   uint64_t tag_rx_ns = 0;  // stack clock when the tagged segment was handled
 };
 

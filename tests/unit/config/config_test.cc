@@ -397,6 +397,20 @@ std::vector<BadCase> badCases() {
        "got -5"},
       {"zero timeout", withBase("limits: {idle_timeout_ms: 0}\n"), "limits.idle_timeout_ms",
        "must be between 1 and 86400000, got 0"},
+      {"send timeout too short", withBase("limits: {send_timeout_ms: 50}\n"),
+       "limits.send_timeout_ms", "50 ms is too short"},
+      {"min drain zero", withBase("limits: {min_drain_bytes: 0}\n"), "limits.min_drain_bytes",
+       "must be between 1 and"},
+      {"output limit too small", withBase("limits: {max_output_bytes_per_connection: 1000}\n"),
+       "limits.max_output_bytes_per_connection", "cannot hold one response"},
+      {"min drain above the output limit",
+       withBase("limits: {max_output_bytes_per_connection: 65536, min_drain_bytes: 65537}\n"),
+       "limits.min_drain_bytes", "no connection could ever make that much progress"},
+      {"process output budget below one connection's",
+       withBase("limits: {max_output_bytes: 1048576}\n"), "limits.max_output_bytes",
+       "below limits.max_output_bytes_per_connection (67108864)"},
+      {"negative output budget", withBase("limits: {max_output_bytes: -1}\n"),
+       "limits.max_output_bytes", "got -1"},
       {"unknown log level", withBase("logging: {level: verbose}\n"), "logging.level",
        "unknown level 'verbose'"},
       // XDP.
@@ -722,6 +736,65 @@ TEST(ConfigTest, RemoteBackendErrors) {
 }  // namespace infergate::config
 
 namespace infergate::config {
+// Slow readers and output memory (issue 13): finite defaults, 0 turns each off.
+TEST(ConfigTest, OutputLimitKeys) {
+  const std::string models =
+      "models: [{name: m, inputs: [{name: I, datatype: FP32, shape: [4]}], "
+      "outputs: [{name: O, datatype: FP32, shape: [4]}], dynamic_batching: {}}]\n";
+  absl::StatusOr<Config> d = loadConfigString("listeners: [{port: 8000}]\n" + models, "d.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->limits.send_timeout_ms, 30000u);
+  EXPECT_EQ(d->limits.min_drain_bytes, 16384u);
+  EXPECT_EQ(d->limits.max_output_bytes_per_connection, 64ull << 20);
+  EXPECT_EQ(d->limits.max_output_bytes, 1ull << 30);
+  ASSERT_TRUE(d->models[0].dynamic_batching.has_value());
+  EXPECT_EQ(d->models[0].dynamic_batching->default_queue_policy.max_queue_size, 1024u);
+  absl::StatusOr<Config> c = loadConfigString(
+      "listeners: [{port: 8000}]\n"
+      "limits: {send_timeout_ms: 0, min_drain_bytes: 1, max_output_bytes_per_connection: 0, "
+      "max_output_bytes: 0}\n" + models, "off.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.send_timeout_ms, 0u);
+  EXPECT_EQ(c->limits.min_drain_bytes, 1u);
+  EXPECT_EQ(c->limits.max_output_bytes_per_connection, 0u);
+  EXPECT_EQ(c->limits.max_output_bytes, 0u);
+  c = loadConfigString(
+      "listeners: [{port: 8000}]\n"
+      "limits: {send_timeout_ms: 5000, min_drain_bytes: 4096, "
+      "max_output_bytes_per_connection: 1048576, max_output_bytes: 8388608}\n" + models, "s.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->limits.send_timeout_ms, 5000u);
+  EXPECT_EQ(c->limits.max_output_bytes_per_connection, 1u << 20);
+}
+
+// Issue 13, item 5: who may choose a request's priority.
+TEST(ConfigTest, PriorityFromClientKeys) {
+  const std::string m =
+      "models: [{name: m, inputs: [{name: I, datatype: FP32, shape: [4]}], "
+      "outputs: [{name: O, datatype: FP32, shape: [4]}]}]\n";
+  absl::StatusOr<Config> d = loadConfigString("listeners: [{port: 8000}]\n" + m, "d.yaml");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->priority.from_client, "trusted");
+  EXPECT_EQ(d->priority.trusted_sources, (std::vector<std::string>{"127.0.0.0/8", "::1/128"}));
+  absl::StatusOr<Config> c = loadConfigString(
+      "listeners: [{port: 8000}]\npriority: {from_client: all, trusted_sources: [10.0.0.0/8]}\n" + m,
+      "p.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->priority.from_client, "all");
+  EXPECT_EQ(c->priority.trusted_sources, (std::vector<std::string>{"10.0.0.0/8"}));
+  c = loadConfigString("listeners: [{port: 8000}]\npriority: {trusted_sources: []}\n" + m, "e.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->priority.trusted_sources.empty());
+  for (const char* bad : {"priority: {from_client: yes}\n",
+                          "priority: {trusted_sources: [10.0.0.0/33]}\n",
+                          "priority: {trusted_sources: [somehost]}\n",
+                          "priority: {trusted: [10.0.0.0/8]}\n"}) {
+    absl::StatusOr<Config> b = loadConfigString(std::string("listeners: [{port: 8000}]\n") + bad + m, "b.yaml");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.status().message().find("priority"), std::string::npos) << b.status();
+  }
+}
+
 TEST(ConfigTest, ListenerProtocolAuto) {  // HTTP/1.1 + HTTP/2 on one port (preface sniffing)
   absl::StatusOr<Config> c = loadConfigString(
       "listeners: [{port: 8000, protocol: auto}]\n"

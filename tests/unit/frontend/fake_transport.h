@@ -38,11 +38,13 @@ class FakeTransport : public Transport {
   Loop& loop() override { return loop_; }
   size_t pendingBytes() const override { return 0; }
   std::optional<IngressTag> ingressTag() override { return tag; }
+  std::optional<common::IpBytes> peerAddress() const override { return peer; }
   FakeLoop loop_;
   std::string out;
   bool closed = false;
   bool paused = false;
   std::optional<IngressTag> tag;
+  std::optional<common::IpBytes> peer;
 };
 
 }  // namespace infergate::frontend::testing

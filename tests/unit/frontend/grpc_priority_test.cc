@@ -94,6 +94,29 @@ TEST_F(SessionFixture, MetadataAndTagReachTheCall) {
   EXPECT_EQ(services.calls[2].priority_metadata, std::optional<std::string>("urgent"));
 }
 
+// Issue 13, item 5: the session decides once per connection whether its peer may choose the
+// priority (ClientPriorityPolicy) and says so in every call.
+TEST(SessionTrust, PeerOutsideTheTrustedSourcesIsMarked) {
+  ClientPriorityPolicy policy;
+  policy.trusted = *common::CidrSet::parse({"10.0.0.0/8"});
+  Http2SessionOptions options;
+  options.client_priority = &policy;
+  for (const char* peer : {"10.1.1.1", "192.0.2.9"}) {
+    testing::FakeTransport transport;
+    transport.peer = common::parseCidr(peer)->addr;
+    CapturingServices services;
+    auto session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+    std::string msg;
+    appendGrpcMessage(msg, "m");
+    const std::string bytes = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0, "") +
+                              frame(1, 4, 1, requestHeaders(literal("x-infergate-priority", "1"))) +
+                              frame(0, 1, 1, msg);
+    session->onData(bytes.data(), bytes.size());
+    ASSERT_EQ(services.calls.size(), 1u) << peer;
+    EXPECT_EQ(services.calls[0].priority_trusted, std::string_view(peer) == "10.1.1.1") << peer;
+  }
+}
+
 // --- InferenceGrpcServices resolves the priority ----------------------------------------
 
 class GrpcPriorityTest : public ::testing::Test {
@@ -107,7 +130,7 @@ class GrpcPriorityTest : public ::testing::Test {
 
   // One ModelInfer (or one ModelStreamInfer message); returns the reply.
   GrpcReply send(int64_t param, std::optional<std::string> metadata, std::optional<int> tag_class,
-                 bool stream = false) {
+                 bool stream = false, bool trusted = true) {
     inference::ModelInferRequest m;
     m.set_model_name("m");
     auto* in = m.add_inputs();
@@ -121,6 +144,7 @@ class GrpcPriorityTest : public ::testing::Test {
     GrpcCall call;
     call.priority_metadata = std::move(metadata);
     call.priority_class = tag_class;
+    call.priority_trusted = trusted;
     const GrpcMethod method = services_->resolve(
         stream ? "/inference.GRPCInferenceService/ModelStreamInfer"
                : "/inference.GRPCInferenceService/ModelInfer");
@@ -146,6 +170,14 @@ TEST_F(GrpcPriorityTest, LevelFollowsTheDocumentedOrder) {
   EXPECT_EQ(send(0, "0", 0).code, absl::StatusCode::kInternal);               // 0: tag decides
   EXPECT_EQ(send(0, "1", std::nullopt, /*stream=*/true).code, absl::StatusCode::kOk);  // stream
   EXPECT_EQ(levels_, (std::vector<uint32_t>{2, 3, 2, 4, 4, 1, 1}));
+}
+
+// From an untrusted peer the parameter and the metadata are ignored: the tag's class, else the
+// model's default level.
+TEST_F(GrpcPriorityTest, UntrustedPeerGetsTheTagClass) {
+  EXPECT_EQ(send(1, "1", 3, false, false).code, absl::StatusCode::kInternal);             // class 3 -> 4
+  EXPECT_EQ(send(1, "urgent", std::nullopt, false, false).code, absl::StatusCode::kInternal);  // default
+  EXPECT_EQ(levels_, (std::vector<uint32_t>{4, 4}));
 }
 
 TEST_F(GrpcPriorityTest, BadMetadataIsInvalidArgumentAndNotQueued) {
