@@ -72,9 +72,10 @@ TEST(SeccompFilter, RefusesWhatTheGatewayNeverCallsWithEperm) {
     CHECK_OR_EXIT(statusField("Seccomp") == "2", 3);
     CHECK_OR_EXIT(statusField("NoNewPrivs") == "1", 4);
     // Refused.
-    char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+    // /bin/false: should the exec go through, the child exits 1 and the test fails.
+    char* const argv[] = {const_cast<char*>("/bin/false"), nullptr};
     errno = 0;
-    CHECK_OR_EXIT(execve("/bin/true", argv, environ) == -1 && errno == EPERM, 10);
+    CHECK_OR_EXIT(execve("/bin/false", argv, environ) == -1 && errno == EPERM, 10);
     errno = 0;
     CHECK_OR_EXIT(ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == -1 && errno == EPERM, 11);
     errno = 0;
