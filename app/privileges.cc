@@ -374,6 +374,10 @@ constexpr const char* kBaseSyscalls[] = {
 };
 
 #ifdef INFERGATE_HAVE_SECCOMP
+// One argument comparison (the SCMP_A* macros leave datum_b to the compiler's warnings).
+scmp_arg_cmp argCmp(unsigned arg, scmp_compare op, scmp_datum_t a, scmp_datum_t b = 0) {
+  return scmp_arg_cmp{arg, op, a, b};
+}
 constexpr int kSocketFamilies[] = {AF_INET, AF_INET6, AF_UNIX, AF_NETLINK};
 constexpr int kBpfMapCommands[] = {BPF_MAP_LOOKUP_ELEM,   BPF_MAP_UPDATE_ELEM,
                                    BPF_MAP_DELETE_ELEM,   BPF_MAP_GET_NEXT_KEY,
@@ -486,7 +490,7 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
   // Threads yes, processes no: clone must carry CLONE_THREAD. clone3 passes its flags in
   // memory the filter cannot read: ENOSYS makes glibc fall back to clone.
   if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
-                                SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
+                                argCmp(0, SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD));
       rc != 0)
     return fail("clone", rc);
   ++allowed;
@@ -494,20 +498,20 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
     return fail("clone3", rc);
   for (int family : kSocketFamilies) {
     if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
-                                  SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)));
+                                  argCmp(0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(family)));
         rc != 0)
       return fail("socket", rc);
   }
   ++allowed;
   // Files are read (cpu lists, /etc/localtime), never created or written after start-up.
   if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-                                SCMP_A2(SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC, O_RDONLY));
+                                argCmp(2, SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC, O_RDONLY));
       rc != 0)
     return fail("openat", rc);
   ++allowed;
   for (int option : kPrctlOptions) {
     if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
-                                  SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(option)));
+                                  argCmp(0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(option)));
         rc != 0)
       return fail("prctl", rc);
   }
@@ -515,7 +519,7 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
   if (options.bpf_maps) {
     for (int cmd : kBpfMapCommands) {
       if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(bpf), 1,
-                                    SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(cmd)));
+                                    argCmp(0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(cmd)));
           rc != 0)
         return fail("bpf", rc);
     }
