@@ -212,6 +212,9 @@ void Http1Session::onPeerClosed() {
 
 void Http1Session::onTick(uint64_t now_ns) {
   if (transport_ == nullptr || closing_) return;
+  // Reading paused for queued output resumes once the transport has drained it: nothing else
+  // reaches a paused session when no response is pending.
+  updateReading();
   if (parser_.inRequest() && !stop_parsing_ && request_start_ns_ != 0) {
     const uint64_t limit =
         parser_.headersComplete() ? options_.body_timeout_ns : options_.header_timeout_ns;

@@ -672,6 +672,9 @@ void Http2Session::onPeerClosed() {
 
 void Http2Session::onTick(uint64_t now_ns) {
   if (transport_ == nullptr || closing_) return;
+  // Reading paused for queued output resumes once the transport has drained it: nothing else
+  // reaches a paused session when no response is pending.
+  updateReading();
   bool any_open = false;
   for (auto& [id, sp] : streams_) {
     Stream& s = *sp;

@@ -172,6 +172,29 @@ class Checks:
         return m
 
 
+    def run_late_reader(self, connect, n=100):
+        """A client that pipelines n requests without reading, then reads: every answer must
+        come. The sessions pause reading while 8 MiB are queued; before issue 13 nothing made
+        them look again once the transport had drained, and the rest of the requests were
+        never read (the client waited for the idle timeout)."""
+        s, pump = slow_client(connect, n)
+        time.sleep(2)
+        s.settimeout(10)
+        rest = b""
+        for i in range(n):
+            try:
+                st, _, _, rest = harness.read_response(s, rest)
+            except socket.timeout:
+                self.fail("answer %d of %d never came" % (i + 1, n))
+            self.assertEqual(st, 200)
+        pump.join(5)
+        self.assertIsNone(pump.error)
+        s.sendall(BIG_REQUEST)
+        st, _, _, _ = harness.read_response(s, rest)
+        self.assertEqual(st, 200)
+        s.close()
+
+
 class SocketModeTest(Checks, unittest.TestCase):
     timeout_metric = "infergate_send_timeouts_total"
 
@@ -187,6 +210,20 @@ class SocketModeTest(Checks, unittest.TestCase):
                                   gw.proc.pid)
             self.assertGreater(m("infergate_output_discarded_bytes_total"), 0)
             self.assertGreaterEqual(m("infergate_output_read_pauses_total"), 1)
+        finally:
+            rc = gw.stop()
+        self.assertEqual(rc, 0, gw.read_log()[-3000:])
+
+
+    def test_client_that_reads_late_gets_every_answer(self):
+        gw = harness.Gateway(config_text=SOCKET_CONFIG + "limits: {max_body_bytes: 4194304}\n"
+                             + MODELS)
+        try:
+            def connect(make):
+                s = make()
+                s.connect(("127.0.0.1", gw.port))
+                return s
+            self.run_late_reader(connect)
         finally:
             rc = gw.stop()
         self.assertEqual(rc, 0, gw.read_log()[-3000:])
