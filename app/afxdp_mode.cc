@@ -395,7 +395,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
           l.name));
     ports.push_back(l.port);
   }
-  absl::StatusOr<xdp::XdpOptions> xo = xdp::XdpOptions::fromConfig(c.xdp, ports);
+  absl::StatusOr<xdp::XdpOptions> xo = xdp::XdpOptions::fromConfig(c.xdp, ports, c.priority);
   if (!xo.ok()) return xo.status();
   xo->redirect_xsk = true;
   xo->write_metadata = true;

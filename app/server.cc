@@ -202,7 +202,7 @@ absl::Status Server::start() {
   }
 #ifdef INFERGATE_HAVE_XDP
   if (c.mode == config::Mode::kXdpFilter) {
-    absl::StatusOr<xdp::XdpOptions> opts = xdp::XdpOptions::fromConfig(c.xdp, service_ports);
+    absl::StatusOr<xdp::XdpOptions> opts = xdp::XdpOptions::fromConfig(c.xdp, service_ports, c.priority);
     if (!opts.ok()) {
       reactors_.clear();
       return opts.status();

@@ -153,8 +153,9 @@ static __always_inline int ig_take(__u64 *tokens, __u64 *last, __u64 now, __u64 
 	return 1;
 }
 
-/* Class and exemption from the source CIDR rules. */
-static __always_inline void ig_cidr_lookup(const struct ig_parse *p, __u8 *cls, __u8 *exempt)
+/* Class, exemption and trust from the source CIDR rules (one LPM lookup). */
+static __always_inline void ig_cidr_lookup(const struct ig_parse *p, __u8 *cls, __u8 *exempt,
+					   __u8 *trusted)
 {
 	struct ig_cidr_key k = {.prefixlen = 128};
 	struct ig_cidr_val *v;
@@ -165,6 +166,7 @@ static __always_inline void ig_cidr_lookup(const struct ig_parse *p, __u8 *cls, 
 	if (v) {
 		*cls = v->cls;
 		*exempt = v->exempt;
+		*trusted = v->trusted;
 	}
 }
 
@@ -393,10 +395,10 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 		int known_first = 0, proven = 0;
 
 		if (p.reason == IG_R_SYN) {
-			__u8 cls = IG_CLASS_NONE, exempt = 0;
+			__u8 cls = IG_CLASS_NONE, exempt = 0, trusted = 0;
 			struct ig_runtime *rt = ig_runtime_get();
 			if (ig_cfg.cidr_rules)
-				ig_cidr_lookup(&p, &cls, &exempt);
+				ig_cidr_lookup(&p, &cls, &exempt, &trusted);
 			if (cls >= IG_NUM_CLASSES)
 				cls = ig_cfg.default_cls;
 			if (!ig_admitted(cls, rt ? rt->overload_level : 0)) {
@@ -491,9 +493,9 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					p.tag_flags |= IG_TF_COOKIE | IG_TF_PROVEN;
 					if (ig_cfg.syn_rate) {
 						/* the connection token its SYN was not charged */
-						__u8 c2 = IG_CLASS_NONE, ex = 0;
+						__u8 c2 = IG_CLASS_NONE, ex = 0, tr = 0;
 						if (ig_cfg.cidr_rules)
-							ig_cidr_lookup(&p, &c2, &ex);
+							ig_cidr_lookup(&p, &c2, &ex, &tr);
 						if (!ex && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
 							ig_reject(&ig_cfg, &p, IG_R_SYN_RATE_LIMITED);
 							goto rejected;
@@ -513,23 +515,32 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				proven = 1;
 				p.tag_flags |= IG_TF_PROVEN;
 			}
-			/* = ig_classify_payload(), stage by stage */
+			/* source rules of a request start: looked up once, before the priority
+			 * header that trust gates */
+			__u8 src_cls = IG_CLASS_NONE, src_exempt = 0, src_trusted = 0, src_done = 0;
+			/* = ig_classify_payload(), stage by stage; the priority header counts only
+			 * from a trusted source (or from all, when configured so) */
 			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
 				ig_scan_target_sub(ctx, &p);
-				if (p.reason == IG_R_REQUEST && p.hdr_len && ig_cfg.priority_header &&
-				    p.cls == IG_CLASS_NONE)
+				if (p.reason == IG_R_REQUEST && ig_cfg.cidr_rules) {
+					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
+					src_done = 1;
+				}
+				if (p.reason == IG_R_REQUEST && p.hdr_len && p.cls == IG_CLASS_NONE &&
+				    (ig_cfg.priority_header == IG_PRIO_HDR_ALL ||
+				     (ig_cfg.priority_header == IG_PRIO_HDR_TRUSTED && src_trusted)))
 					p.cls = (__u8)ig_find_priority_sub(ctx, p.hdr_off, p.hdr_len);
 				/* packet pointers do not survive a call: reload them */
 				data = (__u8 *)(long)ctx->data;
 				end = (__u8 *)(long)ctx->data_end;
 			}
 			if (p.reason == IG_R_REQUEST) {
-				__u8 cls = IG_CLASS_NONE, exempt = 0;
 				__u8 verdict = IG_TV_ADMIT;
+				if (ig_cfg.cidr_rules && !src_done)
+					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
+				__u8 cls = src_cls, exempt = src_exempt;
 				if (ig_cfg.track_flows || ig_cfg.write_meta || ig_cfg.req_rate)
 					tag.rx_ns = bpf_ktime_get_ns();
-				if (ig_cfg.cidr_rules)
-					ig_cidr_lookup(&p, &cls, &exempt);
 				if (cls >= IG_NUM_CLASSES)
 					cls = p.cls;
 				if (cls >= IG_NUM_CLASSES)

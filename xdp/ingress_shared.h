@@ -22,6 +22,11 @@
 #define IG_PREFIX_MAX_LEN (IG_PREFIX_WORDS * 8)
 #define IG_NUM_CLASSES 4  /* 0 = highest priority */
 #define IG_CLASS_NONE 0xff
+
+/* ig_config.priority_header: whose x-infergate-priority header sets the class. */
+#define IG_PRIO_HDR_OFF 0
+#define IG_PRIO_HDR_TRUSTED 1 /* sources whose ig_cidrs entry has trusted = 1 */
+#define IG_PRIO_HDR_ALL 2
 #define IG_NUM_ACTIONS 5  /* XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT */
 #define IG_TAG_MAGIC 0x49474d31u /* "IGM1" */
 
@@ -181,7 +186,9 @@ struct ig_cidr_key {
 struct ig_cidr_val {
 	__u8 cls;    /* IG_CLASS_NONE: no class from this rule */
 	__u8 exempt; /* 1: never rate-limited */
-	__u8 pad[2];
+	__u8 trusted; /* 1: a trusted source: its x-infergate-priority header counts
+	               * (priority_header == IG_PRIO_HDR_TRUSTED) */
+	__u8 pad;
 };
 
 /* Per-source token buckets (LRU hash keyed by the 16-byte address, IPv4 mapped). Tokens are
@@ -245,7 +252,8 @@ struct ig_config {
 	__u64 req_burst;
 	__u8 default_cls;
 	__u8 send_rst;        /* answer rejected request starts with a RST (XDP_TX) */
-	__u8 priority_header; /* look for x-infergate-priority in the first segment */
+	__u8 priority_header; /* look for x-infergate-priority in the first segment:
+	                       * IG_PRIO_HDR_OFF, _TRUSTED (sources marked trusted in ig_cidrs), _ALL */
 	__u8 write_meta;      /* write struct ig_tag into XDP metadata */
 	__u8 track_flows;     /* flow map: first segment, rejected flows, tags */
 	__u8 cidr_rules;      /* look up source CIDR rules */

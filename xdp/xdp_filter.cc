@@ -134,38 +134,6 @@ XdpCounters readCountersFromFds(int counters_fd, int class_fd) {
   return c;
 }
 
-absl::StatusOr<std::vector<uint8_t>> parseCidr(const std::string& text, uint32_t* prefixlen) {
-  std::string addr = text;
-  int len = -1;
-  auto slash = text.find('/');
-  if (slash != std::string::npos) {
-    addr = text.substr(0, slash);
-    try {
-      len = std::stoi(text.substr(slash + 1));
-    } catch (...) {
-      return absl::InvalidArgumentError(fmt::format("'{}': bad prefix length", text));
-    }
-  }
-  std::vector<uint8_t> out(16, 0);
-  in_addr a4;
-  in6_addr a6;
-  if (inet_pton(AF_INET, addr.c_str(), &a4) == 1) {
-    if (len < 0) len = 32;
-    if (len > 32) return absl::InvalidArgumentError(fmt::format("'{}': prefix over 32", text));
-    out[10] = out[11] = 0xff;
-    std::memcpy(out.data() + 12, &a4, 4);
-    *prefixlen = 96 + len;
-  } else if (inet_pton(AF_INET6, addr.c_str(), &a6) == 1) {
-    if (len < 0) len = 128;
-    if (len > 128) return absl::InvalidArgumentError(fmt::format("'{}': prefix over 128", text));
-    std::memcpy(out.data(), &a6, 16);
-    *prefixlen = len;
-  } else {
-    return absl::InvalidArgumentError(fmt::format("'{}' is not an IPv4 or IPv6 CIDR", text));
-  }
-  return out;
-}
-
 absl::Status fillPrefix(const std::string& prefix, bool allow, int cls, ig_prefix* p,
                         const std::string& where) {
   if (prefix.empty() || prefix.size() > IG_PREFIX_MAX_LEN || prefix[0] != '/')
@@ -246,6 +214,18 @@ CookieCounters CookieCounters::from(const XdpCounters& c) {
 }
 
 absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
+                                                  std::vector<uint16_t> service_ports,
+                                                  const config::PriorityConfig& priority) {
+  absl::StatusOr<XdpOptions> o = fromConfigXdp(c, std::move(service_ports));
+  if (!o.ok()) return o;
+  o->priority_from = priority.from_client == "all"   ? PriorityFrom::kAll
+                     : priority.from_client == "off" ? PriorityFrom::kOff
+                                                     : PriorityFrom::kTrusted;
+  o->trusted_sources = priority.trusted_sources;
+  return o;
+}
+
+absl::StatusOr<XdpOptions> XdpOptions::fromConfigXdp(const config::XdpConfig& c,
                                                   std::vector<uint16_t> service_ports) {
   XdpOptions o;
   o.interface = c.interface;
@@ -363,10 +343,14 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
     return absl::InvalidArgumentError(fmt::format("xdp: default class {}", o.default_class));
   cfg->default_cls = static_cast<uint8_t>(o.default_class);
   cfg->send_rst = o.send_rst;
-  cfg->priority_header = o.priority_header;
+  cfg->priority_header = !o.priority_header                              ? IG_PRIO_HDR_OFF
+                         : o.priority_from == XdpOptions::PriorityFrom::kAll ? IG_PRIO_HDR_ALL
+                         : o.priority_from == XdpOptions::PriorityFrom::kOff ? IG_PRIO_HDR_OFF
+                                                                               : IG_PRIO_HDR_TRUSTED;
   cfg->write_meta = o.write_metadata;
   cfg->track_flows = o.track_flows;
-  cfg->cidr_rules = !o.cidr_rules.empty();
+  cfg->cidr_rules = !o.cidr_rules.empty() ||
+                    (cfg->priority_header == IG_PRIO_HDR_TRUSTED && !o.trusted_sources.empty());
   cfg->redirect_xsk = o.redirect_xsk;
   cfg->reject_mid_stream = o.reject_mid_stream;
   cfg->tx_redirect = o.rst_tx == RstTx::kRedirect;
@@ -510,24 +494,82 @@ absl::Status XdpFilter::loadProgram() {
                                : IG_COOKIE_OFF;
     if (auto s = writeRuntime(); !s.ok()) return s;
   }
-  for (size_t i = 0; i < opts_.cidr_rules.size(); ++i) {
-    const auto& r = opts_.cidr_rules[i];
+  absl::StatusOr<std::vector<CidrEntry>> entries = cidrEntries(opts_);
+  if (!entries.ok()) return entries.status();
+  for (const CidrEntry& e : *entries) {
     ig_cidr_key k{};
-    auto addr = parseCidr(r.cidr, &k.prefixlen);
-    if (!addr.ok())
-      return absl::InvalidArgumentError(
-          fmt::format("xdp.cidr_rules[{}]: {}", i, std::string(addr.status().message())));
-    std::memcpy(k.addr, addr->data(), 16);
+    k.prefixlen = e.cidr.prefix;
+    std::memcpy(k.addr, e.cidr.addr.data(), 16);
     ig_cidr_val v{};
-    v.cls = r.cls < 0 ? IG_CLASS_NONE : static_cast<uint8_t>(r.cls);
-    v.exempt = r.exempt ? 1 : 0;
-    if (r.cls >= kNumClasses)
-      return absl::InvalidArgumentError(fmt::format("xdp.cidr_rules[{}]: class {}", i, r.cls));
+    v.cls = e.cls;
+    v.exempt = e.exempt;
+    v.trusted = e.trusted;
     if (bpf_map__update_elem(skel_->maps.ig_cidrs, &k, sizeof(k), &v, sizeof(v), BPF_ANY))
       return absl::InternalError(
-          fmt::format("xdp.cidr_rules[{}]: map update: {}", i, errnoText(errno)));
+          fmt::format("xdp: CIDR map update for {}: {}", e.cidr.toString(), errnoText(errno)));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<CidrEntry>> cidrEntries(const XdpOptions& o) {
+  struct Rule {
+    common::Cidr cidr;
+    uint8_t cls;
+    uint8_t exempt;
+  };
+  std::vector<Rule> rules;
+  for (size_t i = 0; i < o.cidr_rules.size(); ++i) {
+    const CidrRule& r = o.cidr_rules[i];
+    absl::StatusOr<common::Cidr> c = common::parseCidr(r.cidr);
+    if (!c.ok()) {
+      return absl::InvalidArgumentError(
+          fmt::format("xdp.cidr_rules[{}]: {}", i, std::string(c.status().message())));
+    }
+    if (r.cls >= kNumClasses) {
+      return absl::InvalidArgumentError(fmt::format("xdp.cidr_rules[{}]: class {}", i, r.cls));
+    }
+    rules.push_back({*c, r.cls < 0 ? uint8_t{IG_CLASS_NONE} : static_cast<uint8_t>(r.cls),
+                     uint8_t{r.exempt}});
+  }
+  common::CidrSet trusted;
+  if (o.priority_header && o.priority_from == XdpOptions::PriorityFrom::kTrusted) {
+    absl::StatusOr<common::CidrSet> t = common::CidrSet::parse(o.trusted_sources);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError("priority.trusted_sources" +
+                                        std::string(t.status().message()));
+    }
+    trusted = std::move(*t);
+  }
+  // One LPM trie holds both lists. The entry an address matches is its longest prefix, so
+  // each entry carries what every list says about that prefix: class and exemption of the
+  // longest class rule covering it, trust if any trusted source covers it.
+  std::vector<common::Cidr> prefixes;
+  for (const Rule& r : rules) prefixes.push_back(r.cidr);
+  for (const common::Cidr& c : trusted.cidrs()) prefixes.push_back(c);
+  std::vector<CidrEntry> out;
+  for (const common::Cidr& c : prefixes) {
+    bool dup = false;
+    for (const CidrEntry& e : out) dup = dup || e.cidr == c;
+    if (dup) continue;
+    CidrEntry e;
+    e.cidr = c;
+    const Rule* best = nullptr;
+    for (const Rule& r : rules) {
+      if (r.cidr.covers(c) && (best == nullptr || r.cidr.prefix > best->cidr.prefix)) best = &r;
+    }
+    if (best != nullptr) {
+      e.cls = best->cls;
+      e.exempt = best->exempt;
+    }
+    e.trusted = trusted.covers(c) ? 1 : 0;
+    out.push_back(e);
+  }
+  if (out.size() > kMaxCidrEntries) {
+    return absl::InvalidArgumentError(fmt::format(
+        "xdp.cidr_rules and priority.trusted_sources make {} prefixes (at most {})", out.size(),
+        kMaxCidrEntries));
+  }
+  return out;
 }
 
 absl::Status XdpFilter::attachProgram() {

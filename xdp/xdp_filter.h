@@ -20,9 +20,11 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/cidr.h"
 #include "common/metrics.h"
 #include "xdp/ingress_shared.h"
 #include "xdp/xdp_options.h"
@@ -178,5 +180,18 @@ absl::Status printPinnedStats(const std::string& pin_path, std::FILE* out);
 
 // Fills the ig_config read-only data from options (exposed for host tests and benchmarks).
 absl::Status buildConfig(const XdpOptions& opts, ig_config* out);
+
+// The ig_cidrs LPM trie entries for opts.cidr_rules and, when the priority header counts only
+// from trusted sources, opts.trusted_sources: one entry per distinct prefix, with the class
+// and exemption of the longest class rule covering it and trust when a trusted source
+// covers it (so the longest match an address finds says everything both lists say about it).
+struct CidrEntry {
+  common::Cidr cidr;
+  uint8_t cls = IG_CLASS_NONE;
+  uint8_t exempt = 0;
+  uint8_t trusted = 0;
+};
+inline constexpr size_t kMaxCidrEntries = 1024;  // ig_cidrs max_entries
+absl::StatusOr<std::vector<CidrEntry>> cidrEntries(const XdpOptions& opts);
 
 }  // namespace infergate::xdp

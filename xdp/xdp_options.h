@@ -62,6 +62,12 @@ struct XdpOptions {
   uint64_t request_burst = 0;
   int default_class = 1;
   bool priority_header = true;                     // honour x-infergate-priority: <0..3>
+  // Whose header counts (config priority.from_client): kTrusted, the sources in
+  // trusted_sources (marked in the CIDR map); kAll, everyone; kOff, no one. Unset
+  // (XdpOptions built by hand, tests): everyone, as before sources could be told apart.
+  enum class PriorityFrom { kTrusted, kAll, kOff };
+  PriorityFrom priority_from = PriorityFrom::kAll;
+  std::vector<std::string> trusted_sources;        // CIDRs; with cidr_rules at most 1024 entries
   bool send_rst = true;                            // answer rejected request starts with a RST
   bool track_flows = true;                         // flow map: first segment, rejects, tags
   bool write_metadata = false;                     // tag in XDP metadata (afxdp path)
@@ -96,7 +102,12 @@ struct XdpOptions {
   std::string pin_path;                            // bpffs dir for the maps; empty = no pinning
 
   static absl::StatusOr<XdpOptions> fromConfig(const config::XdpConfig& c,
-                                               std::vector<uint16_t> service_ports);
+                                               std::vector<uint16_t> service_ports,
+                                               const config::PriorityConfig& priority = {});
+
+ private:
+  static absl::StatusOr<XdpOptions> fromConfigXdp(const config::XdpConfig& c,
+                                                  std::vector<uint16_t> service_ports);
 };
 
 }  // namespace infergate::xdp

@@ -338,5 +338,64 @@ TEST(XdpState, MetricsCollector) {
       << text;
 }
 
+// Issue 13, item 5: the x-infergate-priority header sets the class only from trusted sources
+// (priority.from_client: trusted, priority.trusted_sources); the test client is 10.0.0.2.
+int headerClassFrom(const XdpOptions& o, uint16_t sport, bool* skipped) {
+  std::string skip;
+  auto f = loadOrSkip(o, &skip);
+  if (!f) {
+    *skipped = !skip.empty();
+    return -1;
+  }
+  RunResult r = runXdp(
+      f->programFd(),
+      buildPacket(flow(sport, kAck | kPsh,
+                       "POST /v2/models/m/infer HTTP/1.1\r\nx-infergate-priority: 2\r\n\r\n")));
+  EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
+  sockaddr_in peer{}, local{};
+  peer.sin_family = local.sin_family = AF_INET;
+  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
+  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
+  peer.sin_port = htons(sport);
+  local.sin_port = htons(8000);
+  auto tag = f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
+                                                       reinterpret_cast<sockaddr*>(&local)));
+  EXPECT_TRUE(tag.has_value());
+  return tag ? tag->cls : -1;
+}
+
+TEST(XdpPriority, HeaderCountsOnlyFromTrustedSources) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  bool skipped = false;
+  o.trusted_sources = {"10.0.0.0/24"};
+  const int trusted = headerClassFrom(o, 41300, &skipped);
+  if (skipped) GTEST_SKIP() << "needs BPF";
+  EXPECT_EQ(trusted, 2);
+  o.trusted_sources = {"192.0.2.0/24", "2001:db8::/32"};
+  EXPECT_EQ(headerClassFrom(o, 41301, &skipped), 1);  // the default class: header ignored
+  o.trusted_sources = {};
+  EXPECT_EQ(headerClassFrom(o, 41302, &skipped), 1);
+  o.priority_from = XdpOptions::PriorityFrom::kOff;
+  o.trusted_sources = {"10.0.0.0/24"};
+  EXPECT_EQ(headerClassFrom(o, 41303, &skipped), 1);
+  o.priority_from = XdpOptions::PriorityFrom::kAll;
+  o.trusted_sources = {};
+  EXPECT_EQ(headerClassFrom(o, 41304, &skipped), 2);
+}
+
+// A longer class rule inside a trusted prefix keeps the trust (the LPM entry an address
+// matches is the longest; it must say what both lists say).
+TEST(XdpPriority, TrustSurvivesALongerCidrRule) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.trusted_sources = {"10.0.0.0/8"};
+  o.cidr_rules = {{"10.0.0.2", -1, true}};  // exempt, no class
+  bool skipped = false;
+  const int cls = headerClassFrom(o, 41310, &skipped);
+  if (skipped) GTEST_SKIP() << "needs BPF";
+  EXPECT_EQ(cls, 2);
+}
+
 }  // namespace
 }  // namespace infergate::xdp::testing

@@ -119,6 +119,39 @@ TEST(HostClassifierConfig, FromConfig) {
   EXPECT_NE(std::string(bad.status().message()).find("xdp.attach"), std::string::npos);
 }
 
+// Issue 13, item 5: the CIDR trie carries class rules and trusted sources together.
+TEST(HostClassifierConfig, CidrEntriesMergeRulesAndTrustedSources) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.cidr_rules = {{"10.1.0.0/16", 3, false}, {"10.1.2.3", -1, true}, {"192.0.2.0/24", 0, false}};
+  o.trusted_sources = {"10.0.0.0/8", "192.0.2.0/24"};
+  auto e = cidrEntries(o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  ASSERT_EQ(e->size(), 4u);  // 192.0.2.0/24 once
+  auto find = [&](const char* c) -> const CidrEntry& {
+    for (const CidrEntry& x : *e) {
+      if (x.cidr == *common::parseCidr(c)) return x;
+    }
+    ADD_FAILURE() << c;
+    return e->front();
+  };
+  EXPECT_EQ(find("10.1.0.0/16").cls, 3);
+  EXPECT_EQ(find("10.1.0.0/16").trusted, 1);
+  EXPECT_EQ(find("10.1.2.3").cls, IG_CLASS_NONE);  // its own rule, as without trust...
+  EXPECT_EQ(find("10.1.2.3").exempt, 1);
+  EXPECT_EQ(find("10.1.2.3").trusted, 1);  // ...plus the /8's trust
+  EXPECT_EQ(find("10.0.0.0/8").trusted, 1);
+  EXPECT_EQ(find("10.0.0.0/8").cls, IG_CLASS_NONE);
+  EXPECT_EQ(find("192.0.2.0/24").cls, 0);
+  EXPECT_EQ(find("192.0.2.0/24").trusted, 1);
+  // Trusted sources go into the trie only when trust decides.
+  o.priority_from = XdpOptions::PriorityFrom::kAll;
+  EXPECT_EQ(cidrEntries(o)->size(), 3u);
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.trusted_sources = {"bad"};
+  EXPECT_FALSE(cidrEntries(o).ok());
+}
+
 TEST(HostClassifierMetrics, RendersPrometheus) {
   XdpCounters c;
   c.packets[XDP_DROP][IG_R_BAD_REQUEST_LINE] = 3;
