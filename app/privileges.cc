@@ -373,6 +373,12 @@ constexpr const char* kBaseSyscalls[] = {
     "capget",
 };
 
+// CUDA builds only (SeccompOptions::cuda): the driver's steady state, from its documented use
+// of ioctl on /dev/nvidia* and /proc, /sys reads; unmeasured without a GPU.
+constexpr const char* kCudaSyscalls[] = {"ioctl",     "sched_getaffinity", "getdents64",
+                                         "readlink",  "readlinkat",        "mlock",
+                                         "uname",     "sysinfo",           "getrusage"};
+
 #ifdef INFERGATE_HAVE_SECCOMP
 // One argument comparison (the SCMP_A* macros leave datum_b to the compiler's warnings).
 scmp_arg_cmp argCmp(unsigned arg, scmp_compare op, scmp_datum_t a, scmp_datum_t b = 0) {
@@ -396,6 +402,7 @@ std::vector<std::string> seccompAllowlist(const SeccompOptions& options) {
   out.push_back("openat");  // read-only
   if (options.bpf_maps) out.push_back("bpf");  // map commands only
   if (options.raise_caps) out.push_back("capset");
+  if (options.cuda) out.insert(out.end(), std::begin(kCudaSyscalls), std::end(kCudaSyscalls));
   return out;
 }
 
@@ -503,12 +510,24 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
       return fail("socket", rc);
   }
   ++allowed;
-  // Files are read (cpu lists, /etc/localtime), never created or written after start-up.
-  if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
-                                argCmp(2, SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC, O_RDONLY));
+  // Files are read (cpu lists, /etc/localtime), never created or written after start-up
+  // (CUDA builds: the driver may open its device files read-write).
+  if (int rc = options.cuda
+                   ? seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 0)
+                   : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(openat), 1,
+                                      argCmp(2, SCMP_CMP_MASKED_EQ, O_ACCMODE | O_CREAT | O_TRUNC,
+                                             O_RDONLY));
       rc != 0)
     return fail("openat", rc);
   ++allowed;
+  if (options.cuda) {
+    for (const char* name : kCudaSyscalls) {
+      const int nr = seccomp_syscall_resolve_name(name);
+      if (nr == __NR_SCMP_ERROR || nr < 0) continue;
+      if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) return fail(name, rc);
+      ++allowed;
+    }
+  }
   for (int option : kPrctlOptions) {
     if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(prctl), 1,
                                   argCmp(0, SCMP_CMP_EQ, static_cast<scmp_datum_t>(option)));

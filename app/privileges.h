@@ -44,6 +44,10 @@ struct SeccompOptions {
   SeccompAction action = SeccompAction::kErrno;
   bool bpf_maps = false;    // bpf(2) map commands on open fds (xdp-filter, afxdp modes)
   bool raise_caps = false;  // capset(2), for ScopedCapability at shutdown (xdp modes)
+  // CUDA builds: the driver talks to /dev/nvidia* with ioctl(2) in the steady state (copies,
+  // stream and event calls) and may open device files: ioctl, openat for writing and a few
+  // calls the driver makes (kCudaSyscalls). Not measured on a GPU yet (docs/OPERATIONS.md).
+  bool cuda = false;
   bool all_threads = true;  // every thread of the process (TSYNC); false: the caller's only
 };
 

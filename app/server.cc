@@ -260,6 +260,9 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
                                                             : SeccompAction::kErrno;
   po.seccomp_options.bpf_maps = xdp;
   po.seccomp_options.raise_caps = xdp;
+#ifdef INFERGATE_WITH_CUDA
+  po.seccomp_options.cuda = true;
+#endif
   if (!sec.user.empty() && xdp && !config_.xdp.pin_path.empty()) {
     // The pinned maps are unpinned at shutdown: the new user must be able to unlink them.
     struct stat st {};
