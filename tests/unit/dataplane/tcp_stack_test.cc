@@ -1435,6 +1435,30 @@ TEST_F(TcpTest, SendTimeoutResetsAPeerThatNeverOpensItsWindow) {
   EXPECT_TRUE(session().closed);
 }
 
+// Zero-window probing is bounded by itself too (send timeout off): probes answered with a
+// zero window count like unanswered ones, and after 2 x max_retries the connection is reset.
+TEST_F(TcpTest, ZeroWindowProbesAnsweredWithZeroEndAtTheLimit) {
+  opts.output.send_timeout_ns = 0;
+  opts.max_retries = 2;
+  start();
+  connect(1000, SynOpts{1460, 0, false, false});
+  send(kAck, cseq, sseq, {}, 0);
+  session().transport->send("blocked");
+  drain();
+  bool reset = false;
+  for (int i = 0; i < 200 && !reset; ++i) {  // 20 s
+    advance(100 * kMs);
+    for (const Out& o : drain()) {
+      if (o.has(kRst)) reset = true;
+      else if (o.len() == 0 && o.seg.seq == sseq - 1) send(kAck, cseq, sseq, {}, 0);
+    }
+  }
+  EXPECT_TRUE(reset);
+  EXPECT_EQ(stack->counters().zero_window_probes, 4u);
+  EXPECT_EQ(stack->counters().timeouts, 1u);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+}
+
 // A 1-byte window moves snd_una a byte per round trip: the retransmission and persist limits
 // never fire, the minimum drain rate does.
 TEST_F(TcpTest, SendTimeoutResetsATrickleReader) {
