@@ -23,11 +23,13 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <sstream>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "common/cidr.h"
 #include "fmt/format.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace infergate::config {
@@ -203,6 +205,37 @@ std::optional<IpAddress> parseIp(const std::string& s) {
     if (!ig_status_.ok()) return ig_status_; \
   } while (0)
 
+// YAML::LoadAll without its endless loop: yaml-cpp 0.7 never consumes a stray flow indicator at
+// the top level (",", or "- a\n,") and yields empty documents from that place forever, allocating
+// as it goes (found by fuzz_config, tests/fuzz/regressions/fuzz_config/). The documents are
+// counted first; one that starts where the previous one did is a syntax error there.
+std::vector<YAML::Node> loadAllDocuments(const std::string& text) {
+  struct Starts : YAML::EventHandler {
+    std::vector<YAML::Mark> marks;
+    void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } starts;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  while (parser.HandleNextDocument(starts)) {
+    const std::vector<YAML::Mark>& m = starts.marks;
+    if (m.size() >= 2 && m[m.size() - 1].pos == m[m.size() - 2].pos) {
+      throw YAML::ParserException(m.back(), "unexpected character here");
+    }
+  }
+  return YAML::LoadAll(text);  // it ends: the same parse did
+}
+
 class Loader {
  public:
   explicit Loader(std::string source) : source_(std::move(source)) {}
@@ -210,7 +243,7 @@ class Loader {
   absl::StatusOr<Config> load(std::string_view text) {
     std::vector<YAML::Node> docs;
     try {
-      docs = YAML::LoadAll(std::string(text));
+      docs = loadAllDocuments(std::string(text));
     } catch (const YAML::Exception& e) {
       // ParserException and friends: e.msg is the reason, e.mark the 0-based position.
       if (e.mark.is_null()) {

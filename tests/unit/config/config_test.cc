@@ -315,6 +315,9 @@ std::vector<BadCase> badCases() {
       {"two documents", withBase("---\nmode: socket\n"), "", "2 YAML documents"},
       {"syntax error", "listeners: [\n  {port: 1\nmodels: x\n", ":", "invalid YAML"},
       {"bad indentation", "mode: socket\n  reactors: 2\n", ":2:", "invalid YAML"},
+      // yaml-cpp's LoadAll looped forever, allocating, on these (fuzz_config).
+      {"stray comma", ",", ":1:1:", "invalid YAML"},
+      {"stray comma after a sequence", "- a\n,\n", ":2:1:", "invalid YAML"},
       // Unknown and duplicate keys.
       {"unknown top key", withBase("reactor: 2\n"), "reactor", "unknown key 'reactor'"},
       {"unknown listener key", "listeners: [{prot: 80}]\n", "listeners[0].prot",
