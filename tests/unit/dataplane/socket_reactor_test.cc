@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/metrics.h"
 #include "dataplane/socket_reactor.h"
@@ -81,6 +82,7 @@ class SocketReactorOutputTest : public ::testing::Test {
   }
   void TearDown() override {
     if (client_ >= 0) close(client_);
+    for (int fd : others_) close(fd);
     if (reactor_) {
       reactor_->stop(0);
       reactor_->join();
@@ -97,6 +99,17 @@ class SocketReactorOutputTest : public ::testing::Test {
     a.sin_port = htons(port_);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  }
+  int newClient(int rcvbuf) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    others_.push_back(fd);
+    return fd;
   }
   void write(const std::string& s) {
     ASSERT_EQ(::send(client_, s.data(), s.size(), MSG_NOSIGNAL), static_cast<ssize_t>(s.size()));
@@ -120,6 +133,7 @@ class SocketReactorOutputTest : public ::testing::Test {
   Seen seen_;
   uint16_t port_ = 0;
   int client_ = -1;
+  std::vector<int> others_;
 };
 
 // One request for 8 MiB, never read: the kernel takes what fits in its buffers, the rest
@@ -201,6 +215,41 @@ TEST_F(SocketReactorOutputTest, ReadingPausesUntilTheClientDrains) {
   EXPECT_EQ(seen_.requests.load(), kRequests);
   EXPECT_FALSE(seen_.closed.load());
   EXPECT_TRUE(waitFor([&] { return used_.value() == 0; }, std::chrono::seconds(2)));
+}
+
+// The process budget: a second response queued behind an unsent one while the process would
+// exceed max_bytes resets that connection; a connection that then holds output while the
+// process is at half the budget stops being read; a client with nothing queued is served.
+TEST_F(SocketReactorOutputTest, ProcessBudget) {
+  limits.send_timeout_ns = 0;
+  limits.max_bytes = 6 << 20;  // pause at 3 MiB; bodies of 8 MiB
+  start(8 << 20);
+  const int a = newClient(4096);
+  ASSERT_EQ(::send(a, "gg", 2, MSG_NOSIGNAL), 2);  // 8 MiB accepted, 8 more would exceed
+  ASSERT_TRUE(waitFor([&] { return metrics_->output_process_closes.value() == 1; },
+                      std::chrono::seconds(5)));
+  EXPECT_TRUE(waitFor([&] { return used_.value() == 0; }, std::chrono::seconds(2)));
+  const int b = newClient(4096);
+  ASSERT_EQ(::send(b, "g", 1, MSG_NOSIGNAL), 1);
+  ASSERT_TRUE(waitFor([&] { return seen_.requests.load() == 3; }, std::chrono::seconds(2)));
+  EXPECT_TRUE(waitFor([&] { return metrics_->output_read_pauses.value() >= 1; },
+                      std::chrono::seconds(2)));
+  ASSERT_EQ(::send(b, "g", 1, MSG_NOSIGNAL), 1);  // not read while b holds output
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(seen_.requests.load(), 3);
+  // c has nothing queued: its request is read and answered in full meanwhile.
+  const int c = newClient(0);
+  ASSERT_EQ(::send(c, "g", 1, MSG_NOSIGNAL), 1);
+  size_t got = 0;
+  char buf[65536];
+  while (got < (8u << 20)) {
+    const ssize_t n = recv(c, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << strerror(errno);
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(seen_.requests.load(), 4);
+  EXPECT_EQ(metrics_->output_process_closes.value(), 1u);
+  EXPECT_EQ(metrics_->output_limit_closes.value(), 0u);
 }
 
 }  // namespace
