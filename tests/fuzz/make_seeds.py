@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
 """Writes the seed corpora under tests/fuzz/corpus/<target>/ (committed; rerun after changing an
 input format). Frames mirror xdp/testing/fixtures.cc: client 10.0.0.2 / fd00::2, gateway
-10.0.0.1 / fd00::1, service ports 8000 and 8001 (classifier) and 8080 (TCP stack)."""
+10.0.0.1 / fd00::1, service ports 8000 and 8001 (classifier) and 8080 (TCP stack).
+
+The frontend and config seeds come from the unit tests' own tables: the string literals of
+tests/unit/frontend/*_test.cc and tests/unit/config/config_test.cc (requests, JSON bodies, YAML)
+are read out of the sources, plus the example configs and hand-built gRPC messages that mirror
+grpc_kserve_codec_test.cc and tf_predict_sizes_test.cc (the models are tests/fuzz/fuzz_common.h's).
+"""
+import glob
+import hashlib
 import os
+import re
 import struct
 import sys
 
@@ -155,6 +164,461 @@ def tcp_seeds():
     return s
 
 
+# ---- string literals of the unit tests ----
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
+_ESC = {"n": b"\n", "r": b"\r", "t": b"\t", "0": b"\0", "\\": b"\\", '"': b'"', "'": b"'",
+        "a": b"\a", "b": b"\b", "f": b"\f", "v": b"\v", "?": b"?"}
+
+
+def literals(path):
+    """The C++ string literals of a source file, adjacent ones joined ("a" "b" is one)."""
+    src = open(path, encoding="utf-8").read()
+    out, i, cur, last_end = [], 0, None, -1
+    n = len(src)
+    while i < n:
+        c = src[i]
+        if src.startswith("//", i):
+            i = src.find("\n", i)
+            i = n if i < 0 else i
+            continue
+        if src.startswith("/*", i):
+            i = src.find("*/", i) + 2
+            continue
+        if c == "'":
+            j = i + 1
+            while j < n and src[j] != "'":
+                j += 2 if src[j] == "\\" else 1
+            i = j + 1
+            continue
+        raw = src.startswith('R"', i) and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_"))
+        if raw or c == '"':
+            if raw:
+                d_end = src.index("(", i + 2)
+                delim = src[i + 2:d_end]
+                end = src.index(")" + delim + '"', d_end)
+                val = src[d_end + 1:end].encode()
+                j = end + len(delim) + 2
+            else:
+                j, val = i + 1, b""
+                while src[j] != '"':
+                    if src[j] == "\\":
+                        e = src[j + 1]
+                        if e == "x":
+                            m = re.match(r"[0-9a-fA-F]+", src[j + 2:])
+                            val += bytes([int(m.group(0), 16) & 0xFF])
+                            j += 2 + len(m.group(0))
+                            continue
+                        val += _ESC.get(e, e.encode())
+                        j += 2
+                        continue
+                    val += src[j].encode()
+                    j += 1
+                j += 1
+            if cur is not None and src[last_end:i].strip() == "":
+                cur += val
+            else:
+                if cur is not None:
+                    out.append(cur)
+                cur = val
+            last_end = i = j
+            continue
+        i += 1
+    if cur is not None:
+        out.append(cur)
+    return out
+
+
+def test_literals(pattern):
+    vals = []
+    for path in sorted(glob.glob(os.path.join(ROOT, pattern))):
+        vals += literals(path)
+    seen, out = set(), []
+    for v in vals:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def named(prefix, values):
+    return {"%s_%s" % (prefix, hashlib.sha1(v).hexdigest()[:10]): v for v in values}
+
+
+# ---- protobuf wire format (just enough for the gRPC seeds) ----
+
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_len(field, data):
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def pb_int(field, v):
+    return varint(field << 3) + varint(v)
+
+
+def pb_str(field, s):
+    return pb_len(field, s.encode() if isinstance(s, str) else s)
+
+
+def packed(field, values, fmt=None):
+    body = b"".join(struct.pack("<" + fmt, v) for v in values) if fmt else b"".join(
+        varint(v) for v in values)
+    return pb_len(field, body)
+
+
+def infer_input(name, dtype, shape, contents=None, params=b""):
+    m = pb_str(1, name) + pb_str(2, dtype) + packed(3, shape) + params
+    if contents is not None:
+        m += pb_len(5, contents)
+    return pb_len(5, m)
+
+
+def infer_param(key, value_field, value):
+    v = pb_int(value_field, value) if value_field in (1, 2, 5) else pb_str(value_field, value)
+    return pb_len(1, pb_str(1, key) + pb_len(2, v))
+
+
+def model_infer_seeds():
+    f32 = lambda *v: struct.pack("<%df" % len(v), *v)
+    s = {}
+    s["m_raw_fp32"] = (pb_str(1, "m") + pb_str(2, "1") + pb_str(3, "req-1") +
+                       infer_input("x", "FP32", [1, 3]) + pb_len(7, f32(1, 2, 3)))
+    s["m_fp32_contents"] = (pb_str(1, "m") + infer_input("x", "FP32", [2, 3],
+                            packed(6, [1, 2, 3, 4, 5, 6], "f")) + pb_len(6, pb_str(1, "x_out")))
+    s["two_int_bytes"] = (pb_str(1, "two") + infer_input("a", "INT32", [1, 2], packed(2, [7, -1])) +
+                          infer_input("s", "BYTES", [1, 1], pb_str(8, "hello")))
+    s["two_raw_bytes"] = (pb_str(1, "two") + infer_input("a", "INT32", [1, 2]) +
+                          infer_input("s", "BYTES", [1, 1]) + pb_len(7, struct.pack("<ii", 1, 2)) +
+                          pb_len(7, struct.pack("<I", 3) + b"abc"))
+    s["identity_raw"] = (pb_str(1, "identity") + infer_input("INPUT0", "FP32", [1, 16]) +
+                         pb_len(7, f32(*range(16))))
+    s["all_typed"] = (pb_str(1, "all") +
+                      infer_input("h", "FP16", [2, 2]) + infer_input("b", "BF16", [2]) +
+                      infer_input("t", "BOOL", [1], packed(1, [1])) +
+                      infer_input("u", "UINT64", [2], packed(5, [1, 2**64 - 1])) +
+                      infer_input("i", "INT8", [3], packed(2, [-128, 0, 127])) +
+                      infer_input("d", "FP64", [1], packed(7, [0.5], "d")) +
+                      infer_input("c", "UINT8", [1, 2], packed(4, [0, 255])) +
+                      pb_len(7, b"\0\x3c" * 4) + pb_len(7, b"\x80\x3f\0\x40"))
+    s["s_bytes_contents"] = (pb_str(1, "s") + infer_input("s", "BYTES", [3], pb_str(8, "a") +
+                             pb_str(8, "") + pb_str(8, "\xff")))
+    s["params_priority_timeout"] = (pb_str(1, "m") + infer_param("priority", 5, 1) +
+                                    infer_param("timeout", 2, 1000) +
+                                    infer_param("binary_data_output", 1, 1) +
+                                    infer_input("x", "FP32", [1, 3], packed(6, [1, 2, 3], "f")))
+    s["huge_shape"] = pb_str(1, "m") + infer_input("x", "FP32", [2**62 + 1, 3]) + pb_len(7, f32(1))
+    s["negative_shape"] = pb_str(1, "m") + infer_input("x", "FP32", [-1, 3])
+    s["unknown_model"] = pb_str(1, "nope") + infer_input("x", "FP32", [1])
+    s["mixed_raw_contents"] = (pb_str(1, "m") + infer_input("x", "FP32", [1, 3], packed(6, [1], "f")) +
+                               pb_len(7, f32(1, 2, 3)))
+    return s
+
+
+def tensor_proto(dtype, dims, **vals):
+    m = pb_int(1, dtype) + pb_len(2, b"".join(pb_len(2, pb_int(1, d)) for d in dims))
+    fields = {"tensor_content": (4, None), "float_val": (5, "f"), "double_val": (6, "d"),
+              "int_val": (7, None), "int64_val": (10, None), "bool_val": (11, None),
+              "half_val": (13, None), "uint32_val": (16, None), "uint64_val": (17, None)}
+    for k, v in vals.items():
+        if k == "string_val":
+            m += b"".join(pb_str(8, x) for x in v)
+        elif k == "tensor_content":
+            m += pb_len(4, v)
+        else:
+            num, fmt = fields[k]
+            m += packed(num, v, fmt)
+    return m
+
+
+def predict_request(name, inputs, version=None, output_filter=()):
+    spec = pb_str(1, name) + (pb_len(2, pb_int(1, version)) if version is not None else b"")
+    m = pb_len(1, spec)
+    for alias, tp in inputs:
+        m += pb_len(2, pb_str(1, alias) + pb_len(2, tp))
+    for f in output_filter:
+        m += pb_str(3, f)
+    return m
+
+
+DT_FLOAT, DT_DOUBLE, DT_INT32, DT_UINT8, DT_INT8, DT_STRING = 1, 2, 3, 4, 6, 7
+DT_INT64, DT_BOOL, DT_BFLOAT16, DT_HALF, DT_UINT64 = 9, 10, 14, 19, 23
+
+
+def tf_predict_seeds():
+    s = {}
+    s["m_float_val"] = predict_request("m", [("x", tensor_proto(DT_FLOAT, [2, 3],
+                                                                 float_val=[1, 2, 3, 4, 5, 6]))])
+    s["m_broadcast_one"] = predict_request("m", [("x", tensor_proto(DT_FLOAT, [8, 3], float_val=[7]))],
+                                           version=1)
+    s["m_tensor_content"] = predict_request("m", [("x", tensor_proto(
+        DT_FLOAT, [1, 3], tensor_content=struct.pack("<3f", 1, 2, 3)))], output_filter=["x_out"])
+    # The request of issue 13: one dimension of 4611686018427387905 and one value to broadcast.
+    s["issue13_huge_dim"] = predict_request("m", [("x", tensor_proto(DT_FLOAT, [4611686018427387905],
+                                                                      float_val=[1]))])
+    s["two_int_string"] = predict_request("two", [("a", tensor_proto(DT_INT32, [1, 2], int_val=[1, -2])),
+                                                  ("s", tensor_proto(DT_STRING, [1, 1],
+                                                                     string_val=["abc"]))], version=2)
+    s["all_typed"] = predict_request("all", [
+        ("h", tensor_proto(DT_HALF, [2, 2], half_val=[0x3c00, 0, 0x7c00, 0xfc00])),
+        ("b", tensor_proto(DT_BFLOAT16, [2], half_val=[0x3f80, 0x4000])),
+        ("t", tensor_proto(DT_BOOL, [1], bool_val=[1])),
+        ("u", tensor_proto(DT_UINT64, [1], uint64_val=[2**64 - 1])),
+        ("i", tensor_proto(DT_INT8, [2], int_val=[-128, 127])),
+        ("d", tensor_proto(DT_DOUBLE, [1], double_val=[0.25])),
+        ("c", tensor_proto(DT_UINT8, [1, 2], int_val=[0, 255]))])
+    s["s_strings"] = predict_request("s", [("s", tensor_proto(DT_STRING, [2], string_val=["", "\xff"]))])
+    s["unknown_input"] = predict_request("m", [("y", tensor_proto(DT_FLOAT, [1, 3], float_val=[1]))])
+    s["identity_int64_mismatch"] = predict_request("identity", [("INPUT0", tensor_proto(
+        DT_INT64, [1, 16], int64_val=list(range(16))))])
+    return {k: b"\x00" + v for k, v in s.items()}  # timeout byte 0: no deadline
+
+
+def model_infer_target_seeds():
+    out = {}
+    for name, m in model_infer_seeds().items():
+        out["service_" + name] = b"\x00" + m
+        out["stream_" + name] = b"\x02" + m
+        out["decode_" + name] = b"\x01" + m
+        out["decode_placed_" + name] = b"\x03" + m
+    return out
+
+
+def grpc_framing_seeds():
+    msg = lambda b, flag=0: bytes([flag]) + struct.pack(">I", len(b)) + b
+    s = {
+        "two_messages": b"\x03\x01" + msg(b"hello") + msg(b""),
+        "split_message": b"\x03\x07" + msg(b"x" * 200),
+        "compressed": b"\x03\x00" + msg(b"abc", 1),
+        "bad_flag": b"\x03\x00" + msg(b"abc", 2),
+        "over_limit": b"\x02\x05" + msg(b"y" * 17),
+        "partial_tail": b"\x03\x09" + msg(b"abc") + b"\x00\x00\x00",
+        "timeout_text": b"\x03\x00" + b"100m" + msg(b"%41"),
+    }
+    for name, m in model_infer_seeds().items():
+        s["modelinfer_" + name] = b"\x04\x02" + msg(m)
+    return s
+
+
+def models_json():
+    """KServe v2 JSON bodies for the fuzz models (mode byte = model index, fuzz_common.h)."""
+    return {
+        "m": b'{"id":"1","inputs":[{"name":"x","shape":[1,3],"datatype":"FP32","data":[1,2.5,-3e3]}],'
+             b'"outputs":[{"name":"x_out","parameters":{"binary_data":true}}]}',
+        "two": b'{"inputs":[{"name":"a","shape":[1,2],"datatype":"INT32","data":[[1,-2]]},'
+               b'{"name":"s","shape":[1,1],"datatype":"BYTES","data":["abc"]}],'
+               b'"parameters":{"binary_data_output":true}}',
+        "identity": b'{"inputs":[{"name":"INPUT0","shape":[1,16],"datatype":"FP32","data":'
+                    b'[0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15]}]}',
+        "all": b'{"inputs":[{"name":"h","shape":[2,2],"datatype":"FP16","data":[1,0.5,65504,-0]},'
+               b'{"name":"b","shape":[2],"datatype":"BF16","data":[1,2]},'
+               b'{"name":"t","shape":[1],"datatype":"BOOL","data":[true]},'
+               b'{"name":"u","shape":[1],"datatype":"UINT64","data":[18446744073709551615]},'
+               b'{"name":"i","shape":[2],"datatype":"INT8","data":[-128,127]},'
+               b'{"name":"d","shape":[1],"datatype":"FP64","data":[1e308]},'
+               b'{"name":"c","shape":[1,2],"datatype":"UINT8","data":[[0,255]]}]}',
+        "s": b'{"inputs":[{"name":"s","shape":[2],"datatype":"BYTES","data":["","\\u00ff"]}],'
+             b'"priority":1,"timeout":1000}',
+    }
+
+
+MODEL_INDEX = {"m": 0, "two": 1, "identity": 2, "all": 3, "s": 4}
+
+
+def binary_ext(model, inputs_json, parts):
+    """A KServe binary-extension body: JSON header + parts; returns (header length, body)."""
+    head = inputs_json.encode()
+    return len(head), head + b"".join(parts)
+
+
+def kserve_json_seeds():
+    s = {}
+    jsons = [v for v in test_literals("tests/unit/frontend/kserve_*_test.cc") if v.startswith(b"{")]
+    for name, body in named("test", jsons).items():
+        s[name] = bytes([0x05, 0, 0]) + body           # no model config, as the tests decode
+        s[name + "_m"] = bytes([0x00, 0, 0]) + body
+    for model, body in models_json().items():
+        s["model_" + model] = bytes([MODEL_INDEX[model], 0, 0]) + body
+        s["model_placed_" + model] = bytes([MODEL_INDEX[model] | 0x20, 0, 0]) + body
+    hl, body = binary_ext("m", '{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32",'
+                          '"parameters":{"binary_data_size":12}}],"parameters":{"binary_data_output":true}}',
+                          [struct.pack("<3f", 1, 2, 3)])
+    s["binary_ext_m"] = bytes([0x08, hl & 0xFF, hl >> 8]) + body
+    s["binary_ext_m_placed"] = bytes([0x28, hl & 0xFF, hl >> 8]) + body
+    hl, body = binary_ext("two", '{"inputs":[{"name":"a","shape":[1,2],"datatype":"INT32",'
+                          '"parameters":{"binary_data_size":8}},{"name":"s","shape":[1,1],'
+                          '"datatype":"BYTES","parameters":{"binary_data_size":7}}]}',
+                          [struct.pack("<ii", 5, 6), struct.pack("<I", 3) + b"xyz"])
+    s["binary_ext_two"] = bytes([0x09 | 0x40, hl & 0xFF, hl >> 8]) + body
+    s["raw_binary_identity"] = bytes([0x12, 0, 0]) + struct.pack("<16f", *range(16))
+    s["raw_binary_s"] = bytes([0x14 | 0x20, 0, 0]) + struct.pack("<I", 2) + b"hi"
+    return s
+
+
+def tfserving_rest_seeds():
+    s = {}
+    jsons = [v for v in test_literals("tests/unit/frontend/tfserving_rest_test.cc")
+             if v.lstrip().startswith(b"{")]
+    for name, body in named("test", jsons).items():
+        s[name] = b"\x00" + body
+        s[name + "_two"] = b"\x01" + body
+    s["all_columnar"] = b"\x03" + (b'{"inputs":{"h":[[1,2],[3,4]],"b":[1,NaN],"t":[true],"u":[1],'
+                                   b'"i":[-1],"d":[-Infinity],"c":[[1,2]]}}')
+    s["s_b64"] = b"\x04" + b'{"instances":[{"b64":"aGk="},"plain"]}'
+    s["identity_rows"] = b"\x02" + b'{"signature_name":"serving_default","instances":[' + \
+        b"[" + b",".join(b"%d" % i for i in range(16)) + b"]]}"
+    return s
+
+
+# ---- HTTP/1.1 (fuzz_http1 records: see http1_fuzz.cc) ----
+
+def h1_read(b):
+    return struct.pack("<BH", 0, len(b)) + b
+
+
+def h1_tick(quarters):
+    return bytes([1 | (quarters << 2)])
+
+
+def h1_small(b):
+    return bytes([3 | (len(b) << 2)]) + b
+
+
+def post(path, body, headers=b""):
+    return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+            headers + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+
+def http1_seeds():
+    s = {}
+    reqs = [v for v in test_literals("tests/unit/frontend/http1_*_test.cc") if b"HTTP/1." in v]
+    for name, r in named("test", reqs).items():
+        s[name] = b"\x00" + h1_read(r)
+    s["kserve_infer_pipelined"] = b"\x00" + h1_read(
+        post(b"/v2/models/m/infer", models_json()["m"]) +
+        post(b"/v2/models/two/versions/2/infer", models_json()["two"]))
+    s["kserve_get_paths"] = b"\x00" + h1_read(b"".join(
+        b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % p for p in
+        [b"/v2/health/live", b"/v2/health/ready", b"/v2", b"/v2/models/m", b"/v2/models/m/ready",
+         b"/v2/models/all/versions/1", b"/v1/models/m", b"/v1/models/m/versions/1"]))
+    hl, body = binary_ext("m", '{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32",'
+                          '"parameters":{"binary_data_size":12}}]}', [struct.pack("<3f", 1, 2, 3)])
+    s["kserve_binary_ext"] = b"\x00" + h1_read(post(
+        b"/v2/models/m/infer", body, b"Inference-Header-Content-Length: %d\r\n" % hl))
+    s["kserve_raw_binary"] = b"\x00" + h1_read(post(
+        b"/v2/models/identity/infer", struct.pack("<16f", *range(16)),
+        b"Inference-Header-Content-Length: 0\r\n"))
+    s["tf_predict_rows"] = b"\x00" + h1_read(post(b"/v1/models/m:predict",
+                                                 b'{"instances":[[1,2,NaN]]}'))
+    s["tf_predict_columnar_v"] = b"\x00" + h1_read(post(b"/v1/models/m/versions/1:predict",
+                                                       b'{"inputs":[[1,2,3],[4,5,6]]}'))
+    s["expect_continue_split"] = b"\x00" + h1_read(
+        b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(models_json()["m"])) + h1_read(models_json()["m"])
+    body = models_json()["m"]
+    s["chunked_byte_by_byte"] = b"\x00" + b"".join(h1_small(bytes([c])) for c in (
+        b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" +
+        b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"))
+    s["header_timeout"] = b"\x00" + h1_read(b"GET /v2/health/live HTTP/1.1\r\nHo") + h1_tick(8)
+    s["body_timeout_small_limits"] = b"\x01" + h1_read(
+        b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{") + h1_tick(12)
+    s["peer_close_cancel"] = b"\x02" + h1_read(post(b"/v2/models/m/infer", body)) + b"\x02"
+    s["tagged_rate_limited"] = bytes([0x04 | 0x20]) + h1_read(post(b"/v2/models/m/infer", body))
+    s["max_in_flight_small"] = b"\x01" + h1_read(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n" * 6)
+    return s
+
+
+# ---- HTTP/2 (fuzz_http2 records: see http2_fuzz.cc) ----
+
+def h2_frame(ftype, flags, stream, payload, split=False):
+    return bytes([1 | (0x80 if split else 0), ftype, flags, stream]) + struct.pack("<H", len(payload)) + payload
+
+
+def h2_headers(stream, flags, path, extra=b""):
+    return bytes([2, stream, flags, path, len(extra)]) + extra
+
+
+def h2_message(stream, flags, message):
+    return bytes([3, stream, flags]) + struct.pack("<H", len(message)) + message
+
+
+def h2_tick(quarters):
+    return bytes([4 | (quarters << 3)])
+
+
+END_STREAM, END_HEADERS, ACK_FLAG = 0x1, 0x4, 0x1
+PATH_INFER, PATH_STREAM, PATH_PREDICT, PATH_LIVE, PATH_READY, PATH_MREADY, PATH_SMETA, PATH_MMETA = range(8)
+
+
+def http2_seeds():
+    settings = h2_frame(4, 0, 0, b"")
+    infer = model_infer_seeds()
+    predict = {k: v[1:] for k, v in tf_predict_seeds().items()}
+    s = {}
+    s["infer_unary"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_INFER) +
+                        h2_message(1, END_STREAM, infer["m_raw_fp32"]))
+    s["infer_two_streams"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_INFER) +
+                              h2_headers(3, END_HEADERS, PATH_INFER | 0x20) +
+                              h2_message(3, END_STREAM, infer["two_int_bytes"]) +
+                              h2_message(1, END_STREAM, infer["all_typed"]))
+    s["stream_infer"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_STREAM) +
+                         h2_message(1, 0, infer["m_fp32_contents"]) +
+                         h2_message(1, 0, infer["unknown_model"]) + h2_frame(0, END_STREAM, 1, b""))
+    s["predict"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_PREDICT | 0x10) +
+                    h2_message(1, END_STREAM, predict["m_broadcast_one"]))
+    s["predict_issue13"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_PREDICT) +
+                            h2_message(1, END_STREAM, predict["issue13_huge_dim"]))
+    s["metadata_calls"] = (b"\x00" + settings + b"".join(
+        h2_headers(2 * i + 1, END_HEADERS, p) + h2_message(2 * i + 1, END_STREAM, pb_str(1, "m"))
+        for i, p in enumerate([PATH_LIVE, PATH_READY, PATH_MREADY, PATH_SMETA, PATH_MMETA, 8])))
+    s["deadline_tick"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_INFER | 0x10) +
+                          h2_tick(1) + h2_message(1, END_STREAM, infer["m_raw_fp32"]))
+    s["rst_and_goaway"] = (b"\x00" + settings + h2_headers(1, END_HEADERS, PATH_INFER) +
+                           h2_frame(3, 0, 1, struct.pack(">I", 8)) + h2_frame(7, 0, 0, struct.pack(">II", 1, 0)))
+    s["ping_window_priority"] = (b"\x00" + settings + h2_frame(6, 0, 0, b"12345678") +
+                                 h2_frame(8, 0, 0, struct.pack(">I", 1 << 20)) +
+                                 h2_frame(2, 0, 1, struct.pack(">IB", 0, 15)) +
+                                 h2_frame(4, ACK_FLAG, 0, b""))
+    s["settings_values"] = (b"\x00" + h2_frame(4, 0, 0, struct.pack(">HIHIHIHI", 1, 0, 3, 1, 4, 1, 5, 1 << 20)) +
+                            h2_headers(1, END_HEADERS, PATH_INFER) + h2_message(1, END_STREAM, infer["identity_raw"]))
+    s["continuation"] = (b"\x00" + settings + h2_headers(1, 0, PATH_INFER) +
+                         h2_frame(9, END_HEADERS, 1, b"\x00\x01a\x01b") +
+                         h2_message(1, END_STREAM, infer["m_raw_fp32"]))
+    s["split_frames_small_limits"] = (b"\x01" + settings + h2_headers(1, END_HEADERS, PATH_INFER) +
+                                      h2_frame(0, END_STREAM, 1, b"\x00" + struct.pack(">I", 2000) + b"z" * 300,
+                                               split=True))
+    s["stream_ids_down"] = (b"\x00" + settings + h2_headers(5, END_HEADERS, PATH_LIVE) +
+                            h2_headers(3, END_HEADERS, PATH_LIVE))
+    s["drain_and_close"] = (b"\x02" + settings + h2_headers(1, END_HEADERS, PATH_INFER) + b"\x06" +
+                            h2_message(1, END_STREAM, infer["m_raw_fp32"]) + b"\x05")
+    s["gzip_and_text_plain"] = (b"\x00" + settings + h2_headers(1, END_HEADERS | END_STREAM, PATH_LIVE | 0x40) +
+                                h2_headers(3, END_HEADERS | END_STREAM, PATH_LIVE | 0x80))
+    s["idle_timeout"] = b"\x00" + settings + h2_tick(31)
+    return s
+
+
+# ---- YAML ----
+
+def config_seeds():
+    s = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "config/examples/*.yaml"))):
+        s["example_" + os.path.basename(path)[:-5]] = open(path, "rb").read()
+    yamls = [v for v in test_literals("tests/unit/config/*_test.cc") + literals(
+        os.path.join(ROOT, "config/config.cc")) if b":" in v and (b"\n" in v or v.startswith(b"{"))]
+    s.update(named("test", yamls))
+    return s
+
+
 def write(target, seeds):
     d = os.path.join(HERE, "corpus", target)
     os.makedirs(d, exist_ok=True)
@@ -166,4 +630,12 @@ def write(target, seeds):
 if __name__ == "__main__":
     write("fuzz_xdp_classifier", classifier_seeds())
     write("fuzz_tcp_stack", tcp_seeds())
+    write("fuzz_http1", http1_seeds())
+    write("fuzz_http2", http2_seeds())
+    write("fuzz_grpc_framing", grpc_framing_seeds())
+    write("fuzz_modelinfer", model_infer_target_seeds())
+    write("fuzz_tf_predict", tf_predict_seeds())
+    write("fuzz_kserve_json", kserve_json_seeds())
+    write("fuzz_tfserving_rest", tfserving_rest_seeds())
+    write("fuzz_config", config_seeds())
     sys.exit(0)
