@@ -361,8 +361,9 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
   f.depth[1]->set(std::optional<double>(40));
   f.pool->scrapeAll();
   const int before0 = f.sends(0);
+  std::deque<Result> held;  // the held calls answer into these at drain()
   for (int i = 0; i < 10; ++i) {
-    Result x;
+    Result& x = held.emplace_back();
     f.pool->execute(b, collect(x));
   }
   EXPECT_EQ(f.sends(0), before0 + 10);
@@ -381,8 +382,9 @@ TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
   f.depth[2]->set(std::optional<double>(3));
   f.pool->scrapeAll();
   Batch b;
+  std::deque<Result> held;  // the held calls answer into these at drain()
   for (int i = 0; i < 200; ++i) {
-    Result x;
+    Result& x = held.emplace_back();
     f.pool->execute(b, collect(x));
   }
   // Power of two choices: whichever pair is drawn, ep0 (500 + 0) loses to ep1/ep2 (<= 203).
@@ -425,8 +427,9 @@ TEST(PoolQueueDepth, StaleReadingsAreIgnored) {
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
   Batch b;
+  std::deque<Result> held;  // the held calls answer into these at drain()
   for (int i = 0; i < 8; ++i) {
-    Result x;
+    Result& x = held.emplace_back();
     f.pool->execute(b, collect(x));
   }
   // In-flight batches alone: power of two choices over two endpoints keeps them level.
@@ -452,8 +455,9 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep0"}}), 2);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
   Batch b;
+  std::deque<Result> held;  // the held calls answer into these at drain()
   {
-    Result x;
+    Result& x = held.emplace_back();
     f.pool->execute(b, collect(x));
   }
   EXPECT_EQ(f.sends(1), 1);
@@ -470,7 +474,7 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   EXPECT_EQ(f.pool->status()[1].scrape_errors, 1u);
   const int s0 = f.sends(0), s1 = f.sends(1);
   for (int i = 0; i < 8; ++i) {
-    Result x;
+    Result& x = held.emplace_back();
     f.pool->execute(b, collect(x));
   }
   EXPECT_EQ(f.sends(0) - s0, 4);
