@@ -98,8 +98,9 @@ struct Fixture : ::testing::Test {
       const uint32_t n = (uint8_t(o[pos]) << 16) | (uint8_t(o[pos + 1]) << 8) | uint8_t(o[pos + 2]);
       if (o.size() - pos < 9 + n) break;
       Frame f{uint8_t(o[pos + 3]), uint8_t(o[pos + 4]),
-              ((uint8_t(o[pos + 5]) & 0x7f) << 24) | (uint8_t(o[pos + 6]) << 16) |
-                  (uint8_t(o[pos + 7]) << 8) | uint8_t(o[pos + 8]),
+              static_cast<uint32_t>(((uint8_t(o[pos + 5]) & 0x7f) << 24) |
+                                    (uint8_t(o[pos + 6]) << 16) | (uint8_t(o[pos + 7]) << 8) |
+                                    uint8_t(o[pos + 8])),
               o.substr(pos + 9, n), {}};
       if (f.type == kHeaders) {
         const uint8_t* in = reinterpret_cast<const uint8_t*>(f.payload.data());
@@ -316,7 +317,8 @@ TEST_F(Fixture, SilentStreamTimesOut) {
   EXPECT_TRUE(session->idle());
   EXPECT_FALSE(transport.closed);
   feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
-  const Frame* t = find(frames(), kHeaders, 3, 1);
+  const auto fs3 = frames();  // find() points into it
+  const Frame* t = find(fs3, kHeaders, 3, 1);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->headers.at("grpc-status"), "0");
 }
@@ -332,7 +334,8 @@ TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
   session->onTick(transport.loop_.now);
   EXPECT_EQ(session->stats().stream_timeouts, 0u);
   services.later[0].first(std::move(services.later[0].second));
-  const Frame* t = find(frames(), kHeaders, 1, 1);
+  const auto fs1 = frames();  // find() points into it
+  const Frame* t = find(fs1, kHeaders, 1, 1);
   ASSERT_TRUE(t);
   EXPECT_EQ(t->headers.at("grpc-status"), "0");
 }
