@@ -17,6 +17,7 @@
 #include "backends/identity_model.h"
 #include "backends/model.h"
 #include "backends/tensor.h"
+#include "spdlog/spdlog.h"
 
 #define FUZZ_CHECK(cond)                                                                      \
   do {                                                                                        \
@@ -27,6 +28,12 @@
   } while (0)
 
 namespace infergate::fuzz {
+
+// The gateway's log lines are not findings, and writing them slows every execution.
+inline const bool kQuietLogs = [] {
+  spdlog::set_level(spdlog::level::off);
+  return true;
+}();
 
 // Consumes the fuzzer's bytes front to back; past the end every read yields zeros / empty.
 class Reader {

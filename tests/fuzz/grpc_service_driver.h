@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_inference_service.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -17,6 +19,7 @@ namespace infergate::fuzz {
 class GrpcServiceDriver {
  public:
   GrpcServiceDriver() {
+    google::protobuf::SetLogHandler(nullptr);  // "invalid UTF-8" lines on every odd string
     addFuzzModels(registry_);
     services_ = std::make_unique<frontend::InferenceGrpcServices>(registry_, frontend::ServerInfo{},
                                                                   nullptr);

@@ -26,6 +26,8 @@
 #include <memory>
 #include <string>
 
+#include <google/protobuf/stubs/logging.h>
+
 #include "frontend/grpc_inference_service.h"
 #include "frontend/http2_session.h"
 #include "tests/fuzz/fuzz_common.h"
@@ -52,6 +54,7 @@ constexpr std::string_view kPaths[] = {
 
 struct World {
   World() {
+    google::protobuf::SetLogHandler(nullptr);  // "invalid UTF-8" lines on every odd string
     fz::addFuzzModels(registry);
     services = std::make_unique<fe::InferenceGrpcServices>(
         registry, fe::ServerInfo{"infergate", "0"}, nullptr);
