@@ -338,6 +338,36 @@ class TfServingGrpcTest(unittest.TestCase):
                 stub.Predict(pr)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def test_predict_huge_dimension_is_invalid_argument(self):
+        # Issue 13: one dimension of 4611686018427387905 and float_val [1] (40 bytes on the wire)
+        # wrapped count * 4 to 4 and overwrote the heap. Now INVALID_ARGUMENT, and the gateway
+        # goes on serving on the same channel.
+        import grpc
+        tfp, tft = PB["tfp"], PB["tft"]
+        with channel() as ch:
+            stub = PB["tfsvc"].PredictionServiceStub(ch)
+            pr = tfp.PredictRequest()
+            pr.model_spec.name = "identity"
+            t = pr.inputs["INPUT0"]
+            t.dtype = tft.DT_FLOAT
+            t.tensor_shape.dim.add(size=4611686018427387905)
+            t.float_val.append(1.0)
+            self.assertLessEqual(len(pr.SerializeToString()), 48)
+            with self.assertRaises(grpc.RpcError) as cm:
+                stub.Predict(pr)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            ok = tfp.PredictRequest()
+            ok.model_spec.name = "identity"
+            t = ok.inputs["INPUT0"]
+            t.dtype = tft.DT_FLOAT
+            t.tensor_shape.dim.add(size=1)
+            t.tensor_shape.dim.add(size=16)
+            t.float_val.append(2.0)  # broadcast over the 16 values, as TF Serving does
+            r = stub.Predict(ok)
+            self.assertEqual(struct.unpack("<16f", r.outputs["OUTPUT0"].tensor_content),
+                             (2.0,) * 16)
+        self.assertTrue(TARGET.alive())
+
 
 # --- raw HTTP/2 -------------------------------------------------------------------------------
 
