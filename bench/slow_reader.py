@@ -31,6 +31,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
                                 "integration"))
 import harness  # noqa: E402
+from hostile import rss_kib  # noqa: E402
 
 N_FLOATS = 65536
 BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [N_FLOATS], "datatype": "FP32",
@@ -50,14 +51,6 @@ models:
     inputs: [{{name: INPUT0, datatype: FP32, shape: [-1]}}]
     outputs: [{{name: OUTPUT0, datatype: FP32, shape: [-1]}}]
 """
-
-
-def rss_kib(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def server_established(port):

@@ -236,7 +236,10 @@ void SocketReactor::run() {
 
 void SocketReactor::acceptAll(Listener& l) {
   for (int i = 0; i < 64; ++i) {
-    const int fd = accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage peer{};  // the client's address comes with the accept, no extra call
+    socklen_t peer_len = sizeof peer;
+    const int fd = accept4(l.fd, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
         spdlog::warn("{} {}: accept(): {}", options_.name, options_.index, strerror(errno));
@@ -259,8 +262,7 @@ void SocketReactor::acceptAll(Listener& l) {
     conn->reactor = this;
     conn->fd = fd;
     Conn& c = *conn;
-    socklen_t peer_len = sizeof c.peer;
-    if (getpeername(fd, reinterpret_cast<sockaddr*>(&c.peer), &peer_len) != 0) c.peer = {};
+    c.peer = peer;
     if (options_.tag_lookup) {
       socklen_t len = sizeof c.local;
       getsockname(fd, reinterpret_cast<sockaddr*>(&c.local), &len);

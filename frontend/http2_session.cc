@@ -432,11 +432,16 @@ void Http2Session::received(Stream* s, int32_t stream_id, size_t len) {
     s->withheld += len;
     return;
   }
-  len += s->withheld;  // e.g. it just became the favoured stream
-  withheld_bytes_ -= s->withheld;
-  s->withheld = 0;
+  returnWithheld(*s);  // e.g. it just became the favoured stream
   if (s->id == favoured_ && s->reader.atBoundary()) favoured_ = 0;
   nghttp2_session_consume_stream(session_, stream_id, len);
+}
+
+void Http2Session::returnWithheld(Stream& s) {
+  if (s.withheld == 0) return;
+  nghttp2_session_consume_stream(session_, s.id, s.withheld);
+  withheld_bytes_ -= s.withheld;
+  s.withheld = 0;
 }
 
 void Http2Session::grantWindow() {
@@ -451,17 +456,10 @@ void Http2Session::grantWindow() {
     }
     if (best == nullptr) return;
     favoured_ = best->id;
-    nghttp2_session_consume_stream(session_, best->id, best->withheld);
-    withheld_bytes_ -= best->withheld;
-    best->withheld = 0;
+    returnWithheld(*best);
     return;
   }
-  for (auto& [id, sp] : streams_) {
-    if (sp->withheld == 0) continue;
-    nghttp2_session_consume_stream(session_, id, sp->withheld);
-    withheld_bytes_ -= sp->withheld;
-    sp->withheld = 0;
-  }
+  for (auto& [id, sp] : streams_) returnWithheld(*sp);
 }
 
 void Http2Session::onHeadersDone(Stream& s) {

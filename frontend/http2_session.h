@@ -153,6 +153,7 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   void received(Stream* s, int32_t stream_id, size_t len);
   // Acknowledges withheld bytes once the connection is back under its budget.
   void grantWindow();
+  void returnWithheld(Stream& s);  // acknowledges what `s` has withheld (stream window)
   void forgetStream(Stream& s);  // its held memory and withheld window, when it goes
   void rehold(Stream& s);        // recounts what `s` holds into held_bytes_
 

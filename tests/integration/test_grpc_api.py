@@ -313,18 +313,24 @@ class KServeGrpcTest(unittest.TestCase):
         self.assertEqual(r.raw_output_contents[0], payload)
 
 
+def predict_request(dims, float_vals):
+    """A TF Serving PredictRequest for the identity model: INPUT0, DT_FLOAT, `dims`, float_val."""
+    pr = PB["tfp"].PredictRequest()
+    pr.model_spec.name = "identity"
+    t = pr.inputs["INPUT0"]
+    t.dtype = PB["tft"].DT_FLOAT
+    for d in dims:
+        t.tensor_shape.dim.add(size=d)
+    t.float_val.extend(float_vals)
+    return pr
+
+
 class TfServingGrpcTest(unittest.TestCase):
     def test_predict(self):
-        tfp, tft = PB["tfp"], PB["tft"]
+        tft = PB["tft"]
         with channel() as ch:
             stub = PB["tfsvc"].PredictionServiceStub(ch)
-            pr = tfp.PredictRequest()
-            pr.model_spec.name = "identity"
-            t = pr.inputs["INPUT0"]
-            t.dtype = tft.DT_FLOAT
-            t.tensor_shape.dim.add(size=2)
-            t.tensor_shape.dim.add(size=16)
-            t.float_val.extend(float(i) for i in range(32))
+            pr = predict_request([2, 16], (float(i) for i in range(32)))
             r = stub.Predict(pr)
             out = r.outputs["OUTPUT0"]
             self.assertEqual(out.dtype, tft.DT_FLOAT)
@@ -343,27 +349,14 @@ class TfServingGrpcTest(unittest.TestCase):
         # wrapped count * 4 to 4 and overwrote the heap. Now INVALID_ARGUMENT, and the gateway
         # goes on serving on the same channel.
         import grpc
-        tfp, tft = PB["tfp"], PB["tft"]
         with channel() as ch:
             stub = PB["tfsvc"].PredictionServiceStub(ch)
-            pr = tfp.PredictRequest()
-            pr.model_spec.name = "identity"
-            t = pr.inputs["INPUT0"]
-            t.dtype = tft.DT_FLOAT
-            t.tensor_shape.dim.add(size=4611686018427387905)
-            t.float_val.append(1.0)
+            pr = predict_request([4611686018427387905], [1.0])
             self.assertLessEqual(len(pr.SerializeToString()), 48)
             with self.assertRaises(grpc.RpcError) as cm:
                 stub.Predict(pr)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
-            ok = tfp.PredictRequest()
-            ok.model_spec.name = "identity"
-            t = ok.inputs["INPUT0"]
-            t.dtype = tft.DT_FLOAT
-            t.tensor_shape.dim.add(size=1)
-            t.tensor_shape.dim.add(size=16)
-            t.float_val.append(2.0)  # broadcast over the 16 values, as TF Serving does
-            r = stub.Predict(ok)
+            r = stub.Predict(predict_request([1, 16], [2.0]))  # 2.0 broadcast over the 16
             self.assertEqual(struct.unpack("<16f", r.outputs["OUTPUT0"].tensor_content),
                              (2.0,) * 16)
         self.assertTrue(TARGET.alive())
