@@ -11,70 +11,32 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/build/app/infergate; ROUNDS=3; DURATION=5; CONNS=32; SCPU=0; CCPU=1; IDLE=50000
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --binary) BIN="$2"; shift 2 ;;
-    --rounds) ROUNDS="$2"; shift 2 ;;
-    --duration) DURATION="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --server-cpu) SCPU="$2"; shift 2 ;;
-    --client-cpu) CCPU="$2"; shift 2 ;;
-    --idle) IDLE="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "" --binary BIN --rounds ROUNDS --duration DURATION --connections CONNS --server-cpu SCPU \
+  --client-cpu CCPU --idle IDLE -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "needs root (namespaces, XDP, AF_XDP)" >&2; exit 1; }
 TAG=$$; GW=ig-bench-gw-$TAG; CL=ig-bench-cl-$TAG; GIF=igbg$TAG; CIF=igbc$TAG
 GW_IP=10.234.$((TAG % 250)).1; CL_IP=10.234.$((TAG % 250)).2
 WORK=$(mktemp -d /tmp/infergate-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  ip netns del "$GW" 2>/dev/null || true; ip netns del "$CL" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-source scripts/lib/netns.sh
-veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
-ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
+bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="1024 65535"
 
-MODELS='models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]'
-cat >"$WORK/afxdp.yaml" <<YAML
-mode: afxdp
+config() {  # mode port admin_port [extra yaml]
+  cat <<YAML
+mode: $1
 reactors: 1
 cpus: [$SCPU]
-listeners: [{name: http, address: 0.0.0.0, port: 8000, protocol: http}]
-admin: {address: 127.0.0.1, port: 9100}
+listeners: [{name: http, address: 0.0.0.0, port: $2, protocol: http}]
+admin: {address: 127.0.0.1, port: $3}
 limits: {max_connections: $((IDLE + 1000)), idle_timeout_ms: 600000}
-xdp: {interface: $GIF, attach: native}
-$MODELS
+${4:-}$IDENTITY_MODELS
 YAML
-cat >"$WORK/socket.yaml" <<YAML
-mode: socket
-reactors: 1
-cpus: [$SCPU]
-listeners: [{name: http, address: 0.0.0.0, port: 8001, protocol: http}]
-admin: {address: 127.0.0.1, port: 9101}
-limits: {max_connections: $((IDLE + 1000)), idle_timeout_ms: 600000}
-$MODELS
-YAML
+}
+config afxdp 8000 9100 "xdp: {interface: $GIF, attach: native}
+" >"$WORK/afxdp.yaml"
+config socket 8001 9101 >"$WORK/socket.yaml"
 BODY='{"model_name":"identity","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[1,16],"data":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0,11.0,12.0,13.0,14.0,15.0,16.0]}]}'
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity $(printf '1%0*d' "$SCPU" 0);
-worker_rlimit_nofile 19000;
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
-events { worker_connections 18000; }
-http {
-  access_log off;
+{ nginx_conf_head "$SCPU" 18000 "worker_rlimit_nofile 19000;"; cat <<NGX
   keepalive_requests 1000000;
   keepalive_timeout 600s;
   server {
@@ -83,6 +45,7 @@ http {
   }
 }
 NGX
+} >"$WORK/nginx.conf"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ns_exec "$GW" "$BIN" run -c "$WORK/afxdp.yaml" >"$WORK/afxdp.log" 2>&1 & PIDS+=($!); AF_PID=$!
 ns_exec "$GW" "$BIN" run -c "$WORK/socket.yaml" >"$WORK/socket.log" 2>&1 & PIDS+=($!); SO_PID=$!
@@ -102,13 +65,8 @@ for r in $(seq "$ROUNDS"); do
   run_wrk socket "http://$GW_IP:8001/" bench/wrk/infer.lua | tee -a "$WORK/results"
   run_wrk nginx "http://$GW_IP:8002/" bench/wrk/get.lua | tee -a "$WORK/results"
 done
-/usr/bin/python3 - "$WORK/results" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, js = line.split(" ", 1)
-    rows.setdefault(name, []).append(json.loads(js))
-med = {n: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us")} for n, rs in rows.items()}
+print_medians "$WORK/results" <<'PY'
+med = medians(("rps", "p50_us", "p99_us"))
 print("%-8s %12s %9s %9s %7s" % ("server", "req/s", "p50 us", "p99 us", "errors"))
 for n, m in med.items():
     print("%-8s %12.0f %9.0f %9.0f %7d" % (n, m["rps"], m["p50_us"], m["p99_us"], sum(r["errors"] for r in rows[n])))

@@ -22,32 +22,12 @@ BUILD=build; RESULTS=""; SCPUS=0; CCPUS=1; PROTO=rest; FORMAT=json; CONNS=64; TH
 DURATION=3; WARMUP=1; START=2000; FACTOR=2; SMAX=400000; REFINE=2; P99=2; ARRIVAL=poisson
 AFXDP=0; ONLY=""
 CMD="bench/compare.sh $*"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build) BUILD="$2"; shift 2 ;;
-    --infergate) IG="$2"; shift 2 ;;
-    --bench) BENCH="$2"; shift 2 ;;
-    --results) RESULTS="$2"; shift 2 ;;
-    --server-cpus) SCPUS="$2"; shift 2 ;;
-    --client-cpus) CCPUS="$2"; shift 2 ;;
-    --protocol) PROTO="$2"; shift 2 ;;
-    --format) FORMAT="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --threads) THREADS="$2"; shift 2 ;;
-    --duration) DURATION="$2"; shift 2 ;;
-    --warmup) WARMUP="$2"; shift 2 ;;
-    --sweep-start) START="$2"; shift 2 ;;
-    --sweep-factor) FACTOR="$2"; shift 2 ;;
-    --sweep-max) SMAX="$2"; shift 2 ;;
-    --sweep-refine) REFINE="$2"; shift 2 ;;
-    --p99-target-ms) P99="$2"; shift 2 ;;
-    --arrival) ARRIVAL="$2"; shift 2 ;;
-    --afxdp) AFXDP=1; shift ;;
-    --only) ONLY="$2"; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "compare: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "compare: " --build BUILD --infergate IG --bench BENCH --results RESULTS \
+  --server-cpus SCPUS --client-cpus CCPUS --protocol PROTO --format FORMAT --connections CONNS \
+  --threads THREADS --duration DURATION --warmup WARMUP --sweep-start START \
+  --sweep-factor FACTOR --sweep-max SMAX --sweep-refine REFINE --p99-target-ms P99 \
+  --arrival ARRIVAL --afxdp AFXDP=1 --only ONLY -h help=2,20 --help help=2,20 -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "compare: needs root (network namespaces, XDP)" >&2; exit 1; }
 IG=$(realpath "${IG:-$BUILD/app/infergate}")
 BENCH=$(realpath "${BENCH:-$BUILD/bench/load/infergate-bench}")
@@ -83,7 +63,6 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-source scripts/lib/netns.sh
 veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
 ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
 
@@ -101,11 +80,7 @@ listeners:
 admin: {address: 127.0.0.1, port: $(($3 + 2))}
 logging: {level: info, access_log: false}
 ${4:-}
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
+$IDENTITY_MODELS
 YAML
   echo "$WORK/$1-$3.yaml"
 }

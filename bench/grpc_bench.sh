@@ -12,48 +12,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/app/infergate; ROUNDS=3; DURATION=5; CLIENTS=16; STREAMS=8; SCPU=0; CCPU=1
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --binary) BIN="$2"; shift 2 ;;
-    --rounds) ROUNDS="$2"; shift 2 ;;
-    --duration) DURATION="$2"; shift 2 ;;
-    --clients) CLIENTS="$2"; shift 2 ;;
-    --streams) STREAMS="$2"; shift 2 ;;
-    --server-cpu) SCPU="$2"; shift 2 ;;
-    --client-cpu) CCPU="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "" --binary BIN --rounds ROUNDS --duration DURATION --clients CLIENTS --streams STREAMS \
+  --server-cpu SCPU --client-cpu CCPU -- "$@"
 [ -x "$BIN" ] || { echo "build first (or pass --binary): $BIN" >&2; exit 1; }
 command -v h2load >/dev/null || { echo "h2load not found (apt-get install nghttp2-client)" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/infergate-grpc-bench.XXXXXX)
-source bench/lib.sh
 trap bench_cleanup EXIT
 IG_PORT=$(free_port); IG_ADMIN=$(free_port); NG_PORT=$(free_port)
 
-cat >"$WORK/ig.yaml" <<YAML
-mode: socket
-reactors: 1
-cpus: [$SCPU]
-listeners: [{name: grpc, address: 127.0.0.1, port: $IG_PORT, protocol: grpc}]
-admin: {address: 127.0.0.1, port: $IG_ADMIN}
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
-YAML
+loopback_config grpc "$IG_PORT" "$IG_ADMIN" "$SCPU" >"$WORK/ig.yaml"
 
 NGINX=1
-cat >"$WORK/nginx.conf" <<NGX
-worker_processes 1;
-worker_cpu_affinity $(printf '1%0*d' "$SCPU" 0);
-daemon off;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
+{ nginx_conf_head "$SCPU" 4096; cat <<NGX
   upstream infergate { server 127.0.0.1:$IG_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NG_PORT http2;
@@ -63,6 +34,7 @@ http {
   }
 }
 NGX
+} >"$WORK/nginx.conf"
 if ! command -v nginx >/dev/null || ! nginx -t -c "$WORK/nginx.conf" -p "$WORK" >"$WORK/nginx.t" 2>&1; then
   echo "# nginx with grpc_pass not available: skipping the nginx leg"; cat "$WORK/nginx.t" 2>/dev/null || true
   NGINX=0
@@ -118,18 +90,11 @@ for r in $(seq "$ROUNDS"); do
   run_h2load infergate "$IG_PORT"
   [ "$NGINX" = 1 ] && run_h2load nginx-grpc_pass "$NG_PORT"
 done
-/usr/bin/python3 - "$WORK/results" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, js = line.split(" ", 1)
-    rows.setdefault(name, []).append(json.loads(js))
+print_medians "$WORK/results" <<'PY'
 print()
 print("%-22s %12s %10s %10s %8s" % ("path", "median req/s", "p50 us", "p99 us", "failed"))
-med = {}
-for n, rs in rows.items():
-    med[n] = {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us", "failed")}
-    m = med[n]
+med = medians(("rps", "p50_us", "p99_us", "failed"))
+for n, m in med.items():
     print("%-22s %12.0f %10.0f %10.0f %8d" % (n, m["rps"], m["p50_us"], m["p99_us"], m["failed"]))
 if "nginx-grpc_pass" in med and med["nginx-grpc_pass"]["rps"] > 0:
     print("ratio direct/through-nginx (median req/s): %.2f" %

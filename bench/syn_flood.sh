@@ -26,20 +26,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/build/app/infergate; ROUNDS=3; DURATION=10; RATE=20; TIMEOUT=2; RECMAX=120
 SCPU=0; CCPU=1; SERVERS="afxdp socket nginx"
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --binary) BIN="$2"; shift 2 ;;
-    --rounds) ROUNDS="$2"; shift 2 ;;
-    --duration) DURATION="$2"; shift 2 ;;
-    --rate) RATE="$2"; shift 2 ;;
-    --timeout) TIMEOUT="$2"; shift 2 ;;
-    --recover-max) RECMAX="$2"; shift 2 ;;
-    --server-cpu) SCPU="$2"; shift 2 ;;
-    --client-cpu) CCPU="$2"; shift 2 ;;
-    --servers) SERVERS="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "" --binary BIN --rounds ROUNDS --duration DURATION --rate RATE --timeout TIMEOUT \
+  --recover-max RECMAX --server-cpu SCPU --client-cpu CCPU --servers SERVERS -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "needs root (namespaces, XDP, AF_XDP)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "no infergate binary at $BIN (--binary)" >&2; exit 1; }
 command -v hping3 >/dev/null || { echo "needs hping3 (apt-get install hping3)" >&2; exit 1; }
@@ -50,17 +39,8 @@ TAG=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 GW=ig-sfg-$TAG; CL=ig-sfc-$TAG; GIF=igf$TAG; CIF=igh$TAG
 NET=10.236.$(( $$ % 250 )); GW_IP=$NET.1; CL_IP=$NET.2
 WORK=$(mktemp -d /tmp/ig-syn-flood.XXXXXX)
-source bench/lib.sh
-source scripts/lib/netns.sh
-cleanup() {
-  bench_cleanup
-  ip netns del "$GW" 2>/dev/null || true
-  ip netns del "$CL" 2>/dev/null || true
-}
-trap cleanup EXIT
 
-veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
-ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
+bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="10000 65000"
 # SYN cookies are per network namespace: on for the kernel's listeners (socket mode, NGINX).
 ip netns exec "$GW" sysctl -qw net.ipv4.tcp_syncookies=1 net.core.somaxconn=4096

@@ -9,35 +9,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=3; DURATION=5; CONNS=32; SCPU=0; CCPU=1
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) ROUNDS="$2"; shift 2 ;;
-    --duration) DURATION="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --server-cpu) SCPU="$2"; shift 2 ;;
-    --client-cpu) CCPU="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "" --rounds ROUNDS --duration DURATION --connections CONNS --server-cpu SCPU \
+  --client-cpu CCPU -- "$@"
 BIN=build/app/infergate
 [ -x "$BIN" ] || { echo "build first: scripts/build.sh" >&2; exit 1; }
 WORK=$(mktemp -d /tmp/infergate-bench.XXXXXX)
-source bench/lib.sh
 trap bench_cleanup EXIT
 IG_PORT=$(free_port); IG_ADMIN=$(free_port); NG_PORT=$(free_port)
 
-cat >"$WORK/ig.yaml" <<YAML
-mode: socket
-reactors: 1
-cpus: [$SCPU]
-listeners: [{name: http, address: 127.0.0.1, port: $IG_PORT, protocol: http}]
-admin: {address: 127.0.0.1, port: $IG_ADMIN}
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
-YAML
+loopback_config http "$IG_PORT" "$IG_ADMIN" "$SCPU" >"$WORK/ig.yaml"
 # NGINX: one worker on the same CPU, a fixed 200 with a body of the size infergate answers.
 BODY='{"model_name":"identity","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[1,16],"data":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0,11.0,12.0,13.0,14.0,15.0,16.0]}]}'
 { nginx_conf_head "$SCPU" 4096; cat <<NGX
@@ -63,13 +44,8 @@ for r in $(seq "$ROUNDS"); do
   run_wrk infergate "http://127.0.0.1:$IG_PORT/" bench/wrk/infer.lua | tee -a "$WORK/results"
   run_wrk nginx "http://127.0.0.1:$NG_PORT/" bench/wrk/get.lua | tee -a "$WORK/results"
 done
-/usr/bin/python3 - "$WORK/results" <<'PY'
-import json, statistics, sys
-rows = {}
-for line in open(sys.argv[1]):
-    name, js = line.split(" ", 1)
-    rows.setdefault(name, []).append(json.loads(js))
-med = {n: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p50_us", "p99_us", "errors")} for n, rs in rows.items()}
+print_medians "$WORK/results" <<'PY'
+med = medians(("rps", "p50_us", "p99_us", "errors"))
 print("%-10s %12s %10s %10s %8s" % ("server", "median req/s", "p50 us", "p99 us", "errors"))
 for n, m in med.items():
     print("%-10s %12.0f %10.0f %10.0f %8d" % (n, m["rps"], m["p50_us"], m["p99_us"], m["errors"]))

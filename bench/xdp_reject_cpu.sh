@@ -32,17 +32,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/app/infergate; CONNS=3000; CONC=16; MAXS=60; SCPU=0; SETTLE=2; MODE=xdp-filter
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --binary) BIN="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --concurrency) CONC="$2"; shift 2 ;;
-    --max-seconds) MAXS="$2"; shift 2 ;;
-    --server-cpu) SCPU="$2"; shift 2 ;;
-    --mode) MODE="$2"; shift 2 ;;
-    *) echo "unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "" --binary BIN --connections CONNS --concurrency CONC --max-seconds MAXS \
+  --server-cpu SCPU --mode MODE -- "$@"
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces, XDP)" >&2; exit 1; }
 [ -x "$BIN" ] || { echo "no infergate binary at $BIN (--binary)" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx not found" >&2; exit 1; }
@@ -51,26 +43,8 @@ TAG=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 GW=ig-rcg-$TAG; CL=ig-rcc-$TAG; GIF=igr$TAG; CIF=igs$TAG
 NET=10.233.$(( $$ % 250 )); GIP=$NET.1; CIP=$NET.2
 WORK=$(mktemp -d /tmp/ig-reject-cpu.XXXXXX)
-source bench/lib.sh  # nginx_conf_head (this script keeps its own cleanup)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  ip netns del "$GW" 2>/dev/null || true
-  ip netns del "$CL" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 
-ip netns add "$GW"; ip netns add "$CL"
-ip link add "$GIF" netns "$GW" type veth peer name "$CIF" netns "$CL"
-for x in "$GW $GIF $GIP" "$CL $CIF $CIP"; do
-  set -- $x
-  ip -n "$1" addr add "$3/24" dev "$2"; ip -n "$1" link set "$2" up; ip -n "$1" link set lo up
-done
-# XDP_TX/redirected frames reach the client's veth only with NAPI there (GRO on)
-ip netns exec "$CL" ethtool -K "$CIF" gro on tx off >/dev/null 2>&1 || true
-ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
+bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GIP" "$CIP"
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="10000 65000"
 ip netns exec "$GW" sysctl -qw net.core.somaxconn=4096 net.ipv4.tcp_max_syn_backlog=4096
 
@@ -163,11 +137,7 @@ xdp:
   methods: [GET, POST]
   path_prefixes: ["/v2/"]
 $EXTRA
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
+$IDENTITY_MODELS
 YAML
 ip netns exec "$GW" "$BIN" run -c "$WORK/ig.yaml" >"$WORK/ig.log" 2>&1 & IGPID=$!; PIDS+=($IGPID)
 for _ in $(seq 100); do grep -q serving "$WORK/ig.log" && break; sleep 0.1; done

@@ -7,14 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=5; CONNS=32
 BIN=${INFERGATE_BIN:-$PWD/build/app/infergate}
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --duration) DURATION="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --binary) BIN="$2"; shift 2 ;;
-    *) echo "demo-afxdp: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "demo-afxdp: " --duration DURATION --connections CONNS --binary BIN -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "demo-afxdp: needs root (network namespaces, XDP, AF_XDP)" >&2; exit 1; }
 source scripts/lib/demo-netns.sh  # cwd is the repository root (see above)
 demo_netns_setup iga 233
@@ -28,11 +22,7 @@ listeners: [{name: http, address: 0.0.0.0, port: 8000, protocol: http}]
 admin: {address: 127.0.0.1, port: 8002}
 limits: {max_body_bytes: 67108864}
 xdp: {interface: $GIF, attach: native}
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
+$IDENTITY_MODELS
   - name: big
     max_batch_size: 0
     inputs: [{name: INPUT0, datatype: UINT8, shape: [-1]}]
@@ -41,12 +31,7 @@ YAML
 echo "== infergate demo: afxdp mode on veth $GIF (namespace $GW), clients in namespace $CL"
 ip netns exec "$GW" "$BIN" run -c "$WORK/gw.yaml" >"$WORK/infergate.log" 2>&1 &
 GW_PID=$!
-for _ in $(seq 150); do
-  grep -q "serving" "$WORK/infergate.log" 2>/dev/null && break
-  kill -0 "$GW_PID" 2>/dev/null || { cat "$WORK/infergate.log"; exit 1; }
-  sleep 0.1
-done
-sed 's/^/   | /' "$WORK/infergate.log"
+wait_serving "$WORK/infergate.log" "$GW_PID" 150
 
 echo "== one request with curl (kernel TCP in $CL -> XDP redirect -> AF_XDP -> infergate's TCP)"
 ip netns exec "$CL" curl -sS --max-time 5 "http://$GW_IP:8000/v2/models/identity/infer" \

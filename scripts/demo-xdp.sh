@@ -5,13 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=5; CONNS=32
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --duration) DURATION="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    *) echo "demo-xdp: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "demo-xdp: " --duration DURATION --connections CONNS -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "demo-xdp: needs root (network namespaces, XDP)" >&2; exit 1; }
 BIN=$PWD/build/app/infergate
 source scripts/lib/demo-netns.sh  # cwd is the repository root (see above)
@@ -22,22 +17,12 @@ mode: xdp-filter
 listeners: [{name: http, address: 0.0.0.0, port: 8000, protocol: http}]
 admin: {address: 127.0.0.1, port: 8002}
 xdp: {interface: $GIF, attach: native, methods: [GET, POST], path_prefixes: ["/v2/"]}
-models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
+$IDENTITY_MODELS
 YAML
 echo "== infergate demo: xdp-filter mode on veth $GIF (namespace $GW), clients in namespace $CL"
-ip netns exec "$GW" sh -c 'mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf; exec "$@"' sh \
-  "$BIN" run -c "$WORK/gw.yaml" >"$WORK/infergate.log" 2>&1 &
+ns_exec "$GW" "$BIN" run -c "$WORK/gw.yaml" >"$WORK/infergate.log" 2>&1 &
 GW_PID=$!
-for _ in $(seq 100); do
-  grep -q "serving" "$WORK/infergate.log" 2>/dev/null && break
-  kill -0 "$GW_PID" 2>/dev/null || { cat "$WORK/infergate.log"; exit 1; }
-  sleep 0.1
-done
-sed 's/^/   | /' "$WORK/infergate.log"
+wait_serving "$WORK/infergate.log" "$GW_PID"
 
 echo "== load: infergate-bench from $CL, ${CONNS} keep-alive connections (closed loop), ${DURATION}s, KServe v2 infer (FP32 1x16)"
 ip netns exec "$CL" "$PWD/build/bench/load/infergate-bench" -u "$GW_IP:8000" --mode closed \
