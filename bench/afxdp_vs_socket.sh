@@ -15,10 +15,8 @@ source bench/lib.sh
 parse_opts "" --binary BIN --rounds ROUNDS --duration DURATION --connections CONNS --server-cpu SCPU \
   --client-cpu CCPU --idle IDLE -- "$@"
 [ "$(id -u)" -eq 0 ] || { echo "needs root (namespaces, XDP, AF_XDP)" >&2; exit 1; }
-TAG=$$; GW=ig-bench-gw-$TAG; CL=ig-bench-cl-$TAG; GIF=igbg$TAG; CIF=igbc$TAG
-GW_IP=10.234.$((TAG % 250)).1; CL_IP=10.234.$((TAG % 250)).2
 WORK=$(mktemp -d /tmp/infergate-bench.XXXXXX)
-bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
+bench_veth_up bench 234
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="1024 65535"
 
 config() {  # mode port admin_port [extra yaml]

@@ -17,14 +17,19 @@ bench_cleanup() {
   rm -rf "$WORK"
 }
 
-#   bench_veth_up <gw-ns> <client-ns> <gw-if> <client-if> <gw-ip> <client-ip>
-# veth_pair_up, with the namespaces deleted (and PIDS stopped, WORK removed) on exit, and
-# checksum offload off at the gateway end too: userspace stacks and XDP see frames as sent.
+#   bench_veth_up NAME OCTET
+# Two fresh network namespaces joined by a veth pair (veth_pair_up), unique per run: sets GW CL
+# (namespaces ig-NAME-gw-TAG, ig-NAME-cl-TAG), GIF CIF (interfaces; NAME at most 6 characters)
+# and GW_IP CL_IP (10.OCTET.x.1 and .2); deletes them (and stops PIDS, removes WORK) on exit;
+# turns checksum offload off at the gateway end too: userspace stacks and XDP see frames as sent.
 bench_veth_up() {
-  NETNS=("$1" "$2")
+  local tag; tag=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  GW=ig-$1-gw-$tag; CL=ig-$1-cl-$tag; GIF=ig${1}g$tag; CIF=ig${1}c$tag
+  GW_IP=10.$2.$(( $$ % 250 )).1; CL_IP=10.$2.$(( $$ % 250 )).2
+  NETNS=("$GW" "$CL")
   trap bench_cleanup EXIT
-  veth_pair_up "$@"
-  ip netns exec "$1" ethtool -K "$3" tx off >/dev/null 2>&1 || true
+  veth_pair_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
+  ip netns exec "$GW" ethtool -K "$GIF" tx off >/dev/null 2>&1 || true
 }
 
 #   parse_opts PREFIX SPEC... -- "$@"

@@ -35,12 +35,8 @@ command -v hping3 >/dev/null || { echo "needs hping3 (apt-get install hping3)" >
 command -v nginx >/dev/null || { echo "needs nginx" >&2; exit 1; }
 BIN=$(readlink -f "$BIN")
 HOSTILE=$PWD/tests/integration/hostile.py
-TAG=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
-GW=ig-sfg-$TAG; CL=ig-sfc-$TAG; GIF=igf$TAG; CIF=igh$TAG
-NET=10.236.$(( $$ % 250 )); GW_IP=$NET.1; CL_IP=$NET.2
 WORK=$(mktemp -d /tmp/ig-syn-flood.XXXXXX)
-
-bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GW_IP" "$CL_IP"
+bench_veth_up sf 236
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="10000 65000"
 # SYN cookies are per network namespace: on for the kernel's listeners (socket mode, NGINX).
 ip netns exec "$GW" sysctl -qw net.ipv4.tcp_syncookies=1 net.core.somaxconn=4096

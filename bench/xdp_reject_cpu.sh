@@ -39,12 +39,8 @@ parse_opts "" --binary BIN --connections CONNS --concurrency CONC --max-seconds 
 [ -x "$BIN" ] || { echo "no infergate binary at $BIN (--binary)" >&2; exit 1; }
 command -v nginx >/dev/null || { echo "nginx not found" >&2; exit 1; }
 BIN=$(readlink -f "$BIN")
-TAG=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
-GW=ig-rcg-$TAG; CL=ig-rcc-$TAG; GIF=igr$TAG; CIF=igs$TAG
-NET=10.233.$(( $$ % 250 )); GIP=$NET.1; CIP=$NET.2
 WORK=$(mktemp -d /tmp/ig-reject-cpu.XXXXXX)
-
-bench_veth_up "$GW" "$CL" "$GIF" "$CIF" "$GIP" "$CIP"
+bench_veth_up rc 233
 ip netns exec "$CL" sysctl -qw net.ipv4.ip_local_port_range="10000 65000"
 ip netns exec "$GW" sysctl -qw net.core.somaxconn=4096 net.ipv4.tcp_max_syn_backlog=4096
 
@@ -109,7 +105,7 @@ measure() {  # name, port, pids...: runs the flood, prints "name rejected server
   local name=$1 port=$2; shift 2
   local s0 p0 s1 p1 out
   s0=$(softirq_ticks); p0=$(proc_ticks "$@")
-  out=$(ip netns exec "$CL" /usr/bin/python3 "$WORK/flood.py" "$GIP" "$port" "$CONNS" "$CONC" "$MAXS")
+  out=$(ip netns exec "$CL" /usr/bin/python3 "$WORK/flood.py" "$GW_IP" "$port" "$CONNS" "$CONC" "$MAXS")
   sleep "$SETTLE"
   s1=$(softirq_ticks); p1=$(proc_ticks "$@")
   echo "$name client: $out" >&2
