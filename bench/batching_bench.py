@@ -27,11 +27,12 @@ import json
 import multiprocessing as mp
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                "integration"))
+import harness  # noqa: E402
 
 MODEL_YAML = """
   - name: {name}
@@ -57,33 +58,12 @@ models:{models}
 """
 
 
-class Gateway:
-    def __init__(self, binary, config_text):
-        self.tmp = tempfile.TemporaryDirectory(prefix="infergate-bench-")
-        path = os.path.join(self.tmp.name, "infergate.yaml")
-        with open(path, "w") as f:
-            f.write(config_text)
-        self.log_path = os.path.join(self.tmp.name, "infergate.log")
-        self.log = open(self.log_path, "w+")
-        self.proc = subprocess.Popen([binary, "run", "-c", path], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            text = open(self.log_path).read()
-            m = re.search(r"listener 'http' on [^ ]+:(\d+)", text)
-            a = re.search(r"admin listener on [^ ]+:(\d+)", text)
-            if m and a and "serving" in text:
-                self.port, self.admin_port = int(m.group(1)), int(a.group(1))
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError("infergate exited early:\n" + text)
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("infergate did not start:\n" + open(self.log_path).read())
+class Gateway(harness.Gateway):
+    """The gateway of tests/integration/harness.py on `binary` and `config_text`; metric()
+    reads the one series with exactly these labels."""
 
-    def metrics(self):
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.admin_port) as r:
-            return r.read().decode()
+    def __init__(self, binary, config_text):
+        super().__init__(config_text=config_text, binary=binary)
 
     def metric(self, name, **labels):
         want = ",".join('%s="%s"' % kv for kv in sorted(labels.items()))
@@ -96,12 +76,10 @@ class Gateway:
         return 0.0
 
     def stop(self):
-        self.proc.terminate()
         try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            super().stop()
+        except AssertionError:
+            pass  # it did not stop within 10 s of SIGTERM and was killed
 
 
 def body_bytes():

@@ -43,6 +43,43 @@ def main():
     sys.exit(0)
 
 
+def model_yaml(name, dims, max_batch_size=8, datatype="FP32", version=None, backend=False,
+               extra=""):
+    """One entry of a config's `models:` list: a model named `name` (identity backend, the
+    default) with one input INPUT0 and one output OUTPUT0 of `datatype` and shape `dims`, its
+    `version` and `backend: identity` written out when given, then the YAML lines `extra`
+    (indented by four)."""
+    shape = "[%s]" % ", ".join(str(d) for d in dims)
+    lines = ["  - name: " + name]
+    if version is not None:
+        lines.append('    version: "%s"' % version)
+    if backend:
+        lines.append("    backend: identity")
+    lines += ["    max_batch_size: %d" % max_batch_size,
+              "    inputs: [{name: INPUT0, datatype: %s, shape: %s}]" % (datatype, shape),
+              "    outputs: [{name: OUTPUT0, datatype: %s, shape: %s}]" % (datatype, shape)]
+    return "\n".join(lines) + "\n" + extra
+
+
+# The identity model most configs serve (FP32 [16], batches of 8), as a `models:` entry.
+IDENTITY_MODEL = model_yaml("identity", [16])
+
+
+def loopback_head(reactors=1):
+    """The start of a socket-mode config: `reactors`, an HTTP listener and the admin listener
+    on 127.0.0.1, on free ports."""
+    return ("mode: socket\nreactors: %d\n"
+            "listeners: [{name: http, address: 127.0.0.1, port: 0, protocol: http}]\n"
+            "admin: {address: 127.0.0.1, port: 0}\n" % reactors)
+
+
+def braces(text):
+    """`text` for a str.format template: its braces doubled."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+# A socket-mode config on 127.0.0.1, free ports, with the models identity, multi and slow;
+# a str.format template (see Gateway for the fields).
 BASE_CONFIG = """
 mode: socket
 reactors: {reactors}
@@ -65,15 +102,7 @@ logging:
   level: info
   access_log: false
 models:
-  - name: identity
-    version: "1"
-    backend: identity
-    max_batch_size: 8
-    inputs:
-      - {{name: INPUT0, datatype: FP32, shape: [16]}}
-    outputs:
-      - {{name: OUTPUT0, datatype: FP32, shape: [16]}}
-  - name: multi
+""" + braces(model_yaml("identity", [16], version="1", backend=True)) + """  - name: multi
     version: "2"
     backend: identity
     max_batch_size: 0
@@ -85,27 +114,32 @@ models:
       - {{name: A_OUT, datatype: INT32, shape: [-1]}}
       - {{name: B_OUT, datatype: BYTES, shape: [2]}}
       - {{name: C_OUT, datatype: BOOL, shape: [2, 2]}}
-  - name: slow
-    version: "1"
-    backend: identity
-    max_batch_size: 4
-    inputs:
-      - {{name: INPUT0, datatype: FP32, shape: [4]}}
-    outputs:
-      - {{name: OUTPUT0, datatype: FP32, shape: [4]}}
-    identity: {{fixed_us: {slow_us}, per_item_us: 0}}
-"""
+""" + braces(model_yaml("slow", [4], 4, version="1", backend=True)) \
+    + "    identity: {{fixed_us: {slow_us}, per_item_us: 0}}\n"
+
+# BASE_CONFIG with a gRPC listener (127.0.0.1, a free port) after the HTTP one.
+GRPC_CONFIG = BASE_CONFIG.replace(
+    """    protocol: http
+admin:""",
+    """    protocol: http
+  - name: grpc
+    address: 127.0.0.1
+    port: 0
+    protocol: grpc
+admin:""")
 
 
 class Gateway:
-    """A running infergate process."""
+    """A running infergate process (`binary`, default ARGS.binary): on `config_text`, or on
+    `template` (default BASE_CONFIG) filled in with the other arguments."""
 
     def __init__(self, reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20,
                  max_connections=1000, idle_timeout_ms=60000, header_timeout_ms=10000,
-                 body_timeout_ms=60000, slow_us=50000, config_text=None):
+                 body_timeout_ms=60000, slow_us=50000, config_text=None, template=None,
+                 binary=None):
         self.tmp = tempfile.TemporaryDirectory(prefix="infergate-it-")
         self.config_path = os.path.join(self.tmp.name, "infergate.yaml")
-        text = config_text or BASE_CONFIG.format(
+        text = config_text or (template or BASE_CONFIG).format(
             reactors=reactors, max_header_bytes=max_header_bytes, max_body_bytes=max_body_bytes,
             max_connections=max_connections, idle_timeout_ms=idle_timeout_ms,
             header_timeout_ms=header_timeout_ms, body_timeout_ms=body_timeout_ms,
@@ -114,7 +148,7 @@ class Gateway:
             f.write(text)
         self.log_path = os.path.join(self.tmp.name, "infergate.log")
         self.log = open(self.log_path, "w+")
-        self.proc = subprocess.Popen([ARGS.binary, "run", "-c", self.config_path],
+        self.proc = subprocess.Popen([binary or ARGS.binary, "run", "-c", self.config_path],
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.port = None
         self.admin_port = None

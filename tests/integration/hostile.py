@@ -23,6 +23,8 @@ import sys
 import threading
 import time
 
+import harness  # the sibling module (standard library only, like this one)
+
 CLONE_NEWNET = 0x40000000
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
@@ -233,16 +235,8 @@ reactors: 1
 admin: {{address: 127.0.0.1, port: {admin_port}}}
 limits: {{max_connections: {max_connections}, idle_timeout_ms: 60000}}
 {xdp}models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-  - name: slow
-    max_batch_size: 0
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [4]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [4]}}]
-    identity: {{fixed_us: {slow_us}, per_item_us: 0}}
-"""
+""" + harness.braces(harness.IDENTITY_MODEL + harness.model_yaml("slow", [4], 0)) \
+    + "    identity: {{fixed_us: {slow_us}, per_item_us: 0}}\n"
 
 XDP_SECTION = """xdp:
   interface: {ifname}
@@ -266,22 +260,9 @@ def config_text(mode, ifname, port=8000, admin_port=8002, cpu=None, max_connecti
 def start_gateway(net, binary, mode, name="gw", cpu=None, **kw):
     """Starts infergate in `mode` in net's gateway namespace; returns (Popen, log path) once it
     serves. The Popen's pid is infergate's own (ip netns exec and sh exec it)."""
-    cfg = os.path.join(net.tmp, name + ".yaml")
-    with open(cfg, "w") as f:
-        f.write(config_text(mode, net.gw_if, cpu=cpu, **kw))
-    logpath = os.path.join(net.tmp, name + ".log")
-    log = open(logpath, "w+")
-    p = net.popen_gw([binary, "run", "-c", cfg], stdout=log, stderr=log)
-    log.close()  # the child has its own copy
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        text = read_log(logpath)
-        if "serving" in text:
-            return p, logpath
-        if p.poll() is not None:
-            raise AssertionError("infergate (%s) exited at start-up:\n%s" % (mode, text))
-        time.sleep(0.1)
-    raise AssertionError("infergate (%s) did not start:\n%s" % (mode, read_log(logpath)))
+    import netns  # the sibling module; late so that `hostile.py probe` needs only harness
+    return netns.start_gateway(net, config_text(mode, net.gw_if, cpu=cpu, **kw), name=name,
+                               binary=binary, what="infergate (%s)" % mode)
 
 
 def read_log(path):
@@ -290,14 +271,8 @@ def read_log(path):
 
 
 def stop_gateway(p):
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.returncode
+    import netns
+    return netns.stop_gateway(p)
 
 
 def rss_kib(pid):
@@ -320,7 +295,6 @@ def metrics_text(net, admin_port=8002):
 
 
 def metric(text, name, **labels):
-    import harness  # the sibling module; late so that `hostile.py probe` needs nothing else
     return harness.parse_metric(text, name, **labels)
 
 

@@ -5,11 +5,17 @@ unique names, always removed (also when a test fails).
         net.run_gw(["ip", "addr"])          # inside the gateway namespace
         net.popen_gw([...])                 # a long-running process in the gateway namespace
         net.run_client(["curl", ...])       # inside the client namespace
+
+    p, log = start_gateway(net, config_text)  # infergate in the gateway namespace, serving
+    ...
+    rc = stop_gateway(p)
 """
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 import unittest
 import uuid
 
@@ -149,9 +155,71 @@ class VethTestCase(unittest.TestCase):
         self.net.__exit__(None, None, None)
         self.tmpdir.cleanup()
 
+    @contextlib.contextmanager
+    def gateway(self, config_text, **kw):
+        """start_gateway(self.net, config_text, **kw) for the body of a `with`, which gets
+        (Popen, log path); stopped at the end, and then (if the body passed) its exit code
+        must be 0."""
+        p, log = start_gateway(self.net, config_text, **kw)
+        try:
+            yield p, log
+        finally:
+            rc = stop_gateway(p)
+        with open(log) as f:
+            self.assertEqual(rc, 0, f.read()[-3000:])
+
 
 def gateway_metric(net, name, admin_port=8002, **labels):
     """Sum of a metric's samples from the gateway's admin listener inside net's namespace."""
     import harness  # the sibling module; imported late so netns.py stays usable on its own
     text = net.run_gw(["curl", "-s", "http://127.0.0.1:%d/metrics" % admin_port]).stdout
     return harness.parse_metric(text, name, **labels)
+
+
+def start_gateway(net, config_text, name="gw", env=None, expect_start=True, timeout=20,
+                  folder=None, binary=None, what="infergate"):
+    """Writes config_text to NAME.yaml in `folder` (default net.tmp) and starts `binary run -c`
+    (default harness.ARGS.binary) in net's gateway namespace, output to NAME.log there, with
+    `env` added to the environment. Returns (Popen, log path) once the log says "serving"; the
+    Popen's pid is infergate's own (ip netns exec and sh exec it). Raises AssertionError if it
+    exits first (with expect_start=False it returns then, for tests of start-up refusals) or
+    does not serve within `timeout` seconds."""
+    import harness  # the sibling module; imported late so netns.py stays usable on its own
+    folder = folder or net.tmp
+    cfg = os.path.join(folder, name + ".yaml")
+    with open(cfg, "w") as f:
+        f.write(config_text)
+    logpath = os.path.join(folder, name + ".log")
+    kw = {}
+    if env:
+        kw["env"] = dict(os.environ, **env)
+    with open(logpath, "w+") as log:  # the child has its own copy
+        p = net.popen_gw([binary or harness.ARGS.binary, "run", "-c", cfg], stdout=log,
+                         stderr=subprocess.STDOUT, **kw)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with open(logpath) as f:
+            text = f.read()
+        if "serving" in text:
+            return p, logpath
+        if p.poll() is not None:
+            if expect_start:
+                raise AssertionError("%s exited at start-up:\n%s" % (what, text))
+            return p, logpath
+        time.sleep(0.1)
+    with open(logpath) as f:
+        raise AssertionError("%s did not start:\n%s" % (what, f.read()))
+
+
+def stop_gateway(p, timeout=20):
+    """SIGTERM and wait; returns the exit code. Kills it and raises AssertionError if it does
+    not stop within `timeout` seconds."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            raise AssertionError("infergate did not stop within %ds of SIGTERM" % timeout)
+    return p.returncode

@@ -29,15 +29,7 @@ xdp:
   interface: {ifname}
   attach: native
 {xdp_extra}models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-  - name: big
-    max_batch_size: 0
-    inputs: [{{name: INPUT0, datatype: UINT8, shape: [-1]}}]
-    outputs: [{{name: OUTPUT0, datatype: UINT8, shape: [-1]}}]
-"""
+""" + harness.braces(harness.IDENTITY_MODEL + harness.model_yaml("big", [-1], 0, "UINT8"))
 
 BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
                                "data": list(range(16))}]})
@@ -235,35 +227,26 @@ except ConnectionResetError:
 '''
 
 
+def config(net, reactors=1, xdp_extra=""):
+    return CONFIG.format(ifname=net.gw_if, reactors=reactors, xdp_extra=xdp_extra)
+
+
 def start_gateway(net, name="gw", reactors=1, env=None, expect_start=True, xdp_extra=""):
-    cfg = os.path.join(net.tmp, name + ".yaml")
-    with open(cfg, "w") as f:
-        f.write(CONFIG.format(ifname=net.gw_if, reactors=reactors, xdp_extra=xdp_extra))
-    log = open(os.path.join(net.tmp, name + ".log"), "w+")
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=log, stderr=log, env=full_env)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        text = open(log.name).read()
-        if "serving" in text:
-            return p, log.name
-        if p.poll() is not None:
-            if expect_start:
-                raise AssertionError("infergate exited:\n" + text)
-            return p, log.name
-        time.sleep(0.1)
-    raise AssertionError("infergate did not start:\n" + open(log.name).read())
+    return netns.start_gateway(net, config(net, reactors, xdp_extra), name=name, env=env,
+                               expect_start=expect_start)
 
 
-def stop(p):
-    p.terminate()
-    p.wait(timeout=20)
-    return p.returncode
+stop = netns.stop_gateway
+metric = netns.gateway_metric
 
 
-def metric(net, name, **labels):
-    return netns.gateway_metric(net, name, **labels)
+def grpc_stubs(folder):
+    """Generates the python grpcio stubs of frontend/proto/grpc_service.proto into folder."""
+    proto_dir = os.path.join(harness.ARGS.source, "frontend", "proto")
+    return subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
+                           "-I/usr/include", "--python_out=" + folder, "--grpc_python_out=" + folder,
+                           os.path.join(proto_dir, "grpc_service.proto")],
+                          capture_output=True, text=True)
 
 
 class AfXdpTest(netns.VethTestCase):
@@ -334,22 +317,18 @@ class AfXdpTest(netns.VethTestCase):
         self.assertNotIn("xdp", net.run_gw(["ip", "link", "show", net.gw_if]).stdout.split("\n")[0])
 
         # Restart: a second process binds the queue again and serves.
-        p2, log2 = start_gateway(net, name="gw2")
-        try:
+        with self.gateway(config(net), name="gw2") as (p2, log2):
             r = self.curl_infer()
             self.assertEqual(r.returncode, 0, r.stderr + open(log2).read()[-2000:])
             self.assertEqual(json.loads(r.stdout)["outputs"][0]["data"], list(range(16)))
-        finally:
-            rc = stop(p2)
-        self.assertEqual(rc, 0, open(log2).read()[-3000:])
 
     def test_request_rate_limit_answers_429(self):
         # The program tags each request start (rate over the source's budget: verdict
         # rate-limited) in the frame's metadata; our TCP carries the request start's tag to
         # Transport::ingressTag() and the KServe handler answers 429 without doing the work.
         net = self.net
-        p, log = start_gateway(net, name="rl", xdp_extra="  request_rate_limit: {rate_per_sec: 5, burst: 5}\n")
-        try:
+        limit = "  request_rate_limit: {rate_per_sec: 5, burst: 5}\n"
+        with self.gateway(config(net, xdp_extra=limit), name="rl") as (p, log):
             r = net.run_client(["/usr/bin/python3", "-c", BURST_CLIENT, net.gw_ip, "30", BODY],
                                timeout=60, check=False)
             self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
@@ -369,17 +348,13 @@ class AfXdpTest(netns.VethTestCase):
             self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="200"), ok)
             # All on one keep-alive connection: the 429s did not cost the connection.
             self.assertEqual(metric(net, "infergate_tcp_accepted_total"), 1)
-        finally:
-            rc = stop(p)
-        self.assertEqual(rc, 0, open(log).read()[-3000:])
 
     def test_rejected_request_start_is_reset_by_our_stack(self):
         # The program rejects a malformed request start on a new connection: in afxdp mode it
         # redirects the original frame flagged IG_TF_REJECTED (instead of answering with a RST
         # itself), and our TCP stack sends the RST and frees the connection at once.
         net = self.net
-        p, log = start_gateway(net, name="rej")
-        try:
+        with self.gateway(config(net), name="rej") as (p, log):
             r = self.curl_infer()  # a normal connection first: the stack is up, ARP resolved
             self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
 
@@ -407,24 +382,16 @@ class AfXdpTest(netns.VethTestCase):
             # The gateway still serves.
             r = self.curl_infer()
             self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
-        finally:
-            rc = stop(p)
-        self.assertEqual(rc, 0, open(log).read()[-3000:])
 
     def test_grpc_model_infer(self):
         # python grpcio over the kernel's TCP -> XDP -> AF_XDP -> our TCP -> Http2Session/gRPC.
         stubs = tempfile.mkdtemp(prefix="ig-afxdp-grpc-")
         try:
-            proto_dir = os.path.join(harness.ARGS.source, "frontend", "proto")
-            gen = subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
-                                  "-I/usr/include", "--python_out=" + stubs, "--grpc_python_out=" + stubs,
-                                  os.path.join(proto_dir, "grpc_service.proto")],
-                                 capture_output=True, text=True)
+            gen = grpc_stubs(stubs)
             if gen.returncode != 0:
                 raise unittest.SkipTest("grpc_tools.protoc failed: " + gen.stderr[-500:])
             net = self.net
-            p, log = start_gateway(net, name="grpc")
-            try:
+            with self.gateway(config(net), name="grpc") as (p, log):
                 self.assertIn("grpc", open(log).read())
                 r = net.run_client(["/usr/bin/python3", "-c", GRPC_CLIENT, stubs, net.gw_ip],
                                    timeout=120, check=False)
@@ -433,9 +400,6 @@ class AfXdpTest(netns.VethTestCase):
                 self.assertEqual(res, {"ready": True, "infer_ok": 20, "big_exact": True})
                 self.assertGreaterEqual(metric(net, "infergate_tcp_accepted_total"), 1)
                 self.assertEqual(metric(net, "infergate_tcp_drops_total", reason="bad_tcp_checksum"), 0)
-            finally:
-                rc = stop(p)
-            self.assertEqual(rc, 0, open(log).read()[-3000:])
         finally:
             shutil.rmtree(stubs, ignore_errors=True)
 
@@ -468,22 +432,13 @@ class AfXdpTest(netns.VethTestCase):
 
         stubs = tempfile.mkdtemp(prefix="ig-afxdp-onecopy-")
         try:
-            p, log = start_gateway(net, name="onecopy")
-            try:
+            with self.gateway(config(net), name="onecopy") as (p, log):
                 run_and_check(["binary", net.gw_ip], "binary extension", 3)
-                proto_dir = os.path.join(harness.ARGS.source, "frontend", "proto")
-                gen = subprocess.run(["/usr/bin/python3", "-m", "grpc_tools.protoc", "-I" + proto_dir,
-                                      "-I/usr/include", "--python_out=" + stubs,
-                                      "--grpc_python_out=" + stubs,
-                                      os.path.join(proto_dir, "grpc_service.proto")],
-                                     capture_output=True, text=True)
+                gen = grpc_stubs(stubs)
                 if gen.returncode != 0:
                     raise unittest.SkipTest("grpc_tools.protoc failed (binary path checked): "
                                             + gen.stderr[-500:])
                 run_and_check(["grpc", net.gw_ip, stubs], "grpc raw_input_contents", 2)
-            finally:
-                rc = stop(p)
-            self.assertEqual(rc, 0, open(log).read()[-3000:])
         finally:
             shutil.rmtree(stubs, ignore_errors=True)
 

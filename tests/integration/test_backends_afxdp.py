@@ -205,23 +205,8 @@ class BackendsAfXdpTest(netns.VethTestCase):
 
     def start_gateway(self, servers, shm="none"):
         net = self.net
-        cfg = os.path.join(net.tmp, "gw.yaml")
-        with open(cfg, "w") as f:
-            f.write(config(net.gw_if, [s.address for s in servers], shm))
-        self.log = os.path.join(net.tmp, "gw.log")
-        logf = open(self.log, "w")
-        self.gw = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=logf, stderr=logf)
-        logf.close()
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            text = open(self.log).read()
-            if "serving" in text:
-                self.assertIn("bound in copy mode", text)
-                return
-            if self.gw.poll() is not None:
-                raise AssertionError("infergate exited:\n" + text)
-            time.sleep(0.1)
-        raise AssertionError("infergate did not start:\n" + open(self.log).read())
+        self.gw, self.log = netns.start_gateway(net, config(net.gw_if, [s.address for s in servers], shm))
+        self.assertIn("bound in copy mode", open(self.log).read())
 
     def stop_gateway(self):
         self.gw.terminate()

@@ -20,22 +20,10 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-CONFIG = """
-mode: socket
-reactors: 2
-listeners:
-  - {name: http, address: 127.0.0.1, port: 0, protocol: http}
-admin: {address: 127.0.0.1, port: 0}
+CONFIG = "\n" + harness.loopback_head(reactors=2) + """\
 logging: {level: info, access_log: false}
 models:
-  - name: batched
-    version: "1"
-    backend: identity
-    max_batch_size: 8
-    inputs:
-      - {name: INPUT0, datatype: FP32, shape: [16]}
-    outputs:
-      - {name: OUTPUT0, datatype: FP32, shape: [16]}
+""" + harness.model_yaml("batched", [16], 8, version="1", backend=True, extra="""\
     identity: {fixed_us: 2000, per_item_us: 100}
     dynamic_batching:
       max_queue_delay_us: 500
@@ -44,20 +32,13 @@ models:
       overload_status: 503
       default_queue_policy: {max_queue_size: 0, default_timeout_us: 0,
                              allow_timeout_override: true, timeout_action: REJECT}
-  - name: slow
-    version: "1"
-    backend: identity
-    max_batch_size: 1
-    inputs:
-      - {name: INPUT0, datatype: FP32, shape: [4]}
-    outputs:
-      - {name: OUTPUT0, datatype: FP32, shape: [4]}
+""") + harness.model_yaml("slow", [4], 1, version="1", backend=True, extra="""\
     identity: {fixed_us: 200000, per_item_us: 0}
     dynamic_batching:
       priority_levels: 1
       default_queue_policy: {default_timeout_us: 0, allow_timeout_override: true,
                              timeout_action: REJECT}
-"""
+""")
 
 
 def infer_body(model_cols, req_id, priority=None, timeout_us=None, value=1.0):
@@ -165,45 +146,42 @@ class BatchingTest(unittest.TestCase):
         singles = self.gw.metric("infergate_batcher_batch_size_bucket", model="batched", le="1")
         self.assertLess(singles, batches)
 
-    def test_2_high_priority_waits_less_under_load(self):
-        base = {lvl: self.hist("infergate_batcher_queue_time_seconds", model="batched",
+    def queue_times(self):
+        """Per priority level: (count, sum) of the batched model's queue-time histogram."""
+        return {lvl: self.hist("infergate_batcher_queue_time_seconds", model="batched",
                                level=str(lvl)) for lvl in (1, 2)}
-        # 32 clients, a quarter at priority 1: offered load is above what one stream serves at
-        # max batch 8, so the level-2 queue stays long.
-        lat, statuses = self.run_clients(32, 15, lambda c: 1 if c % 4 == 0 else 2)
+
+    def check_level_1_waits_less(self, via_header):
+        """32 clients, a quarter at priority 1 (the KServe parameter, or the header): offered
+        load is above what one stream serves at max batch 8, so the level-2 queue stays long;
+        level 1 must wait less in the queue and at the client."""
+        base = self.queue_times()
+        lat, statuses = self.run_clients(32, 15, lambda c: 1 if c % 4 == 0 else 2,
+                                         via_header=via_header)
         self.assertEqual(statuses, {200: 32 * 15})
+        now = self.queue_times()
         mean = {}
         for lvl in (1, 2):
-            c, s = self.hist("infergate_batcher_queue_time_seconds", model="batched",
-                             level=str(lvl))
-            n = c - base[lvl][0]
-            self.assertGreater(n, 0)
-            mean[lvl] = (s - base[lvl][1]) / n
+            n = now[lvl][0] - base[lvl][0]
+            if via_header:
+                # 8 header-level-1 clients x 15, 24 level-2 clients x 15: the header chose the level.
+                self.assertEqual(n, (8 if lvl == 1 else 24) * 15, "requests at level %d" % lvl)
+            else:
+                self.assertGreater(n, 0)
+            mean[lvl] = (now[lvl][1] - base[lvl][1]) / n
         self.assertLess(mean[1] * 2, mean[2], "queue time per level (s): %r" % mean)
         client_mean = {p: sum(v) / len(v) for p, v in lat.items()}
         self.assertLess(client_mean[1], client_mean[2], "client latency per level: %r" % client_mean)
+
+    def test_2_high_priority_waits_less_under_load(self):
+        self.check_level_1_waits_less(via_header=False)
 
     def queue_counts(self):
         return {lvl: self.gw.metric("infergate_batcher_queue_time_seconds_count",
                                     model="batched", level=str(lvl)) for lvl in (1, 2)}
 
     def test_2b_header_priority_waits_less_under_load(self):
-        base = {lvl: self.hist("infergate_batcher_queue_time_seconds", model="batched",
-                               level=str(lvl)) for lvl in (1, 2)}
-        lat, statuses = self.run_clients(32, 15, lambda c: 1 if c % 4 == 0 else 2,
-                                         via_header=True)
-        self.assertEqual(statuses, {200: 32 * 15})
-        mean = {}
-        for lvl in (1, 2):
-            c, s = self.hist("infergate_batcher_queue_time_seconds", model="batched",
-                             level=str(lvl))
-            n = c - base[lvl][0]
-            # 8 header-level-1 clients x 15, 24 level-2 clients x 15: the header chose the level.
-            self.assertEqual(n, (8 if lvl == 1 else 24) * 15, "requests at level %d" % lvl)
-            mean[lvl] = (s - base[lvl][1]) / n
-        self.assertLess(mean[1] * 2, mean[2], "queue time per level (s): %r" % mean)
-        client_mean = {p: sum(v) / len(v) for p, v in lat.items()}
-        self.assertLess(client_mean[1], client_mean[2], "client latency per level: %r" % client_mean)
+        self.check_level_1_waits_less(via_header=True)
 
     def test_2c_parameter_wins_over_header_and_bad_header_is_400(self):
         with harness.connect(self.gw.port, timeout=10) as s:

@@ -174,13 +174,6 @@ class CoordinatedOmissionTest(unittest.TestCase):
         self.assertLess(closed["latency_us"]["p99"], opened["latency_us"]["p99"] / 10)
 
 
-GRPC_CONFIG = harness.BASE_CONFIG.replace(
-    """    protocol: http
-admin:""",
-    """    protocol: http
-  - {{name: grpc, address: 127.0.0.1, port: 0, protocol: grpc}}
-admin:""")
-
 
 class GatewayTest(unittest.TestCase):
     gw = None
@@ -191,10 +184,7 @@ class GatewayTest(unittest.TestCase):
         # when every test run was skipped, and a class-level skip is not counted as run.
         if not os.access(bench_binary(), os.X_OK):
             return
-        text = GRPC_CONFIG.format(reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20,
-                                  max_connections=1000, idle_timeout_ms=60000,
-                                  header_timeout_ms=10000, body_timeout_ms=60000, slow_us=50000)
-        cls.gw = harness.Gateway(config_text=text)
+        cls.gw = harness.Gateway(template=harness.GRPC_CONFIG)
         m = re.search(r"listener 'grpc' on [^ ]+:(\d+)", cls.gw.read_log())
         cls.grpc_port = int(m.group(1)) if m else None
 

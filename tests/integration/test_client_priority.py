@@ -18,29 +18,14 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-MODEL = """
-models:
-  - name: batched
-    version: "1"
-    backend: identity
-    max_batch_size: 8
-    inputs:
-      - {name: INPUT0, datatype: FP32, shape: [4]}
-    outputs:
-      - {name: OUTPUT0, datatype: FP32, shape: [4]}
+MODEL = "\nmodels:\n" + harness.model_yaml("batched", [4], 8, version="1", backend=True, extra="""\
     dynamic_batching:
       max_queue_delay_us: 100
       priority_levels: 2
       default_priority_level: 2
-"""
+""")
 
-BASE = """
-mode: socket
-reactors: 1
-listeners:
-  - {name: http, address: 127.0.0.1, port: 0, protocol: http}
-admin: {address: 127.0.0.1, port: 0}
-"""
+BASE = "\n" + harness.loopback_head()
 
 
 def body(priority=None):

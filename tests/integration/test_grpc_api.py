@@ -24,16 +24,6 @@ import harness  # noqa: E402
 PB = None  # generated modules, set in setUpModule
 STUBS_DIR = None
 
-GRPC_CONFIG = harness.BASE_CONFIG.replace(
-    """    protocol: http
-admin:""",
-    """    protocol: http
-  - name: grpc
-    address: 127.0.0.1
-    port: 0
-    protocol: grpc
-admin:""")
-
 
 def generate_stubs(source):
     global STUBS_DIR
@@ -67,11 +57,8 @@ class Target:
                 raise RuntimeError("e2e server did not start: %r" % line)
             self.port = int(m.group(1))
             return
-        text = GRPC_CONFIG.format(reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20,
-                                  max_connections=1000, idle_timeout_ms=60000,
-                                  header_timeout_ms=10000, body_timeout_ms=60000, slow_us=slow_us)
         try:
-            self.gateway = harness.Gateway(config_text=text)
+            self.gateway = harness.Gateway(template=harness.GRPC_CONFIG, slow_us=slow_us)
         except RuntimeError as e:
             if "not available" in str(e) and "grpc" in str(e):
                 raise unittest.SkipTest("infergate has no 'grpc' listener in this build yet "

@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_grpc_api import (GRPC_CONFIG, GOAWAY, HEADERS, PING, PREFACE, RST, SETTINGS,  # noqa: E402
+from test_grpc_api import (GOAWAY, HEADERS, PING, PREFACE, RST, SETTINGS,  # noqa: E402
                            frame, goaway_code, grpc_headers, read_frames)
 
 ENHANCE_YOUR_CALM = 11
@@ -25,10 +25,8 @@ ENHANCE_YOUR_CALM = 11
 class Http2LimitsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        text = GRPC_CONFIG.format(reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20,
-                                  max_connections=1000, idle_timeout_ms=60000,
-                                  header_timeout_ms=500, body_timeout_ms=800, slow_us=1000)
-        cls.gw = harness.Gateway(config_text=text)
+        cls.gw = harness.Gateway(template=harness.GRPC_CONFIG, header_timeout_ms=500,
+                                 body_timeout_ms=800, slow_us=1000)
         m = re.search(r"listener 'grpc' on [^ ]+:(\d+)", cls.gw.read_log())
         assert m, cls.gw.read_log()
         cls.port = int(m.group(1))

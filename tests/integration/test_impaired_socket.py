@@ -20,7 +20,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -66,11 +65,7 @@ limits: {{max_connections: 1000, idle_timeout_ms: 120000, header_timeout_ms: 600
 logging: {{level: info, access_log: false}}
 {xdp}
 models:
-  - name: identity
-    max_batch_size: 0
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [1, 16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [1, 16]}}]
-"""
+""" + harness.braces(harness.model_yaml("identity", [1, 16], 0))
 
 # Runs in the client namespace: CONNECTIONS threads, each with one keep-alive connection and
 # REQUESTS / CONNECTIONS requests carrying data of its own; checks every response body.
@@ -218,22 +213,10 @@ class ImpairedLinkTest(unittest.TestCase):
         xdp = ""
         if MODE == "afxdp":
             xdp = "xdp: {interface: %s, attach: native}" % net.gw_if
-        cfg = os.path.join(self.tmp.name, "gw.yaml")
-        with open(cfg, "w") as f:
-            # afxdp: one reactor per rx queue, and the veth has one rx queue.
-            f.write(CONFIG.format(mode=MODE, xdp=xdp, reactors=1 if MODE == "afxdp" else 2))
-        self.log_path = os.path.join(self.tmp.name, "gw.log")
-        with open(self.log_path, "w+") as log:
-            p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=log, stderr=log)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            text = self.log_tail(1 << 20)
-            if "serving" in text:
-                return p
-            if p.poll() is not None:
-                raise AssertionError("infergate exited:\n" + text)
-            time.sleep(0.1)
-        raise AssertionError("infergate did not start:\n" + self.log_tail())
+        # afxdp: one reactor per rx queue, and the veth has one rx queue.
+        text = CONFIG.format(mode=MODE, xdp=xdp, reactors=1 if MODE == "afxdp" else 2)
+        p, self.log_path = netns.start_gateway(net, text, folder=self.tmp.name)
+        return p
 
     def test_requests_complete_through_loss_duplication_and_reordering(self):
         net = self.net

@@ -31,16 +31,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-CONFIG = harness.BASE_CONFIG.replace(
-    """    protocol: http
-admin:""",
-    """    protocol: http
-  - name: grpc
-    address: 127.0.0.1
-    port: 0
-    protocol: grpc
-admin:""")
-
 COUNTERS = ("request_bytes", "slot_bytes", "bytes_copied", "staged_bytes", "compacted_bytes")
 VALUES = [float(i) + 0.5 for i in range(16)]
 RAW = struct.pack("<16f", *VALUES)
@@ -64,10 +54,7 @@ def post_raw(path, body, extra=b""):
 class OneCopyTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.gw = harness.Gateway(config_text=CONFIG.format(
-            reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20, max_connections=100,
-            idle_timeout_ms=60000, header_timeout_ms=10000, body_timeout_ms=60000,
-            slow_us=300000))
+        cls.gw = harness.Gateway(template=harness.GRPC_CONFIG, max_connections=100, slow_us=300000)
         m = re.search(r"listener 'grpc' on [^ ]+:(\d+)", cls.gw.read_log())
         cls.grpc_port = int(m.group(1)) if m else None
         cls.pb = None

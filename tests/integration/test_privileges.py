@@ -11,10 +11,8 @@ one that a local user tried to block by creating its shared-memory names first s
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -34,11 +32,7 @@ reactors: 2
 listeners: [{{name: http, address: 127.0.0.1, port: 0, protocol: http}}]
 admin: {{address: 127.0.0.1, port: 0}}
 {security}models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-"""
+""" + harness.braces(harness.IDENTITY_MODEL)
 
 XDP_CONFIG = """
 mode: {mode}
@@ -50,11 +44,7 @@ xdp:
   attach: native
   pin_path: /sys/fs/bpf/infergate
 {security}models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-"""
+""" + harness.braces(harness.IDENTITY_MODEL)
 
 
 def setUpModule():
@@ -196,22 +186,8 @@ class XdpModesTest(netns.VethTestCase, Checks):
 
     def gateway(self, mode, security=""):
         net = self.net
-        cfg = os.path.join(net.tmp, "gw.yaml")
-        with open(cfg, "w") as f:
-            f.write(XDP_CONFIG.format(mode=mode, ifname=net.gw_if, security=security))
-        log = os.path.join(net.tmp, "gw.log")
-        with open(log, "w") as out:
-            p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=out,
-                             stderr=subprocess.STDOUT)
-        deadline = time.time() + 20
-        while time.time() < deadline:
-            text = read(log)
-            if "serving" in text:
-                return p, log
-            if p.poll() is not None:
-                raise AssertionError("infergate exited:\n" + text)
-            time.sleep(0.1)
-        raise AssertionError("infergate did not start:\n" + read(log))
+        text = XDP_CONFIG.format(mode=mode, ifname=net.gw_if, security=security)
+        return netns.start_gateway(net, text)
 
     def check_mode(self, mode, security="", uid="0"):
         net = self.net

@@ -11,6 +11,7 @@ served all along.
 
     /usr/bin/python3 test_slow_reader.py --binary build/app/infergate --source .
 """
+import contextlib
 import json
 import os
 import socket
@@ -41,22 +42,9 @@ def limits():
         return LIMITS.format(t=0, pc=0, pp=0)
     return LIMITS.format(t=SEND_TIMEOUT_MS, pc=PER_CONN, pp=64 << 20)
 
-MODELS = """models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{name: INPUT0, datatype: FP32, shape: [16]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [16]}]
-  - name: big
-    max_batch_size: 0
-    inputs: [{name: INPUT0, datatype: FP32, shape: [-1]}]
-    outputs: [{name: OUTPUT0, datatype: FP32, shape: [-1]}]
-"""
+MODELS = "models:\n" + harness.IDENTITY_MODEL + harness.model_yaml("big", [-1], 0)
 
-SOCKET_CONFIG = """mode: socket
-reactors: 1
-listeners: [{name: http, address: 127.0.0.1, port: 0, protocol: http}]
-admin: {address: 127.0.0.1, port: 0}
-"""
+SOCKET_CONFIG = harness.loopback_head()
 
 AFXDP_CONFIG = """mode: afxdp
 reactors: 1
@@ -198,35 +186,32 @@ class Checks:
 class SocketModeTest(Checks, unittest.TestCase):
     timeout_metric = "infergate_send_timeouts_total"
 
-    def test_never_reading_client_is_reset_and_others_are_served(self):
-        gw = harness.Gateway(config_text=SOCKET_CONFIG + limits()
-                             + MODELS)
+    @contextlib.contextmanager
+    def gateway(self, limits_yaml):
+        """A socket-mode gateway with these limits, for the body of a `with`, which gets it and
+        connect(make): a socket from make() connected to it. Its exit code must be 0."""
+        gw = harness.Gateway(config_text=SOCKET_CONFIG + limits_yaml + MODELS)
+
+        def connect(make):
+            s = make()
+            s.connect(("127.0.0.1", gw.port))
+            return s
         try:
-            def connect(make):
-                s = make()
-                s.connect(("127.0.0.1", gw.port))
-                return s
+            yield gw, connect
+        finally:
+            rc = gw.stop()
+        self.assertEqual(rc, 0, gw.read_log()[-3000:])
+
+    def test_never_reading_client_is_reset_and_others_are_served(self):
+        with self.gateway(limits()) as (gw, connect):
             m = self.run_scenario(connect, lambda: harness.connect(gw.port), gw.metrics,
                                   gw.proc.pid)
             self.assertGreater(m("infergate_output_discarded_bytes_total"), 0)
             self.assertGreaterEqual(m("infergate_output_read_pauses_total"), 1)
-        finally:
-            rc = gw.stop()
-        self.assertEqual(rc, 0, gw.read_log()[-3000:])
-
 
     def test_client_that_reads_late_gets_every_answer(self):
-        gw = harness.Gateway(config_text=SOCKET_CONFIG + "limits: {max_body_bytes: 4194304}\n"
-                             + MODELS)
-        try:
-            def connect(make):
-                s = make()
-                s.connect(("127.0.0.1", gw.port))
-                return s
+        with self.gateway("limits: {max_body_bytes: 4194304}\n") as (_, connect):
             self.run_late_reader(connect)
-        finally:
-            rc = gw.stop()
-        self.assertEqual(rc, 0, gw.read_log()[-3000:])
 
 
 class AfXdpModeTest(Checks, netns.VethTestCase):
@@ -235,22 +220,14 @@ class AfXdpModeTest(Checks, netns.VethTestCase):
 
     def test_never_reading_client_is_reset_and_others_are_served(self):
         net = self.net
-        cfg = os.path.join(net.tmp, "gw.yaml")
-        with open(cfg, "w") as f:
-            f.write(AFXDP_CONFIG.format(ifname=net.gw_if) +
-                    limits() + MODELS)
-        logpath = os.path.join(net.tmp, "gw.log")
-        with open(logpath, "w+") as log:
-            p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=log, stderr=log)
+        p, logpath = netns.start_gateway(net, AFXDP_CONFIG.format(ifname=net.gw_if) + limits() + MODELS,
+                                         expect_start=False, what="infergate (afxdp)")
         try:
-            deadline = time.time() + 20
-            while "serving" not in hostile.read_log(logpath):
-                if p.poll() is not None or time.time() > deadline:
-                    text = hostile.read_log(logpath)
-                    if "needs a build with" in text:
-                        self.skipTest("afxdp mode needs the XDP build: " + text[-300:])
-                    self.fail("infergate (afxdp) did not start:\n" + text[-3000:])
-                time.sleep(0.1)
+            text = hostile.read_log(logpath)
+            if "serving" not in text:
+                if "needs a build with" in text:
+                    self.skipTest("afxdp mode needs the XDP build: " + text[-300:])
+                self.fail("infergate (afxdp) did not start:\n" + text[-3000:])
 
             def connect(make):
                 with hostile.in_netns(net.client_ns):

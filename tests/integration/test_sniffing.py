@@ -23,9 +23,7 @@ def setUpModule():
     global GW, PB
     assert AUTO_CONFIG != harness.BASE_CONFIG
     PB = test_grpc_api.generate_stubs(harness.ARGS.source)
-    GW = harness.Gateway(config_text=AUTO_CONFIG.format(
-        reactors=1, max_header_bytes=16384, max_body_bytes=1 << 20, max_connections=1000,
-        idle_timeout_ms=60000, header_timeout_ms=10000, body_timeout_ms=60000, slow_us=50000))
+    GW = harness.Gateway(template=AUTO_CONFIG)
 
 
 def tearDownModule():

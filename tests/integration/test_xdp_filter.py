@@ -5,7 +5,6 @@ import json
 import os
 import re
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -27,11 +26,7 @@ xdp:
   path_classes: [{{prefix: "/v2/models/identity", class: 0}}]
   pin_path: /sys/fs/bpf/infergate
 models:
-  - name: identity
-    max_batch_size: 8
-    inputs: [{{name: INPUT0, datatype: FP32, shape: [16]}}]
-    outputs: [{{name: OUTPUT0, datatype: FP32, shape: [16]}}]
-"""
+""" + harness.braces(harness.IDENTITY_MODEL)
 
 BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
                                "data": list(range(16))}]})
@@ -72,30 +67,15 @@ PING = netns.PING_SCRIPT
 
 
 def gateway(net, rate=0, burst=0):
-    cfg = os.path.join(net.tmp, "xf.yaml")
-    with open(cfg, "w") as f:
-        f.write(CONFIG.format(ifname=net.gw_if, rate=rate, burst=burst))
-    log = open(os.path.join(net.tmp, "gw.log"), "w+")
-    p = net.popen_gw([harness.ARGS.binary, "run", "-c", cfg], stdout=log, stderr=log)
-    deadline = time.time() + 15
-    while time.time() < deadline:
-        text = open(log.name).read()
-        if "serving" in text:
-            return p, log.name
-        if p.poll() is not None:
-            raise AssertionError("infergate exited:\n" + text)
-        time.sleep(0.1)
-    raise AssertionError("infergate did not start:\n" + open(log.name).read())
+    text = CONFIG.format(ifname=net.gw_if, rate=rate, burst=burst)
+    return netns.start_gateway(net, text, name="gw", timeout=15)
 
 
 def stop(p):
-    p.terminate()
-    p.wait(timeout=15)
-    return p.returncode
+    return netns.stop_gateway(p, timeout=15)
 
 
-def metric(net, name, **labels):
-    return netns.gateway_metric(net, name, **labels)
+metric = netns.gateway_metric
 
 
 class XdpFilterTest(netns.VethTestCase):
