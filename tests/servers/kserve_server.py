@@ -274,26 +274,34 @@ def make_server(args):
             st.stats["registers"] += 1
         return shm_pb.SystemSharedMemoryRegisterResponse()
 
-    def shm_unregister(req, ctx):
+    def unregister(regions, name, counter, close=lambda reg: None):
+        """Removes region `name` (every region when it is empty) from `regions`: close(reg)
+        and st.stats[counter] += 1 for each one removed."""
         with st.lock:
-            names = [req.name] if req.name else list(st.regions)
-            for n in names:
-                reg = st.regions.pop(n, None)
+            for n in [name] if name else list(regions):
+                reg = regions.pop(n, None)
                 if reg is not None:
-                    st.stats["unregisters"] += 1
+                    close(reg)
+                    st.stats[counter] += 1
+
+    def listed(regions, name, ctx, kind):
+        """The (name, region) items a status request for `name` (all when empty) lists;
+        INVALID_ARGUMENT for a name that is not registered."""
+        with st.lock:
+            if name and name not in regions:
+                abort(ctx, "INVALID_ARGUMENT",
+                      "Unable to find %s shared memory region: '%s'" % (kind, name))
+            return [(n, reg) for n, reg in regions.items() if not name or n == name]
+
+    def shm_unregister(req, ctx):
+        unregister(st.regions, req.name, "unregisters")
         return shm_pb.SystemSharedMemoryUnregisterResponse()
 
     def shm_status(req, ctx):
         r = shm_pb.SystemSharedMemoryStatusResponse()
-        with st.lock:
-            if req.name and req.name not in st.regions:
-                abort(ctx, "INVALID_ARGUMENT",
-                      "Unable to find system shared memory region: '%s'" % req.name)
-            for n, (key, off, size, _) in st.regions.items():
-                if req.name and n != req.name:
-                    continue
-                s = r.regions[n]
-                s.name, s.key, s.offset, s.byte_size = n, key, off, size
+        for n, (key, off, size, _) in listed(st.regions, req.name, ctx, "system"):
+            s = r.regions[n]
+            s.name, s.key, s.offset, s.byte_size = n, key, off, size
         return r
 
     def cuda_register(req, ctx):
@@ -312,26 +320,14 @@ def make_server(args):
         return shm_pb.CudaSharedMemoryRegisterResponse()
 
     def cuda_unregister(req, ctx):
-        with st.lock:
-            names = [req.name] if req.name else list(st.cuda_regions)
-            for n in names:
-                reg = st.cuda_regions.pop(n, None)
-                if reg is not None:
-                    reg[2].close()
-                    st.stats["cuda_unregisters"] += 1
+        unregister(st.cuda_regions, req.name, "cuda_unregisters", close=lambda reg: reg[2].close())
         return shm_pb.CudaSharedMemoryUnregisterResponse()
 
     def cuda_status(req, ctx):
         r = shm_pb.CudaSharedMemoryStatusResponse()
-        with st.lock:
-            if req.name and req.name not in st.cuda_regions:
-                abort(ctx, "INVALID_ARGUMENT",
-                      "Unable to find cuda shared memory region: '%s'" % req.name)
-            for n, (dev, size, _) in st.cuda_regions.items():
-                if req.name and n != req.name:
-                    continue
-                s = r.regions[n]
-                s.name, s.device_id, s.byte_size = n, dev, size
+        for n, (dev, size, _) in listed(st.cuda_regions, req.name, ctx, "cuda"):
+            s = r.regions[n]
+            s.name, s.device_id, s.byte_size = n, dev, size
         return r
 
     def infer_deserializer(b):
