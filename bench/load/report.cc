@@ -12,23 +12,10 @@
 
 #include <fmt/format.h>
 
+#include "bench/load/request.h"
+
 namespace infergate::bench {
 namespace {
-
-std::string jsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 std::string num(double v) {
   if (!(v == v) || v > 1e300 || v < -1e300) return "0";

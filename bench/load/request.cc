@@ -97,18 +97,7 @@ std::string jsonData(const TensorSpec& t, const std::string& raw) {
       uint32_t len;
       std::memcpy(&len, raw.data() + pos, 4);
       sep(i++);
-      s += '"';
-      for (char c : raw.substr(pos + 4, len)) {
-        if (c == '"' || c == '\\') {
-          s += '\\';
-          s += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-          s += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        } else {
-          s += c;
-        }
-      }
-      s += '"';
+      s += jsonString(raw.substr(pos + 4, len));
       pos += 4 + len;
     }
     return s + "]";
@@ -260,6 +249,21 @@ int datatypeSize(const std::string& d) {
   if (d == "UINT64" || d == "INT64" || d == "FP64") return 8;
   if (d == "BYTES") return 0;
   return -1;
+}
+
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
 }
 
 int64_t elementCount(const std::vector<int64_t>& shape) {

@@ -35,6 +35,8 @@ absl::StatusOr<TensorSpec> parseTensorSpec(const std::string& text);
 // Bytes per element, 0 for BYTES, -1 for an unknown datatype.
 int datatypeSize(const std::string& datatype);
 int64_t elementCount(const std::vector<int64_t>& shape);
+// `s` as a JSON string: quoted, with '"' and '\\' escaped and control characters as \u00XX.
+std::string jsonString(const std::string& s);
 
 struct PayloadOptions {
   Protocol protocol = Protocol::kRest;
