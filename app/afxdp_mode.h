@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "config/config.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::backends {
 class ModelRegistry;
@@ -51,7 +51,7 @@ void publishOverloadLevels(const backends::ModelRegistry& models,
 void clearOverloadListeners(const backends::ModelRegistry& models);
 
 // Makes the session factory of a listener (the same factories socket mode uses).
-using ListenerFactory = std::function<frontend::SessionFactory(const config::ListenerConfig&)>;
+using ListenerFactory = std::function<net::SessionFactory(const config::ListenerConfig&)>;
 
 // Knobs of afxdp mode that the config file does not carry yet. fromEnvironment() reads
 // INFERGATE_AFXDP_BUSY_POLL (0/1), INFERGATE_AFXDP_BUSY_POLL_USECS,

@@ -36,19 +36,13 @@ struct Server::XdpState {
 
 namespace {
 #ifdef INFERGATE_HAVE_XDP
-std::optional<frontend::IngressTag> lookupTag(const xdp::XdpFilter& f, const sockaddr_storage& peer,
+std::optional<net::IngressTag> lookupTag(const xdp::XdpFilter& f, const sockaddr_storage& peer,
                                               const sockaddr_storage& local) {
   const std::optional<xdp::Tag> t =
       f.lookupFlowTag(xdp::FlowTuple::fromSockaddrs(reinterpret_cast<const sockaddr*>(&peer),
                                                     reinterpret_cast<const sockaddr*>(&local)));
   if (!t) return std::nullopt;
-  frontend::IngressTag tag;
-  tag.priority_class = t->cls;
-  tag.verdict = t->verdict == IG_TV_RATE_LIMITED ? frontend::IngressTag::Verdict::kRateLimited
-                : t->verdict == IG_TV_OVERLOAD   ? frontend::IngressTag::Verdict::kOverload
-                                                 : frontend::IngressTag::Verdict::kAdmit;
-  tag.rx_ns = t->rx_ns;
-  return tag;
+  return net::IngressTag::fromProgram(t->cls, t->verdict, t->rx_ns);
 }
 #endif
 }  // namespace
@@ -94,6 +88,7 @@ absl::Status Server::start() {
   }
 
   common::MetricsRegistry& registry = common::MetricsRegistry::global();
+  connection_metrics_ = std::make_unique<dataplane::ConnectionMetrics>(registry);
   metrics_ = std::make_unique<frontend::ServerMetrics>(registry, names);
   kserve_ = std::make_unique<frontend::KServeRestHandler>(
       models_, frontend::ServerInfo{"infergate", INFERGATE_VERSION}, metrics_.get());
@@ -129,7 +124,7 @@ absl::Status Server::start() {
   admin_options_.access_log = false;
 
   // http: HTTP/1.1; grpc: HTTP/2 prior knowledge; auto: either, by the connection preface.
-  auto sessionFactoryFor = [this](const std::string& protocol) -> frontend::SessionFactory {
+  auto sessionFactoryFor = [this](const std::string& protocol) -> net::SessionFactory {
     auto h1 = frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
     auto h2 = frontend::makeHttp2SessionFactory(*grpc_, http2_options_, metrics_.get());
     if (protocol == "grpc") return h2;
@@ -151,7 +146,7 @@ absl::Status Server::start() {
     ro.cpu = c.cpus.empty() ? -1 : c.cpus[i];
     ro.max_connections = c.limits.max_connections;
     ro.connections = &connections_;
-    ro.metrics = metrics_.get();
+    ro.metrics = connection_metrics_.get();
     ro.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
     ro.output.min_drain_bytes = c.limits.min_drain_bytes;
     ro.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
@@ -202,12 +197,9 @@ absl::Status Server::start() {
   }
 #ifdef INFERGATE_HAVE_XDP
   if (c.mode == config::Mode::kXdpFilter) {
-    absl::StatusOr<xdp::XdpOptions> opts = xdp::XdpOptions::fromConfig(c.xdp, service_ports, c.priority);
-    if (!opts.ok()) {
-      reactors_.clear();
-      return opts.status();
-    }
-    absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(*opts);
+    xdp::XdpOptions opts = c.xdp;
+    opts.service_ports = service_ports;
+    absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(opts);
     if (!filter.ok()) {
       reactors_.clear();
       return filter.status();
@@ -221,7 +213,7 @@ absl::Status Server::start() {
       return f->setOverloadLevel(level);
     });
     spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
-                 c.xdp.attach, fmt::join(service_ports, ","),
+                 xdp::attachModeName(c.xdp.attach), fmt::join(service_ports, ","),
                  c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
   }
 #endif

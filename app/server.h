@@ -37,6 +37,7 @@ class Server {
   config::Config config_;
   backends::PinnedOptions pinned_;
   backends::ModelRegistry models_;
+  std::unique_ptr<dataplane::ConnectionMetrics> connection_metrics_;
   std::unique_ptr<frontend::ServerMetrics> metrics_;
   std::unique_ptr<frontend::KServeRestHandler> kserve_;
   std::unique_ptr<frontend::AdminHandler> admin_handler_;

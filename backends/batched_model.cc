@@ -7,8 +7,8 @@ namespace infergate::backends {
 
 absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
     ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
-    common::MetricsRegistry* metrics, const PinnedOptions* pinned, BatcherClock* clock) {
-  if (clock == nullptr) clock = &SteadyBatcherClock::instance();
+    common::MetricsRegistry* metrics, const PinnedOptions* pinned, common::Clock* clock) {
+  if (clock == nullptr) clock = &common::SteadyClock::instance();
   absl::StatusOr<std::unique_ptr<Batcher>> b =
       Batcher::create(std::move(config), std::move(batching), clock, metrics, pinned);
   if (!b.ok()) return b.status();
@@ -19,7 +19,7 @@ absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
 }
 
 BatchedModel::BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
-                           BatcherClock* clock)
+                           common::Clock* clock)
     : batcher_(std::move(batcher)), backend_(std::move(backend)), clock_(clock) {
   batcher_->setNotify([this] {
     {
@@ -49,7 +49,7 @@ void BatchedModel::infer(InferRequest request, InferCallback done) {
 }
 
 uint64_t BatchedModel::submit(InferRequest request, InferCallback done) {
-  std::shared_ptr<CancelToken> token = request.cancel;
+  std::shared_ptr<net::CancelToken> token = request.cancel;
   const uint64_t ticket = batcher_->enqueue(std::move(request), std::move(done));
   // Registered after enqueue: a cancel in between finds the token cancelled and runs the
   // canceller now; one after the answer finds the ticket gone (a no-op).

@@ -47,7 +47,7 @@ class BatchedModel : public Model {
   static absl::StatusOr<std::unique_ptr<BatchedModel>> create(
       ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
       common::MetricsRegistry* metrics, const PinnedOptions* pinned,
-      BatcherClock* clock = nullptr);
+      common::Clock* clock = nullptr);
   ~BatchedModel() override;
 
   const ModelConfig& config() const override { return batcher_->model(); }
@@ -76,12 +76,12 @@ class BatchedModel : public Model {
 
  private:
   BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
-               BatcherClock* clock);
+               common::Clock* clock);
   void dispatchLoop();
 
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<BatchBackend> backend_;
-  BatcherClock* clock_;
+  common::Clock* clock_;
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;  // guarded by mu_; bumped by the batcher's notify

@@ -5,19 +5,12 @@
 #include <utility>
 
 #include "common/checked.h"
-#include "common/logging.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::backends {
-
-uint64_t SteadyBatcherClock::nowNs() const { return common::monotonicNs(); }
-
-SteadyBatcherClock& SteadyBatcherClock::instance() {
-  static SteadyBatcherClock clock;
-  return clock;
-}
 
 namespace {
 
@@ -107,15 +100,15 @@ class Batcher::Slots : public InputSlots {
   std::vector<uint8_t*> bases_;  // per configured input: the buffer holding the slot
 };
 
-Batcher::Batcher(ModelConfig model, BatchingConfig config, BatcherClock* clock)
+Batcher::Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock)
     : model_(std::move(model)),
       config_(std::move(config)),
-      clock_(clock != nullptr ? clock : &SteadyBatcherClock::instance()) {}
+      clock_(clock != nullptr ? clock : &common::SteadyClock::instance()) {}
 
 Batcher::~Batcher() { shutdown(); }
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::create(ModelConfig model, BatchingConfig config,
-                                                         BatcherClock* clock,
+                                                         common::Clock* clock,
                                                          common::MetricsRegistry* metrics,
                                                          const PinnedOptions* pinned) {
   const std::string prefix = fmt::format("model '{}': dynamic_batching: ", model.name);

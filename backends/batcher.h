@@ -30,6 +30,7 @@
 #include "backends/model.h"
 #include "backends/pinned_memory.h"
 #include "backends/tensor.h"
+#include "common/clock.h"
 
 namespace infergate::common {
 class MetricsRegistry;
@@ -53,32 +54,6 @@ uint32_t levelOfPriorityClass(int priority_class, uint32_t levels);
 // whose Triton level is `level` or lower priority: the count of classes c with
 // levelOfPriorityClass(c, levels) >= level, clamped to 1..kMaxShedClasses.
 int shedClassesForLevel(uint32_t level, uint32_t levels);
-
-// Time source of a batcher, in nanoseconds of a monotonic clock.
-class BatcherClock {
- public:
-  virtual ~BatcherClock() = default;
-  virtual uint64_t nowNs() const = 0;
-};
-
-// CLOCK_MONOTONIC (common::monotonicNs()).
-class SteadyBatcherClock : public BatcherClock {
- public:
-  uint64_t nowNs() const override;
-  static SteadyBatcherClock& instance();
-};
-
-// A clock tests move by hand.
-class ManualClock : public BatcherClock {
- public:
-  explicit ManualClock(uint64_t start_ns = 1'000'000'000) : now_(start_ns) {}
-  uint64_t nowNs() const override { return now_.load(std::memory_order_relaxed); }
-  void advanceUs(uint64_t us) { now_.fetch_add(us * 1000, std::memory_order_relaxed); }
-  void setNs(uint64_t ns) { now_.store(ns, std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> now_;
-};
 
 // A view of one tensor of a whole batch: `data` points into a pinned batch buffer (inputs) or
 // into memory the backend owns (outputs). With max_batch_size > 0 the leading dimension is the
@@ -139,11 +114,11 @@ using BatchOutputs = absl::StatusOr<std::vector<BatchTensor>>;
 
 class Batcher {
  public:
-  // `clock` must outlive the batcher (nullptr: SteadyBatcherClock). `metrics` nullptr: no
+  // `clock` must outlive the batcher (nullptr: common::SteadyClock). `metrics` nullptr: no
   // metrics. `pinned` false: batch buffers in plain heap memory (tests). INVALID_ARGUMENT for
   // an inconsistent config (preferred size out of range, default level out of range, ...).
   static absl::StatusOr<std::unique_ptr<Batcher>> create(ModelConfig model, BatchingConfig config,
-                                                         BatcherClock* clock,
+                                                         common::Clock* clock,
                                                          common::MetricsRegistry* metrics,
                                                          const PinnedOptions* pinned);
   ~Batcher();
@@ -238,7 +213,7 @@ class Batcher {
     absl::StatusOr<InferResponse> result;
   };
 
-  Batcher(ModelConfig model, BatchingConfig config, BatcherClock* clock);
+  Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock);
   absl::Status init(common::MetricsRegistry* metrics, const PinnedOptions* pinned);
   absl::Status overloadStatus(std::string message) const;
   bool compatible(const QueuedRequest& a, const QueuedRequest& b) const;
@@ -255,7 +230,7 @@ class Batcher {
 
   ModelConfig model_;
   BatchingConfig config_;
-  BatcherClock* clock_;
+  common::Clock* clock_;
   std::function<void()> notify_;
 
   mutable std::mutex mu_;

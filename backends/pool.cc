@@ -8,7 +8,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
-#include "common/logging.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 
 namespace infergate::backends {

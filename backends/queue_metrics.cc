@@ -12,7 +12,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "common/logging.h"
+#include "common/clock.h"
 
 namespace infergate::backends {
 namespace {

@@ -4,13 +4,14 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "net/cancel_token.h"
+#include "net/protocol.h"
 
 namespace infergate::backends {
 
@@ -82,35 +83,10 @@ class InputSlots {
   virtual ~InputSlots() = default;
 };
 
-// Client-gone signal shared by a connection and the model that runs its request. The
-// connection calls cancel() when its client disconnects (HTTP/1.1 connection reset/closed,
-// HTTP/2 RST_STREAM); the model registers with onCancel() what cancelling means for it (the
-// batcher: Batcher::cancel(ticket)). Cancellers run once, outside the token's lock, on the
-// thread that calls cancel() (or onCancel() when the token is already cancelled). A canceller
-// may run after its request was answered: it must then be a no-op (Batcher tickets are never
-// reused). Threading: every method is safe from any thread.
-class CancelToken {
- public:
-  void cancel();
-  bool cancelled() const;
-  void onCancel(std::function<void()> canceller);
-  // Drops registered cancellers (the request was answered).
-  void clear();
-
- private:
-  mutable std::mutex mu_;
-  bool cancelled_ = false;
-  std::vector<std::function<void()>> cancellers_;
-};
-
 struct RequestedOutput {
   std::string name;
   bool binary = false;  // KServe binary tensor extension: return raw bytes, not JSON
 };
-
-// Where a request came from; used for metrics and error encoding.
-enum class Protocol : uint8_t { kHttpKserve, kGrpcKserve, kHttpTfServing, kGrpcTfServing };
-std::string_view protocolName(Protocol p);
 
 struct InferRequest {
   std::string model_name;
@@ -121,11 +97,11 @@ struct InferRequest {
   bool binary_data_output = false;
   int64_t priority = 0;    // KServe "priority": 0 = default level, 1 = highest
   uint64_t timeout_us = 0; // KServe "timeout": 0 = none
-  Protocol protocol = Protocol::kHttpKserve;
+  net::Protocol protocol = net::Protocol::kHttpKserve;
   // One-copy reservation owning the inputs' slots (null when no input has a slot).
   std::shared_ptr<InputSlots> slots;
   // Set by connections that can tell when their client goes away (null: never cancelled).
-  std::shared_ptr<CancelToken> cancel;
+  std::shared_ptr<net::CancelToken> cancel;
 };
 
 struct InferResponse {

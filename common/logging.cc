@@ -1,7 +1,5 @@
 #include "common/logging.h"
 
-#include <time.h>
-
 #include <string>
 
 #include "spdlog/spdlog.h"
@@ -17,12 +15,6 @@ absl::Status setupLogging(std::string_view level) {
   spdlog::set_level(lvl);
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%-5l%$ %v");
   return absl::OkStatus();
-}
-
-uint64_t monotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 }  // namespace infergate::common

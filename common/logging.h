@@ -1,7 +1,6 @@
 #pragma once
 // Logging set-up (spdlog). Human-readable lines by default: "2026-11-29 23:10:57.123 info  msg".
 
-#include <cstdint>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -10,8 +9,5 @@ namespace infergate::common {
 
 // Sets the global level ("trace".."critical", "off"); INVALID_ARGUMENT for an unknown name.
 absl::Status setupLogging(std::string_view level);
-
-// Monotonic clock in nanoseconds (CLOCK_MONOTONIC).
-uint64_t monotonicNs();
 
 }  // namespace infergate::common

@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "common/logging.h"
+#include "common/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
@@ -16,7 +16,7 @@ AfXdpReactor::AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<Pollable
   options_.tcp.index = options_.index;
   now_ns_ = common::monotonicNs();
   stack_ = std::make_unique<tcp::TcpStack>(options_.tcp, *device_,
-                                           [] { return common::monotonicNs(); }, this);
+                                           common::SteadyClock::instance(), this);
 }
 
 AfXdpReactor::~AfXdpReactor() {
@@ -25,11 +25,11 @@ AfXdpReactor::~AfXdpReactor() {
   stack_.reset();
 }
 
-absl::Status AfXdpReactor::listen(uint16_t port, frontend::SessionFactory factory) {
+absl::Status AfXdpReactor::listen(uint16_t port, net::SessionFactory factory) {
   // Wrapped to remember the sessions (draining asks them whether they are idle). One
   // allocation per connection, none per packet.
-  return stack_->listen(port, [this, f = std::move(factory)](frontend::Transport& t) {
-    std::shared_ptr<frontend::Session> s = f(t);
+  return stack_->listen(port, [this, f = std::move(factory)](net::Transport& t) {
+    std::shared_ptr<net::Session> s = f(t);
     if (s) sessions_.push_back(s);
     return s;
   });
@@ -39,7 +39,7 @@ bool AfXdpReactor::runPosted() { return posted_.runAll(); }
 
 bool AfXdpReactor::allIdle() {
   for (const auto& w : sessions_) {
-    std::shared_ptr<frontend::Session> s = w.lock();
+    std::shared_ptr<net::Session> s = w.lock();
     if (s && !s->idle()) return false;
   }
   return true;
@@ -61,7 +61,7 @@ void AfXdpReactor::run() {
       draining = true;
       drain_deadline = now_ns_ + drain_ns_.load(std::memory_order_relaxed);
       for (const auto& w : sessions_) {
-        if (std::shared_ptr<frontend::Session> s = w.lock()) s->onDrain();
+        if (std::shared_ptr<net::Session> s = w.lock()) s->onDrain();
       }
     }
     if (draining && (now_ns_ >= drain_deadline || allIdle())) break;
@@ -76,7 +76,7 @@ void AfXdpReactor::run() {
     if (now_ns_ - last_compact >= 100'000'000) {
       last_compact = now_ns_;
       sessions_.erase(std::remove_if(sessions_.begin(), sessions_.end(),
-                                     [](const std::weak_ptr<frontend::Session>& w) { return w.expired(); }),
+                                     [](const std::weak_ptr<net::Session>& w) { return w.expired(); }),
                       sessions_.end());
     }
     if (device_->txPending()) {

@@ -1,7 +1,7 @@
 #pragma once
 // afxdp mode: one reactor thread per NIC rx queue, pinned to a core, shared-nothing. It owns
 // the queue's packet device (an AF_XDP socket, dataplane/xsk) and a userspace TCP stack
-// (dataplane/tcp) whose connections drive the same frontend::Session objects socket mode runs
+// (dataplane/tcp) whose connections drive the same net::Session objects socket mode runs
 // (HTTP/1.1 + KServe v2 REST, HTTP/2 + gRPC), made by the same SessionFactory.
 //
 // The loop: processRx() (a burst from the rx ring, handled, released to the fill ring, tx
@@ -27,7 +27,7 @@
 #include "dataplane/reactor_thread.h"
 #include "dataplane/tcp/tcp_stack.h"
 #include "dataplane/xsk/pollable_device.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::dataplane {
 
@@ -47,7 +47,7 @@ class AfXdpReactor final : public ReactorThread {
   ~AfXdpReactor() override;
 
   // Accepts connections to `port` on this queue.
-  absl::Status listen(uint16_t port, frontend::SessionFactory factory);
+  absl::Status listen(uint16_t port, net::SessionFactory factory);
   // start(), join(), and stop(drain_ns): stops taking new work, waits up to `drain_ns` for the
   // sessions with a request in progress (Session::idle() false) to finish, then resets every
   // connection (RST) and ends the thread (ReactorThread).
@@ -66,7 +66,7 @@ class AfXdpReactor final : public ReactorThread {
   std::unique_ptr<PollableDevice> device_;
   std::unique_ptr<tcp::TcpStack> stack_;
   // Sessions made on this reactor (for draining): weak, compacted every session tick.
-  std::vector<std::weak_ptr<frontend::Session>> sessions_;
+  std::vector<std::weak_ptr<net::Session>> sessions_;
 };
 
 }  // namespace infergate::dataplane

@@ -11,11 +11,11 @@
 #include <thread>
 
 #include "dataplane/post_queue.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::dataplane {
 
-class ReactorThread : public frontend::Loop {
+class ReactorThread : public net::Loop {
  public:
   explicit ReactorThread(int index) : index_(index) {}
   ReactorThread(const ReactorThread&) = delete;

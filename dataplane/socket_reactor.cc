@@ -12,7 +12,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "common/logging.h"
+#include "common/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
@@ -66,10 +66,10 @@ absl::StatusOr<int> openListener(const std::string& address, uint16_t port, uint
 }
 
 // One accepted connection: the Transport its session writes to.
-struct SocketReactor::Conn final : frontend::Transport {
+struct SocketReactor::Conn final : net::Transport {
   SocketReactor* reactor;
   int fd;
-  std::shared_ptr<frontend::Session> session;
+  std::shared_ptr<net::Session> session;
   std::string out;
   size_t out_off = 0;
   bool want_close = false;
@@ -119,9 +119,9 @@ struct SocketReactor::Conn final : frontend::Transport {
     read_paused = paused;
     reactor->updateEvents(*this);
   }
-  frontend::Loop& loop() override { return *reactor; }
+  net::Loop& loop() override { return *reactor; }
   size_t pendingBytes() const override { return out.size() - out_off; }
-  std::optional<frontend::IngressTag> ingressTag() override {
+  std::optional<net::IngressTag> ingressTag() override {
     if (!reactor->options_.tag_lookup) return std::nullopt;
     return reactor->options_.tag_lookup(peer, local);
   }
@@ -160,7 +160,7 @@ const std::string SocketReactor::kHttpRefusal =
     "Content-Length: 57\r\nConnection: close\r\n\r\n"
     "{\"error\":\"too many connections (limits.max_connections)\"}";
 
-void SocketReactor::addListener(int fd, frontend::SessionFactory factory, std::string refusal) {
+void SocketReactor::addListener(int fd, net::SessionFactory factory, std::string refusal) {
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd;

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/connection_metrics.h"
 #include "dataplane/output_limits.h"
 #include "dataplane/reactor_thread.h"
-#include "frontend/server_metrics.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::dataplane {
 
@@ -40,7 +40,7 @@ struct ReactorOptions {
   uint64_t linger_ns = 2'000'000'000;            // lingering close after the last response
   uint64_t max_connections = 10000;              // process-wide, shared through `connections`
   std::atomic<uint64_t>* connections = nullptr;  // process-wide open-connection count
-  frontend::ServerMetrics* metrics = nullptr;    // may be null (admin listener)
+  ConnectionMetrics* metrics = nullptr;          // may be null (admin listener)
   // Slow readers and output memory (dataplane/output_limits.h): applied to the userspace
   // write queue; a connection closed for them is reset (SO_LINGER 0), which also frees what
   // the kernel still holds for it.
@@ -48,7 +48,7 @@ struct ReactorOptions {
   std::string name = "reactor";
   // xdp-filter mode: looks up the ingress tag of a connection (peer = client, local = us).
   // Called once per request start; empty = no ingress filter.
-  std::function<std::optional<frontend::IngressTag>(const sockaddr_storage& peer,
+  std::function<std::optional<net::IngressTag>(const sockaddr_storage& peer,
                                                     const sockaddr_storage& local)>
       tag_lookup;
 };
@@ -61,7 +61,7 @@ class SocketReactor final : public ReactorThread {
   // Adds a listening socket (takes ownership of `fd`); call before start(). `refusal`: the
   // bytes sent to a connection refused because max_connections is reached, before closing it
   // (an HTTP/1.1 503 by default; empty for protocols that cannot be answered blindly, e.g. h2).
-  void addListener(int fd, frontend::SessionFactory factory, std::string refusal = kHttpRefusal);
+  void addListener(int fd, net::SessionFactory factory, std::string refusal = kHttpRefusal);
   static const std::string kHttpRefusal;
   // start(), join(), and stop(drain_ns): stops accepting, closes idle connections, lets
   // connections with requests in flight finish for up to `drain_ns`, then closes everything
@@ -73,7 +73,7 @@ class SocketReactor final : public ReactorThread {
   struct Conn;
   struct Listener {
     int fd;
-    frontend::SessionFactory factory;
+    net::SessionFactory factory;
     std::string refusal;
   };
   void run() override;

@@ -3,7 +3,7 @@
 // header / gRPC metadata and the KServe `priority` parameter are a privilege: honoured only
 // from trusted sources (by default loopback), or from everyone when the operator says so;
 // otherwise a request's class comes from the XDP rules (ingress tag) or the model's default.
-// A session decides once per connection from Transport::peerAddress().
+// A session decides once per connection from net::Transport::peerAddress().
 //
 // Threading: read-only after start-up; shared by every reactor.
 

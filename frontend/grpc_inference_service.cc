@@ -195,7 +195,7 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
   GrpcMethod m;
   if (path == kTfPredict) {
     m.id = kPredict;
-    m.protocol = backends::Protocol::kGrpcTfServing;
+    m.protocol = net::Protocol::kGrpcTfServing;
     return m;
   }
   if (path.substr(0, kKserve.size()) != kKserve) return m;
@@ -221,7 +221,7 @@ void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
 
 void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
                                  std::string_view message, GrpcRespond respond,
-                                 std::shared_ptr<backends::CancelToken> cancel) {
+                                 std::shared_ptr<net::CancelToken> cancel) {
   const auto invalid = [&](std::string_view what) {
     respond(errorReply(absl::StatusCode::kInvalidArgument,
                        "failed to parse " + std::string(what)));
@@ -289,7 +289,7 @@ void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
 
 void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
                                        GrpcRespond respond, bool stream,
-                                       std::shared_ptr<backends::CancelToken> cancel) {
+                                       std::shared_ptr<net::CancelToken> cancel) {
   // In a stream, errors of one request are reported in its response message and the stream
   // goes on (Triton's ModelStreamInfer).
   auto fail = [stream](const absl::Status& st) {
@@ -355,7 +355,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
 
 void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
                                     GrpcRespond respond,
-                                    std::shared_ptr<backends::CancelToken> cancel) {
+                                    std::shared_ptr<net::CancelToken> cancel) {
   tensorflow::serving::PredictRequest pr;
   if (!parse(message, pr)) {
     return respond(errorReply(absl::StatusCode::kInvalidArgument, "failed to parse PredictRequest"));
@@ -376,7 +376,7 @@ void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
   }
   const backends::ModelConfig& cfg = model->config();
   backends::InferRequest req;
-  req.protocol = backends::Protocol::kGrpcTfServing;
+  req.protocol = net::Protocol::kGrpcTfServing;
   req.model_name = name;
   req.model_version = version;
   req.binary_data_output = true;

@@ -39,13 +39,13 @@ class InferenceGrpcServices : public CancellableGrpcServices {
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override;
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-            GrpcRespond respond, std::shared_ptr<backends::CancelToken> cancel) override;
+            GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) override;
 
  private:
   void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream,
-                  std::shared_ptr<backends::CancelToken> cancel);
+                  std::shared_ptr<net::CancelToken> cancel);
   void predict(GrpcCall& call, std::string_view message, GrpcRespond respond,
-               std::shared_ptr<backends::CancelToken> cancel);
+               std::shared_ptr<net::CancelToken> cancel);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

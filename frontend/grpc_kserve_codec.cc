@@ -351,7 +351,7 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
 
 absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
                                      uint64_t* copied_bytes, const backends::InputPlacer* place) {
-  out.protocol = backends::Protocol::kGrpcKserve;
+  out.protocol = net::Protocol::kGrpcKserve;
   out.binary_data_output = true;
   std::vector<InputView> inputs;
   std::vector<std::string_view> raws;

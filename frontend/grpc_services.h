@@ -33,18 +33,18 @@ using GrpcRespond = std::function<void(GrpcReply)>;
 struct GrpcMethod {
   int id = -1;              // -1: unknown method (UNIMPLEMENTED)
   bool client_streaming = false;  // bidirectional stream: one call() per request message
-  backends::Protocol protocol = backends::Protocol::kGrpcKserve;  // metrics label
+  net::Protocol protocol = net::Protocol::kGrpcKserve;  // metrics label
 };
 
 // The per-call context the session passes with each message.
 struct GrpcCall {
   int32_t stream_id = 0;
-  uint64_t start_ns = 0;     // Loop::nowNs() when the call's headers arrived
-  uint64_t deadline_ns = 0;  // from grpc-timeout, on the Loop::nowNs() clock; 0 = none
+  uint64_t start_ns = 0;     // net::Loop::nowNs() when the call's headers arrived
+  uint64_t deadline_ns = 0;  // from grpc-timeout, on the net::Loop::nowNs() clock; 0 = none
   uint64_t timeout_ns = 0;   // the grpc-timeout value itself; 0 = none
   // The `x-infergate-priority` metadata value (kPriorityHeader), as sent; nullopt when absent.
   std::optional<std::string> priority_metadata;
-  // The ingress tag's priority class 0..3 (Transport::ingressTag() when the call's headers
+  // The ingress tag's priority class 0..3 (net::Transport::ingressTag() when the call's headers
   // arrived: xdp-filter and afxdp modes); nullopt without a tag.
   std::optional<int> priority_class;
   // The connection's source may choose the call's priority (ClientPriorityPolicy): the

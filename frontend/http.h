@@ -3,9 +3,12 @@
 // handlers. Header names are stored lower-cased.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "net/ingress_tag.h"
 
 namespace infergate::frontend {
 
@@ -22,10 +25,8 @@ struct HttpRequest {
   std::string body;       // complete body (de-chunked)
   bool keep_alive = true; // after this request, per HTTP/1.x rules and Connection headers
   uint64_t received_ns = 0;  // monotonic time the first byte of the request arrived
-  // Set by the session when an ingress filter tagged the connection (see session.h).
-  bool has_tag = false;
-  int priority_class = 1;
-  uint8_t tag_verdict = 0;  // IngressTag::Verdict
+  // Set by the session when an ingress filter tagged the connection (net/ingress_tag.h).
+  std::optional<net::IngressTag> tag;
   // The connection's source may choose the request's priority (ClientPriorityPolicy): the
   // x-infergate-priority header and the KServe priority parameter count only when true.
   bool priority_trusted = true;

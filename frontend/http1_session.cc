@@ -9,7 +9,7 @@
 
 namespace infergate::frontend {
 
-Http1Session::Http1Session(Transport& transport, HttpHandler& handler,
+Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
                            const Http1SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       handler_(handler),
@@ -71,15 +71,11 @@ void Http1Session::dispatch(HttpRequest&& request) {
   }
   slots_.push_back(std::move(slot));
   request_start_ns_ = 0;
-  if (std::optional<IngressTag> tag = transport_->ingressTag()) {
-    request.has_tag = true;
-    request.priority_class = tag->priority_class;
-    request.tag_verdict = static_cast<uint8_t>(tag->verdict);
-  }
+  request.tag = transport_->ingressTag();
   request.priority_trusted = priority_trusted_;
   const uint64_t seq = slots_.back().seq;
   std::weak_ptr<Http1Session> weak = weak_from_this();
-  Loop* loop = &transport_->loop();
+  net::Loop* loop = &transport_->loop();
   HttpRespond respond = [weak, seq, loop](HttpResponse response) {
     if (loop->inLoopThread()) {
       if (auto self = weak.lock()) self->deliver(seq, std::move(response));
@@ -97,7 +93,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
       handler_.handle(std::move(request), std::move(respond));
       return;
     }
-    auto token = std::make_shared<backends::CancelToken>();
+    auto token = std::make_shared<net::CancelToken>();
     slots_.back().cancel = token;
     cancellable_->handle(std::move(request), std::move(respond), std::move(token));
   } catch (const std::bad_alloc&) {
@@ -117,7 +113,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
 
 void Http1Session::cancelUnanswered() {
   // Collected first: a canceller may answer inline, and deliver() may touch slots_.
-  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  std::vector<std::shared_ptr<net::CancelToken>> tokens;
   for (Slot& s : slots_) {
     if (!s.ready && s.cancel) tokens.push_back(std::move(s.cancel));
   }
@@ -141,7 +137,7 @@ void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
 void Http1Session::failStream(int status, const std::string& reason, const std::string& message) {
   stop_parsing_ = true;
   if (metrics_ != nullptr) metrics_->recordParseError(reason);
-  if (metrics_ != nullptr) metrics_->recordRequest(-1, backends::Protocol::kHttpKserve, status, 0);
+  if (metrics_ != nullptr) metrics_->recordRequest(-1, net::Protocol::kHttpKserve, status, 0);
   Slot slot;
   slot.seq = next_seq_++;
   slot.ready = true;
@@ -239,9 +235,9 @@ void Http1Session::onClosed() {
   slots_.clear();
 }
 
-SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
+net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
                                        ServerMetrics* metrics) {
-  return [&handler, &options, metrics](Transport& t) -> std::shared_ptr<Session> {
+  return [&handler, &options, metrics](net::Transport& t) -> std::shared_ptr<net::Session> {
     return std::make_shared<Http1Session>(t, handler, options, metrics);
   };
 }

@@ -5,12 +5,12 @@
 // read timeouts (408), idle timeouts, and error responses that close the connection when the
 // stream can no longer be trusted.
 //
-// Cancellation: with a CancellableHttpHandler, every request gets a backends::CancelToken that
+// Cancellation: with a CancellableHttpHandler, every request gets a net::CancelToken that
 // the session cancels when the connection is gone (reset, or closed by either side) before the
 // request was answered, and, with `cancel_on_peer_close`, when the client half-closes (FIN).
 //
 // Threading: everything on the transport's loop thread; respond callbacks may be called from
-// any thread and are moved to the loop with Loop::post.
+// any thread and are moved to the loop with net::Loop::post.
 
 #include <cstdint>
 #include <deque>
@@ -22,7 +22,7 @@
 #include "frontend/http1_parser.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::frontend {
 
@@ -50,12 +50,12 @@ class CancellableHttpHandler : public HttpHandler {
  public:
   using HttpHandler::handle;
   virtual void handle(HttpRequest&& request, HttpRespond respond,
-                      std::shared_ptr<backends::CancelToken> cancel) = 0;
+                      std::shared_ptr<net::CancelToken> cancel) = 0;
 };
 
-class Http1Session : public Session, public std::enable_shared_from_this<Http1Session> {
+class Http1Session : public net::Session, public std::enable_shared_from_this<Http1Session> {
  public:
-  Http1Session(Transport& transport, HttpHandler& handler, const Http1SessionOptions& options,
+  Http1Session(net::Transport& transport, HttpHandler& handler, const Http1SessionOptions& options,
                ServerMetrics* metrics);
 
   void onData(const char* data, size_t len) override;
@@ -78,7 +78,7 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
     std::string method, target;
     uint64_t start_ns = 0;
     int status = 0;
-    std::shared_ptr<backends::CancelToken> cancel;  // until answered
+    std::shared_ptr<net::CancelToken> cancel;  // until answered
   };
   void dispatch(HttpRequest&& request);
   void dispatchReady();
@@ -88,7 +88,7 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   void updateReading();
   void cancelUnanswered();
 
-  Transport* transport_;
+  net::Transport* transport_;
   HttpHandler& handler_;
   CancellableHttpHandler* cancellable_;  // handler_ when it supports cancellation
   const Http1SessionOptions& options_;
@@ -108,8 +108,8 @@ class Http1Session : public Session, public std::enable_shared_from_this<Http1Se
   bool paused_ = false;
 };
 
-// A SessionFactory for HTTP/1.1 listeners.
-SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
+// A net::SessionFactory for HTTP/1.1 listeners.
+net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
                                        ServerMetrics* metrics);
 
 }  // namespace infergate::frontend

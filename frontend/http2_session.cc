@@ -39,7 +39,7 @@ struct Http2Session::Stream {
   int http_status = 200;
   std::string out;          // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
-  std::shared_ptr<backends::CancelToken> cancel;  // for the outstanding call()s
+  std::shared_ptr<net::CancelToken> cancel;  // for the outstanding call()s
   uint64_t last_rx_ns = 0;  // HEADERS or DATA last arrived (stream_timeout_ns)
   size_t held = 0;          // this stream's share of held_bytes_ (reader buffer + out)
   size_t withheld = 0;      // DATA bytes received and not yet acknowledged
@@ -121,7 +121,7 @@ struct Http2Session::Callbacks {
     // none in socket mode). The XDP program tags the h2 preface, not each HEADERS frame, so for
     // gRPC this is the connection's class.
     if (h.transport_ != nullptr) {
-      if (std::optional<IngressTag> tag = h.transport_->ingressTag()) {
+      if (std::optional<net::IngressTag> tag = h.transport_->ingressTag()) {
         s->call.priority_class = tag->priority_class;
       }
     }
@@ -226,7 +226,7 @@ struct Http2Session::Callbacks {
     if (it == h.streams_.end()) return 0;
     Stream& s = *it->second;
     // Work still outstanding (e.g. queued in a batcher) is cancelled.
-    std::shared_ptr<backends::CancelToken> cancel;
+    std::shared_ptr<net::CancelToken> cancel;
     if (s.outstanding > 0) cancel = std::move(s.cancel);
     if (!s.ended) {
       // Reset by the peer (or the connection went away) before the call ended: cancelled.
@@ -277,7 +277,7 @@ struct Http2Session::Callbacks {
   }
 };
 
-Http2Session::Http2Session(Transport& transport, GrpcServices& services,
+Http2Session::Http2Session(net::Transport& transport, GrpcServices& services,
                            const Http2SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       services_(services),
@@ -537,7 +537,7 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
   }
   ++s.outstanding;
   std::weak_ptr<Http2Session> weak = weak_from_this();
-  Loop* loop = &transport_->loop();
+  net::Loop* loop = &transport_->loop();
   const int32_t id = s.id;
   GrpcRespond respond = [weak, id, loop](GrpcReply reply) {
     if (loop->inLoopThread()) {
@@ -555,7 +555,7 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
       services_.call(s.method, s.call, message, std::move(respond));
       return;
     }
-    if (!s.cancel) s.cancel = std::make_shared<backends::CancelToken>();
+    if (!s.cancel) s.cancel = std::make_shared<net::CancelToken>();
     cancellable_->call(s.method, s.call, message, std::move(respond), s.cancel);
   } catch (const std::bad_alloc&) {
     ++stats_.service_exceptions;
@@ -731,7 +731,7 @@ bool Http2Session::idle() const {
 void Http2Session::onClosed() {
   transport_ = nullptr;
   // Calls still open are cancelled; their late replies find no stream.
-  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  std::vector<std::shared_ptr<net::CancelToken>> tokens;
   for (auto& [id, s] : streams_) {
     if (s->cancel && s->outstanding > 0) tokens.push_back(std::move(s->cancel));
     if (!s->ended) {
@@ -747,9 +747,9 @@ void Http2Session::onClosed() {
   for (auto& t : tokens) t->cancel();
 }
 
-SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
+net::SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
                                        ServerMetrics* metrics) {
-  return [&services, &options, metrics](Transport& t) -> std::shared_ptr<Session> {
+  return [&services, &options, metrics](net::Transport& t) -> std::shared_ptr<net::Session> {
     return std::make_shared<Http2Session>(t, services, options, metrics);
   };
 }

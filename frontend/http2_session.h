@@ -1,6 +1,6 @@
 #pragma once
 // HTTP/2 server session (h2c with prior knowledge) carrying gRPC, on nghttp2's server session
-// API driven over a frontend::Transport's byte stream (nghttp2_session_mem_recv / mem_send; no
+// API driven over a net::Transport's byte stream (nghttp2_session_mem_recv / mem_send; no
 // sockets here, so the same session runs over kernel sockets and infergate's own TCP).
 //
 // - SETTINGS from Http2SessionOptions (max concurrent streams, max frame size, header list
@@ -16,7 +16,7 @@
 //   errors before any message), identity encoding only (UNIMPLEMENTED otherwise), unknown
 //   paths UNIMPLEMENTED, content-type other than application/grpc[+proto]: HTTP 415.
 // - RST_STREAM from the peer cancels the call: its reply is dropped when it comes, and it is
-//   counted as CANCELLED. With CancellableGrpcServices the call's backends::CancelToken is
+//   counted as CANCELLED. With CancellableGrpcServices the call's net::CancelToken is
 //   cancelled too (on RST_STREAM and when the connection is gone), so a queued request leaves
 //   the batcher and frees its slot. PING is answered by nghttp2. A protocol error (bad preface, bad
 //   frame size, flow-control violation, ...) sends GOAWAY with nghttp2's error code and closes
@@ -40,7 +40,7 @@
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_services.h"
 #include "frontend/server_metrics.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 struct nghttp2_session;
 
@@ -54,7 +54,7 @@ class CancellableGrpcServices : public GrpcServices {
  public:
   using GrpcServices::call;
   virtual void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-                    GrpcRespond respond, std::shared_ptr<backends::CancelToken> cancel) = 0;
+                    GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) = 0;
 };
 
 struct Http2SessionOptions {
@@ -112,9 +112,9 @@ struct Http2SessionStats {
   uint64_t peak_memory_bytes = 0;    // highest memoryBytes() seen
 };
 
-class Http2Session : public Session, public std::enable_shared_from_this<Http2Session> {
+class Http2Session : public net::Session, public std::enable_shared_from_this<Http2Session> {
  public:
-  Http2Session(Transport& transport, GrpcServices& services, const Http2SessionOptions& options,
+  Http2Session(net::Transport& transport, GrpcServices& services, const Http2SessionOptions& options,
                ServerMetrics* metrics);
   ~Http2Session() override;
 
@@ -157,7 +157,7 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   void forgetStream(Stream& s);  // its held memory and withheld window, when it goes
   void rehold(Stream& s);        // recounts what `s` holds into held_bytes_
 
-  Transport* transport_;
+  net::Transport* transport_;
   GrpcServices& services_;
   CancellableGrpcServices* cancellable_;  // services_ when it supports cancellation
   const Http2SessionOptions& options_;
@@ -186,8 +186,8 @@ class Http2Session : public Session, public std::enable_shared_from_this<Http2Se
   bool paused_ = false;
 };
 
-// A SessionFactory for gRPC (h2c prior knowledge) listeners.
-SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
+// A net::SessionFactory for gRPC (h2c prior knowledge) listeners.
+net::SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
                                        ServerMetrics* metrics);
 
 }  // namespace infergate::frontend

@@ -934,7 +934,7 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
   InferRequest req;
   req.model_name.assign(model_name);
   req.model_version.assign(model_version);
-  req.protocol = backends::Protocol::kHttpKserve;
+  req.protocol = net::Protocol::kHttpKserve;
 
   std::string_view json = body;
   BinaryCursor bin;

@@ -6,15 +6,15 @@
 
 #include "backends/batched_model.h"
 #include "backends/batcher.h"
-#include "common/logging.h"
+#include "common/clock.h"
 #include "frontend/kserve_json.h"
-#include "frontend/session.h"
+#include "net/session.h"
 #include "frontend/tfserving_rest.h"
 
 namespace infergate::frontend {
 namespace {
 
-using backends::Protocol;
+using net::Protocol;
 
 HttpResponse jsonResponse(int status, std::string body) {
   HttpResponse r;
@@ -101,7 +101,7 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
 }
 
 void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
-                               std::shared_ptr<backends::CancelToken> cancel) {
+                               std::shared_ptr<net::CancelToken> cancel) {
   const std::string_view path = request.path();
   if (TfServingRestHandler::handles(path)) {  // TF Serving REST (frontend/tfserving_rest.h)
     return TfServingRestHandler(registry_, metrics_)
@@ -162,7 +162,7 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
 }
 
 void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int model_index,
-                              HttpRespond respond, std::shared_ptr<backends::CancelToken> cancel) {
+                              HttpRespond respond, std::shared_ptr<net::CancelToken> cancel) {
   const uint64_t start = request.received_ns;
   ServerMetrics* metrics = metrics_;
   auto finish = [metrics, model_index, start, respond = std::move(respond)](HttpResponse resp) {
@@ -175,9 +175,8 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   };
   // The ingress filter already decided this request start is over its source's rate or below
   // the overload level: answer without decoding anything.
-  if (request.has_tag && request.tag_verdict != 0) {
-    const bool limited =
-        request.tag_verdict == static_cast<uint8_t>(IngressTag::Verdict::kRateLimited);
+  if (request.tag && request.tag->refused()) {
+    const bool limited = request.tag->verdict == net::IngressTag::Verdict::kRateLimited;
     return finish(errorResponse(limited ? 429 : 503,
                                 limited ? "request rate limit exceeded for this client"
                                         : "server overloaded: only higher-priority requests are admitted"));
@@ -210,7 +209,7 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   {
     absl::StatusOr<int64_t> prio = resolvePriority(
         req->priority, request.header(kPriorityHeader),
-        request.has_tag ? std::optional<int>(request.priority_class) : std::nullopt,
+        request.tag ? std::optional<int>(request.tag->priority_class) : std::nullopt,
         priorityLevelsOf(model), request.priority_trusted);
     if (!prio.ok()) {
       return finish(errorResponse(httpStatusFor(prio.status()), std::string(prio.status().message())));

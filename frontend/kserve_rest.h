@@ -55,11 +55,11 @@ class KServeRestHandler : public CancellableHttpHandler {
                     ServerMetrics* metrics);
   void handle(HttpRequest&& request, HttpRespond respond) override;
   void handle(HttpRequest&& request, HttpRespond respond,
-              std::shared_ptr<backends::CancelToken> cancel) override;
+              std::shared_ptr<net::CancelToken> cancel) override;
 
  private:
   void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond,
-             std::shared_ptr<backends::CancelToken> cancel);
+             std::shared_ptr<net::CancelToken> cancel);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

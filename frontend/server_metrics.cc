@@ -4,42 +4,13 @@ namespace infergate::frontend {
 
 ServerMetrics::ServerMetrics(common::MetricsRegistry& registry,
                              const std::vector<std::string>& models)
-    : connections_active(registry.gauge("infergate_connections_active",
-                                        "Client connections currently open.")),
-      connections_total(registry.counter("infergate_connections_total",
-                                         "Client connections accepted.")),
-      connections_refused(registry.counter(
-          "infergate_connections_refused_total",
-          "Client connections refused because limits.max_connections was reached.")),
-      send_timeouts(registry.counter(
-          "infergate_send_timeouts_total",
-          "Connections closed because their queued output drained less than "
-          "limits.min_drain_bytes in limits.send_timeout_ms (socket mode).")),
-      output_limit_closes(registry.counter(
-          "infergate_output_limit_closes_total",
-          "Connections closed because their queued output would exceed the limit (socket mode).",
-          {{"scope", "connection"}})),
-      output_process_closes(registry.counter(
-          "infergate_output_limit_closes_total",
-          "Connections closed because their queued output would exceed the limit (socket mode).",
-          {{"scope", "process"}})),
-      output_discarded_bytes(registry.counter(
-          "infergate_output_discarded_bytes_total",
-          "Queued response bytes discarded because their connection closed first (socket "
-          "mode).")),
-      output_read_pauses(registry.counter(
-          "infergate_output_read_pauses_total",
-          "Times a connection stopped being read because its queued output reached half "
-          "limits.max_output_bytes_per_connection or the process reached half "
-          "limits.max_output_bytes (socket mode).")),
-      registry_(registry),
-      models_(models) {
+    : registry_(registry), models_(models) {
   requests_.resize(models.size() + 1);
   latency_.resize(models.size() + 1);
   for (size_t m = 0; m <= models.size(); ++m) {
     const std::string model = m == 0 ? "" : models[m - 1];
-    for (int p = 0; p < kProtocols; ++p) {
-      const std::string proto(backends::protocolName(static_cast<backends::Protocol>(p)));
+    for (int p = 0; p < net::kProtocols; ++p) {
+      const std::string proto(net::protocolName(static_cast<net::Protocol>(p)));
       for (int c = 0; c < kCodeSlots; ++c) {
         std::string code = c < static_cast<int>(kCodes.size()) ? std::to_string(kCodes[c]) : "other";
         requests_[m][p][c] = &registry.counter(
@@ -61,7 +32,7 @@ int ServerMetrics::modelIndex(std::string_view name) const {
   return -1;
 }
 
-void ServerMetrics::recordRequest(int model, backends::Protocol protocol, int status,
+void ServerMetrics::recordRequest(int model, net::Protocol protocol, int status,
                                   uint64_t latency_ns) {
   const size_t m = static_cast<size_t>(model + 1) < requests_.size() ? model + 1 : 0;
   const int p = static_cast<int>(protocol);

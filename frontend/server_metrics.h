@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/tensor.h"
 #include "common/metrics.h"
+#include "net/protocol.h"
 
 namespace infergate::frontend {
 
@@ -24,32 +24,20 @@ class ServerMetrics {
   ServerMetrics(common::MetricsRegistry& registry, const std::vector<std::string>& models);
 
   // A finished request: its model index (-1 none), protocol, HTTP status, and latency.
-  void recordRequest(int model, backends::Protocol protocol, int status, uint64_t latency_ns);
+  void recordRequest(int model, net::Protocol protocol, int status, uint64_t latency_ns);
   // A request rejected by a codec before routing (malformed, too large, timeout...).
   void recordParseError(std::string_view reason);
-
-  common::Gauge& connections_active;
-  common::Counter& connections_total;
-  common::Counter& connections_refused;
-  // Slow readers and output memory (dataplane/output_limits.h), socket mode; afxdp mode counts
-  // the same events in its TCP counters (infergate_tcp_send_timeouts_total...).
-  common::Counter& send_timeouts;            // closed: drained too little in send_timeout
-  common::Counter& output_limit_closes;      // closed: max_output_bytes_per_connection
-  common::Counter& output_process_closes;    // closed: max_output_bytes (process budget)
-  common::Counter& output_discarded_bytes;   // queued response bytes lost with a closed connection
-  common::Counter& output_read_pauses;       // reading paused because output piled up
 
   int modelIndex(std::string_view name) const;
 
  private:
-  static constexpr int kProtocols = 4;
   static constexpr int kCodeSlots = kCodes.size() + 1;  // + "other"
   common::MetricsRegistry& registry_;
   std::vector<std::string> models_;
   // [model+1][protocol][code slot]
-  std::vector<std::array<std::array<common::Counter*, kCodeSlots>, kProtocols>> requests_;
+  std::vector<std::array<std::array<common::Counter*, kCodeSlots>, net::kProtocols>> requests_;
   // [model+1][protocol]
-  std::vector<std::array<common::Histogram*, kProtocols>> latency_;
+  std::vector<std::array<common::Histogram*, net::kProtocols>> latency_;
   std::mutex parse_mu_;  // only on the error path
   std::vector<std::pair<std::string, common::Counter*>> parse_errors_;
 };

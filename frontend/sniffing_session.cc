@@ -5,7 +5,7 @@
 
 namespace infergate::frontend {
 
-SniffingSession::SniffingSession(Transport& transport, SessionFactory http1, SessionFactory http2,
+SniffingSession::SniffingSession(net::Transport& transport, net::SessionFactory http1, net::SessionFactory http2,
                                  uint64_t undecided_timeout_ns)
     : transport_(&transport),
       http1_(std::move(http1)),
@@ -79,8 +79,8 @@ void SniffingSession::onDrain() {
   if (inner_) inner_->onDrain();
 }
 
-SessionFactory makeSniffingSessionFactory(SessionFactory http1, SessionFactory http2) {
-  return [http1 = std::move(http1), http2 = std::move(http2)](Transport& t) {
+net::SessionFactory makeSniffingSessionFactory(net::SessionFactory http1, net::SessionFactory http2) {
+  return [http1 = std::move(http1), http2 = std::move(http2)](net::Transport& t) {
     return std::make_shared<SniffingSession>(t, http1, http2);
   };
 }

@@ -1,5 +1,5 @@
 #pragma once
-// HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on the same port: a Session that holds the
+// HTTP/1.1 and HTTP/2 (h2c with prior knowledge) on the same port: a net::Session that holds the
 // first bytes of a connection until it can tell the HTTP/2 connection preface
 // ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", RFC 9113 3.4) from an HTTP/1.x request line, then
 // creates the real session with the matching factory, hands it the bytes seen so far, and
@@ -10,21 +10,21 @@
 // complete. A connection that closes or idles out before deciding gets no session (the
 // transport closes it; `undecided_timeout_ns` bounds the wait).
 //
-// Threading: the transport's loop thread, as every Session.
+// Threading: the transport's loop thread, as every net::Session.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::frontend {
 
-class SniffingSession : public Session {
+class SniffingSession : public net::Session {
  public:
   static constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
-  SniffingSession(Transport& transport, SessionFactory http1, SessionFactory http2,
+  SniffingSession(net::Transport& transport, net::SessionFactory http1, net::SessionFactory http2,
                   uint64_t undecided_timeout_ns = 10'000'000'000ull);
 
   void onData(const char* data, size_t len) override;
@@ -41,19 +41,19 @@ class SniffingSession : public Session {
  private:
   void decide(Choice c);
 
-  Transport* transport_;
-  SessionFactory http1_, http2_;
+  net::Transport* transport_;
+  net::SessionFactory http1_, http2_;
   uint64_t undecided_timeout_ns_;
   uint64_t first_tick_ns_ = 0;
   std::string held_;  // bytes received before deciding (at most the preface's length)
-  std::shared_ptr<Session> inner_;
+  std::shared_ptr<net::Session> inner_;
   Choice choice_ = Choice::kUndecided;
   bool peer_closed_ = false;
   bool draining_ = false;
   bool closed_ = false;
 };
 
-// A SessionFactory for `protocol: auto` listeners.
-SessionFactory makeSniffingSessionFactory(SessionFactory http1, SessionFactory http2);
+// A net::SessionFactory for `protocol: auto` listeners.
+net::SessionFactory makeSniffingSessionFactory(net::SessionFactory http1, net::SessionFactory http2);
 
 }  // namespace infergate::frontend

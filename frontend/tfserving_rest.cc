@@ -8,19 +8,19 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "common/logging.h"
+#include "common/clock.h"
 #include "frontend/status_map.h"
 #include "fmt/format.h"
 #include "frontend/fp16.h"
 #include "frontend/http.h"
-#include "frontend/session.h"
+#include "net/session.h"
 #include "simdjson.h"
 
 namespace infergate::frontend {
 namespace {
 
 using backends::DataType;
-using backends::Protocol;
+using net::Protocol;
 using simdjson::dom::array;
 using simdjson::dom::element;
 using simdjson::dom::element_type;
@@ -653,7 +653,7 @@ TfServingRestHandler::TfServingRestHandler(const backends::ModelRegistry& regist
     : registry_(registry), metrics_(metrics) {}
 
 void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
-                                  std::shared_ptr<backends::CancelToken> cancel) {
+                                  std::shared_ptr<net::CancelToken> cancel) {
   const uint64_t start = request.received_ns;
   ServerMetrics* metrics = metrics_;
   auto finishWith = [metrics, start](HttpRespond& respond, int model_index, HttpResponse resp) {
@@ -712,9 +712,8 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
                                            : fmt::format("Specific({}, {})", tp.name, tp.version))));
   }
   const int model_index = metrics != nullptr ? metrics->modelIndex(tp.name) : -1;
-  if (request.has_tag && request.tag_verdict != 0) {
-    const bool limited =
-        request.tag_verdict == static_cast<uint8_t>(IngressTag::Verdict::kRateLimited);
+  if (request.tag && request.tag->refused()) {
+    const bool limited = request.tag->verdict == net::IngressTag::Verdict::kRateLimited;
     return fail(model_index,
                 limited ? absl::ResourceExhaustedError("request rate limit exceeded for this client")
                         : absl::UnavailableError(

@@ -54,7 +54,7 @@ class TfServingRestHandler {
   TfServingRestHandler(const backends::ModelRegistry& registry, ServerMetrics* metrics);
   static bool handles(std::string_view path) { return path.substr(0, 4) == "/v1/"; }
   void handle(HttpRequest&& request, HttpRespond respond,
-              std::shared_ptr<backends::CancelToken> cancel);
+              std::shared_ptr<net::CancelToken> cancel);
 
  private:
   const backends::ModelRegistry& registry_;

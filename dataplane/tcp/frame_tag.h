@@ -3,18 +3,23 @@
 // struct ig_tag (xdp/ingress_shared.h) in front of the frame, the AF_XDP device packs it into
 // Frame::meta (dataplane/xsk/xsk_device.h, encodeTag) and the TCP stack keeps, per
 // connection, the tag of the segment that started the current request
-// (frontend::Transport::ingressTag()). Packing: bit 32 set when a valid tag was present;
+// (net::Transport::ingressTag()). Packing: bit 32 set when a valid tag was present;
 // byte 0 priority class, byte 1 verdict, byte 2 flags, byte 3 reason. The values mirror
 // enum ig_tag_verdict / ig_tag_flags (static_asserts in dataplane/xsk/xsk_device.cc).
 
 #include <cstdint>
 
+#include "net/ingress_tag.h"
+
 namespace infergate::dataplane::tcp {
 
 inline constexpr uint64_t kMetaValid = 1ull << 32;
-inline constexpr uint8_t kVerdictAdmit = 0;        // IG_TV_ADMIT
-inline constexpr uint8_t kVerdictRateLimited = 1;  // IG_TV_RATE_LIMITED: answer 429, no work
-inline constexpr uint8_t kVerdictOverload = 2;     // IG_TV_OVERLOAD: answer 503, no work
+// The verdict byte holds net::IngressTag::Verdict's values (= enum ig_tag_verdict).
+inline constexpr uint8_t kVerdictAdmit = static_cast<uint8_t>(net::IngressTag::Verdict::kAdmit);
+inline constexpr uint8_t kVerdictRateLimited =
+    static_cast<uint8_t>(net::IngressTag::Verdict::kRateLimited);  // answer 429, no work
+inline constexpr uint8_t kVerdictOverload =
+    static_cast<uint8_t>(net::IngressTag::Verdict::kOverload);     // answer 503, no work
 inline constexpr uint8_t kTagRequestStart = 1;     // IG_TF_REQUEST_START
 // The program rejected this flow (it answered, or asks the stack to answer, with a RST): the
 // stack resets and frees the connection at once. IG_TF_REJECTED in the program (see

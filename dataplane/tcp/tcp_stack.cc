@@ -110,12 +110,12 @@ uint32_t payloadRoom(const Tcb& c) {
   return c.mss > opt + 8 ? c.mss - opt : 8;
 }
 
-struct TcpStack::Conn final : Tcb, frontend::Transport {
+struct TcpStack::Conn final : Tcb, net::Transport {
   TcpStack* stack = nullptr;
   uint32_t id = 0;
   ChunkBuffer rx;  // bytes from rx_read on (in order up to rcv_nxt, then out-of-order ranges)
   ChunkBuffer tx;  // bytes from snd_una on
-  std::shared_ptr<frontend::Session> session;
+  std::shared_ptr<net::Session> session;
 
   uint32_t dataEnd() const { return app_close ? fin_seq : snd_una + static_cast<uint32_t>(tx.size()); }
   bool finAcked() const { return app_close && seqGt(snd_una, fin_seq); }
@@ -158,19 +158,11 @@ struct TcpStack::Conn final : Tcb, frontend::Transport {
       stack->markDirty(*this);
     }
   }
-  frontend::Loop& loop() override { return *stack->loop_; }
+  net::Loop& loop() override { return *stack->loop_; }
   size_t pendingBytes() const override { return tx.size(); }
-  std::optional<frontend::IngressTag> ingressTag() override {
+  std::optional<net::IngressTag> ingressTag() override {
     if (!metaValid(tag_meta)) return std::nullopt;
-    frontend::IngressTag t;
-    const uint8_t cls = metaClass(tag_meta);
-    t.priority_class = cls <= 3 ? cls : 1;
-    const uint8_t v = metaVerdict(tag_meta);
-    t.verdict = v == kVerdictRateLimited ? frontend::IngressTag::Verdict::kRateLimited
-                : v == kVerdictOverload  ? frontend::IngressTag::Verdict::kOverload
-                                         : frontend::IngressTag::Verdict::kAdmit;
-    t.rx_ns = tag_rx_ns;
-    return t;
+    return net::IngressTag::fromProgram(metaClass(tag_meta), metaVerdict(tag_meta), tag_rx_ns);
   }
   std::optional<common::IpBytes> peerAddress() const override {
     if (key.v6) {
@@ -185,7 +177,7 @@ struct TcpStack::Conn final : Tcb, frontend::Transport {
   uint64_t tag_rx_ns = 0;  // stack clock when the tagged segment was handled
 };
 
-class TcpStack::OwnLoop final : public frontend::Loop {
+class TcpStack::OwnLoop final : public net::Loop {
  public:
   explicit OwnLoop(TcpStack& s) : owner_(std::this_thread::get_id()), stack_(s) {}
   void post(std::function<void()> fn) override {
@@ -213,12 +205,12 @@ class TcpStack::OwnLoop final : public frontend::Loop {
   std::vector<std::function<void()>> running_;
 };
 
-TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, Clock clock,
-                   frontend::Loop* loop)
+TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, const common::Clock& clock,
+                   net::Loop* loop)
     : options_(options),
       device_(device),
-      clock_(std::move(clock)),
-      now_(clock_()),
+      clock_(clock),
+      now_(clock_.nowNs()),
       mtu_(device.mtu()),
       pool_(options.chunk_size, options.pool_keep_chunks),
       wheel_(std::max<uint32_t>(options.max_connections, 1), options.timer_slots,
@@ -273,7 +265,7 @@ void TcpStack::bindThread() {
   if (own_loop_) own_loop_->owner_ = std::this_thread::get_id();
 }
 
-absl::Status TcpStack::listen(uint16_t port, frontend::SessionFactory factory) {
+absl::Status TcpStack::listen(uint16_t port, net::SessionFactory factory) {
   for (const Listener& l : listeners_) {
     if (l.port == port) return absl::AlreadyExistsError("port " + std::to_string(port) + " already has a listener");
   }
@@ -386,7 +378,7 @@ void TcpStack::setState(Conn& c, TcpState s) {
 
 void TcpStack::detachSession(Conn& c) {
   if (!c.session) return;
-  std::shared_ptr<frontend::Session> sp = std::move(c.session);
+  std::shared_ptr<net::Session> sp = std::move(c.session);
   c.session.reset();
   sp->onClosed();
 }
@@ -425,7 +417,7 @@ void TcpStack::markDirty(Conn& c) {
 // Entry points
 
 void TcpStack::onFrame(const uint8_t* frame, size_t len, uint64_t meta) {
-  now_ = clock_();
+  now_ = clock_.nowNs();
   cur_meta_ = meta;
   handleFrame(frame, len);
   cur_meta_ = 0;
@@ -437,7 +429,7 @@ size_t TcpStack::processRx(size_t max) {
   if (max > rx_batch_.size()) max = rx_batch_.size();
   const size_t n = device_.rxBurst(rx_batch_.data(), max);
   if (n == 0) return 0;
-  now_ = clock_();
+  now_ = clock_.nowNs();
   for (size_t i = 0; i < n; ++i) {
     cur_meta_ = rx_batch_[i].meta;
     handleFrame(rx_batch_[i].data, rx_batch_[i].len);
@@ -466,7 +458,7 @@ void TcpStack::poll(uint64_t now_ns) {
         if (c.out_paused || (!c.tx.empty() && options_.output.globalPause())) {
           updateOutputPause(c);  // the process budget may have changed
         }
-        std::shared_ptr<frontend::Session> sp = c.session;
+        std::shared_ptr<net::Session> sp = c.session;
         sp->onTick(now_);
       }
     }
@@ -824,7 +816,7 @@ bool TcpStack::acceptCookie(const Segment& seg, uint16_t listener) {
   setState(c, TcpState::kEstablished);
   ++counters_.accepted;
   ++counters_.cookies_validated;
-  std::shared_ptr<frontend::Session> session = listeners_[c.listener].factory(c);
+  std::shared_ptr<net::Session> session = listeners_[c.listener].factory(c);
   if (!session) {
     resetConn(c, true);
     return true;
@@ -899,7 +891,7 @@ void TcpStack::handleSynReceived(Conn& c, const Segment& seg) {
   c.retries = 0;
   setState(c, TcpState::kEstablished);
   ++counters_.accepted;
-  std::shared_ptr<frontend::Session> session = listeners_[c.listener].factory(c);
+  std::shared_ptr<net::Session> session = listeners_[c.listener].factory(c);
   if (!session) {
     resetConn(c, true);
     return;
@@ -1191,7 +1183,7 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
         // Fast path: straight from the frame to the session, no copy in the stack.
         c.rcv_nxt += len;
         c.rx_read = c.rcv_nxt;
-        std::shared_ptr<frontend::Session> sp = c.session;
+        std::shared_ptr<net::Session> sp = c.session;
         sp->onData(reinterpret_cast<const char*>(data), len);
         if (c.state == TcpState::kClosed) return;
       } else {
@@ -1319,7 +1311,7 @@ void TcpStack::deliver(Conn& c) {
     size_t n = 0;
     const char* p = c.rx.front(&n);
     if (n > avail) n = avail;
-    std::shared_ptr<frontend::Session> sp = c.session;
+    std::shared_ptr<net::Session> sp = c.session;
     sp->onData(p, n);  // the chunk stays ours until consume(): sessions never touch rx
     c.rx.consume(pool_, n);
     c.rx_read += static_cast<uint32_t>(n);
@@ -1330,7 +1322,7 @@ void TcpStack::deliver(Conn& c) {
   if (c.fin_received && !c.peer_close_notified && c.rx_read == c.rcvDataEnd() && c.session &&
       !c.app_close) {
     c.peer_close_notified = true;
-    std::shared_ptr<frontend::Session> sp = c.session;
+    std::shared_ptr<net::Session> sp = c.session;
     sp->onPeerClosed();
   }
   if (consumed && !c.fin_received) {

@@ -3,7 +3,7 @@
 //
 // Frames come in through onFrame() (or processRx(), which pulls a burst from the device);
 // segments go out through the PacketDevice's tx burst, batched and flushed at the end of each
-// call. Each established connection is a frontend::Transport driving the frontend::Session
+// call. Each established connection is a net::Transport driving the net::Session
 // that the listener's factory made for it, so the HTTP/1.1 session runs on it unchanged.
 //
 // What it does: Ethernet (replies to the MAC the segment came from), IPv4 (options skipped,
@@ -32,17 +32,15 @@
 #include "absl/status/status.h"
 #include "dataplane/output_limits.h"
 #include "dataplane/packet_io.h"
+#include "common/clock.h"
 #include "dataplane/tcp/buffer.h"
 #include "dataplane/tcp/counters.h"
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/syncookie_jar.h"
 #include "dataplane/tcp/timer_wheel.h"
-#include "frontend/session.h"
+#include "net/session.h"
 
 namespace infergate::dataplane::tcp {
-
-// Monotonic nanoseconds.
-using Clock = std::function<uint64_t()>;
 
 // When the stack answers a SYN with a cookie instead of keeping a half-open connection.
 enum class SynCookies : uint8_t {
@@ -106,14 +104,14 @@ class TcpStack {
   // `loop`: the reactor's loop sessions see; nullptr: the stack provides one (post() queues
   // work that poll() runs; inLoopThread() is true on the thread that constructed the stack
   // or last called bindThread()).
-  TcpStack(const TcpOptions& options, PacketDevice& device, Clock clock,
-           frontend::Loop* loop = nullptr);
+  TcpStack(const TcpOptions& options, PacketDevice& device, const common::Clock& clock,
+           net::Loop* loop = nullptr);
   ~TcpStack();
   TcpStack(const TcpStack&) = delete;
   TcpStack& operator=(const TcpStack&) = delete;
 
   // Accepts connections to `port` (any local address the device delivers).
-  absl::Status listen(uint16_t port, frontend::SessionFactory factory);
+  absl::Status listen(uint16_t port, net::SessionFactory factory);
 
   // One received Ethernet frame; what it causes is transmitted before returning. `meta`:
   // what the device put in Frame::meta (the XDP program's tag, dataplane/tcp/frame_tag.h).
@@ -126,7 +124,7 @@ class TcpStack {
   // Resets every connection (RST to the peer), e.g. on shutdown.
   void abortAll();
 
-  frontend::Loop& loop() { return *loop_; }
+  net::Loop& loop() { return *loop_; }
   void bindThread();
   const TcpCounters& counters() const { return counters_; }
   size_t connectionCount() const { return used_; }
@@ -138,7 +136,7 @@ class TcpStack {
   class OwnLoop;
   struct Listener {
     uint16_t port;
-    frontend::SessionFactory factory;
+    net::SessionFactory factory;
   };
 
   void handleFrame(const uint8_t* frame, size_t len);
@@ -193,9 +191,9 @@ class TcpStack {
 
   TcpOptions options_;
   PacketDevice& device_;
-  Clock clock_;
+  const common::Clock& clock_;  // must outlive the stack
   std::unique_ptr<OwnLoop> own_loop_;
-  frontend::Loop* loop_;
+  net::Loop* loop_;
   uint64_t now_ = 0;
   uint64_t cur_meta_ = 0;  // Frame::meta of the frame being handled
   uint32_t mtu_;

@@ -1,6 +1,6 @@
 // libFuzzer target: the HTTP/1.1 server side as a connection sees it: Http1Session
 // (frontend/http1_session.h) over the strict parser (frontend/http1_parser.h), a fake transport
-// (tests/unit/frontend/fake_transport.h) and the KServe v2 REST router, which hands /v1/ paths
+// (tests/mocks/fake_transport.h) and the KServe v2 REST router, which hands /v1/ paths
 // to the TF Serving REST handler, over the in-process fuzz models (tests/fuzz/fuzz_common.h).
 // The bytes arrive in the reads the input chooses; the clock moves; the client may half-close.
 // A paused transport holds what arrives until it resumes; a closing one stops delivering.
@@ -23,7 +23,7 @@
 #include "frontend/kserve_rest.h"
 #include "frontend/http1_session.h"
 #include "tests/fuzz/fuzz_common.h"
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 
 namespace fz = infergate::fuzz;
 namespace fe = infergate::frontend;
@@ -59,11 +59,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.max_pending_bytes = 1024;
   }
   options.cancel_on_peer_close = config & 2;
-  fe::testing::FakeTransport transport;
+  infergate::mocks::FakeTransport transport;
   if (config & 4) {
-    fe::IngressTag tag;
+    infergate::net::IngressTag tag;
     tag.priority_class = (config >> 3) & 3;
-    tag.verdict = static_cast<fe::IngressTag::Verdict>(((config >> 5) & 3) % 3);
+    tag.verdict = static_cast<infergate::net::IngressTag::Verdict>(((config >> 5) & 3) % 3);
     transport.tag = tag;
   }
   auto session = std::make_shared<fe::Http1Session>(transport, *world.handler, options, nullptr);

@@ -1,6 +1,6 @@
 // libFuzzer target: HTTP/2 + gRPC as a connection sees it: Http2Session
 // (frontend/http2_session.h, nghttp2 underneath) over a fake transport
-// (tests/unit/frontend/fake_transport.h), serving InferenceGrpcServices (KServe v2
+// (tests/mocks/fake_transport.h), serving InferenceGrpcServices (KServe v2
 // GRPCInferenceService and TF Serving Predict) over the in-process fuzz models
 // (tests/fuzz/fuzz_common.h). The client preface is sent first; then the input is a sequence of
 // records: raw reads, frames with a right length field, HEADERS built from a menu of gRPC paths
@@ -31,7 +31,7 @@
 #include "frontend/grpc_inference_service.h"
 #include "frontend/http2_session.h"
 #include "tests/fuzz/fuzz_common.h"
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 #include "tests/unit/frontend/h2_frames.h"
 
 namespace fz = infergate::fuzz;
@@ -100,9 +100,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     options.connection_window_bytes = 65535;
     options.max_pending_bytes = 4096;
   }
-  fe::testing::FakeTransport transport;
+  infergate::mocks::FakeTransport transport;
   if (config & 2) {
-    fe::IngressTag tag;
+    infergate::net::IngressTag tag;
     tag.priority_class = (config >> 2) & 3;
     transport.tag = tag;
   }

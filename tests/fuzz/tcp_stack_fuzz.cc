@@ -42,6 +42,7 @@
 #include "dataplane/tcp/frame_tag.h"
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/tcp_stack.h"
+#include "tests/mocks/variable_clock.h"
 #include "tests/fuzz/fuzz_secret.h"
 
 namespace {
@@ -105,7 +106,7 @@ struct Harness;
 
 // A session that echoes, pauses and closes as its mode bits say; every send is counted so the
 // buffer bound below can allow for it.
-struct FuzzSession : frontend::Session {
+struct FuzzSession : net::Session {
   enum Mode : uint8_t {
     kEcho = 1,
     kPauseOnData = 2,
@@ -114,7 +115,7 @@ struct FuzzSession : frontend::Session {
     kCloseOnPeerClose = 16,
     kResumeOnTick = 32,
   };
-  FuzzSession(frontend::Transport& t, uint8_t m, Harness* h) : transport(&t), mode(m), harness(h) {}
+  FuzzSession(net::Transport& t, uint8_t m, Harness* h) : transport(&t), mode(m), harness(h) {}
   void onData(const char* d, size_t n) override;
   void onPeerClosed() override {
     if (transport && (mode & kCloseOnPeerClose)) transport->closeAfterFlush();
@@ -126,7 +127,7 @@ struct FuzzSession : frontend::Session {
   bool idle() const override { return true; }
   void send(size_t n);
 
-  frontend::Transport* transport;
+  net::Transport* transport;
   uint8_t mode;
   Harness* harness;
   size_t received = 0;
@@ -134,6 +135,7 @@ struct FuzzSession : frontend::Session {
 
 struct Harness {
   uint64_t now = 5'000'000'000ull;
+  infergate::mocks::VariableClock clock{now};
   TcpOptions opts;
   std::unique_ptr<FakePacketDevice> dev;
   std::unique_ptr<TcpStack> stack;
@@ -370,10 +372,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if ((c2 & 0xf) != 0xf) h.dev->tx_limit = 64 * (c2 & 0xf);
   h.session_mode = c1;
   Harness* hp = &h;
-  h.stack = std::make_unique<TcpStack>(o, *h.dev, [hp] { return hp->now; });
+  h.stack = std::make_unique<TcpStack>(o, *h.dev, h.clock);
   FUZZ_CHECK(h.stack
                  ->listen(kPort,
-                          [hp](frontend::Transport& t) {
+                          [hp](net::Transport& t) {
                             auto s = std::make_shared<FuzzSession>(t, hp->session_mode, hp);
                             hp->sessions.push_back(s);
                             return s;

@@ -110,7 +110,7 @@ class BatcherTest : public ::testing::Test {
     return std::stod(text.substr(p + key.size(), text.find('\n', p + 1) - p - key.size()));
   }
 
-  ManualClock clock_;
+  common::ManualClock clock_;
   common::MetricsRegistry metrics_;
   std::map<std::string, Outcome> outcomes_;  // before batcher_: its destructor answers into it
   std::unique_ptr<Batcher> batcher_;
@@ -917,7 +917,7 @@ TEST(BatchedModelTest, CancelTokenCancelsAQueuedRequest) {
   }
   ASSERT_EQ((*model)->batcher().inflight(), 1u);
   InferRequest gone = request("gone");
-  gone.cancel = std::make_shared<CancelToken>();
+  gone.cancel = std::make_shared<net::CancelToken>();
   auto token = gone.cancel;
   (*model)->infer(std::move(gone), done("gone"));
   (*model)->infer(request("stays"), done("stays"));

@@ -16,7 +16,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/logging.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "tests/unit/backends/test_util.h"
 

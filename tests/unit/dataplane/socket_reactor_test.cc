@@ -20,7 +20,6 @@
 
 #include "common/metrics.h"
 #include "dataplane/socket_reactor.h"
-#include "frontend/server_metrics.h"
 
 namespace infergate::dataplane {
 namespace {
@@ -35,9 +34,9 @@ struct Seen {
 };
 
 // Each 'g' received is a request for `body` bytes.
-class BulkSession final : public frontend::Session {
+class BulkSession final : public net::Session {
  public:
-  BulkSession(frontend::Transport& t, const std::string& body, Seen& seen)
+  BulkSession(net::Transport& t, const std::string& body, Seen& seen)
       : t_(&t), body_(body), seen_(seen) {}
   void onData(const char* d, size_t n) override {
     for (size_t i = 0; i < n && t_ != nullptr; ++i) {
@@ -58,7 +57,7 @@ class BulkSession final : public frontend::Session {
   bool idle() const override { return true; }
 
  private:
-  frontend::Transport* t_;
+  net::Transport* t_;
   const std::string& body_;
   Seen& seen_;
 };
@@ -67,7 +66,7 @@ class SocketReactorOutputTest : public ::testing::Test {
  protected:
   void start(size_t body_bytes) {
     body_.assign(body_bytes, 'x');
-    metrics_ = std::make_unique<frontend::ServerMetrics>(registry_, std::vector<std::string>{});
+    metrics_ = std::make_unique<ConnectionMetrics>(registry_);
     ReactorOptions ro;
     ro.metrics = metrics_.get();
     ro.output = limits;
@@ -75,7 +74,7 @@ class SocketReactorOutputTest : public ::testing::Test {
     reactor_ = std::make_unique<SocketReactor>(ro);
     absl::StatusOr<int> fd = openListener("127.0.0.1", 0, &port_);
     ASSERT_TRUE(fd.ok()) << fd.status();
-    reactor_->addListener(*fd, [this](frontend::Transport& t) {
+    reactor_->addListener(*fd, [this](net::Transport& t) {
       return std::make_shared<BulkSession>(t, body_, seen_);
     });
     reactor_->start();
@@ -127,7 +126,7 @@ class SocketReactorOutputTest : public ::testing::Test {
   OutputLimits limits;
   common::MetricsRegistry registry_;
   common::Gauge used_;
-  std::unique_ptr<frontend::ServerMetrics> metrics_;
+  std::unique_ptr<ConnectionMetrics> metrics_;
   std::unique_ptr<SocketReactor> reactor_;
   std::string body_;
   Seen seen_;

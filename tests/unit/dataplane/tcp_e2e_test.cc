@@ -14,6 +14,7 @@
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/seq.h"
 #include "dataplane/tcp/tcp_stack.h"
+#include "tests/mocks/variable_clock.h"
 #include "frontend/http1_session.h"
 
 namespace infergate::dataplane::tcp {
@@ -280,7 +281,8 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
   opts.max_retries = 30;
   opts.rcv_buf = 512 * 1024;
   opts.isn_fn = [](const FlowKey&) { return 0xffff0000u; };  // wraps while sending 4 MiB
-  TcpStack stack(opts, dev, [&] { return now; });
+  mocks::VariableClock clock{now};
+  TcpStack stack(opts, dev, clock);
   Scripted handler;
   frontend::Http1SessionOptions hopts;
   ASSERT_TRUE(stack.listen(80, frontend::makeHttp1SessionFactory(handler, hopts, nullptr)).ok());

@@ -13,6 +13,7 @@
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/seq.h"
 #include "dataplane/tcp/tcp_stack.h"
+#include "tests/mocks/variable_clock.h"
 
 namespace infergate::dataplane::tcp {
 namespace {
@@ -21,8 +22,8 @@ constexpr uint64_t kMs = 1'000'000;
 constexpr uint16_t kPort = 8080;
 
 // A session that records what arrives and lets the test drive the transport.
-struct TestSession : frontend::Session {
-  explicit TestSession(frontend::Transport& t) : transport(&t) {}
+struct TestSession : net::Session {
+  explicit TestSession(net::Transport& t) : transport(&t) {}
   void onData(const char* d, size_t n) override {
     received.append(d, n);
     if (transport) tags.push_back(transport->ingressTag());
@@ -38,11 +39,11 @@ struct TestSession : frontend::Session {
     transport = nullptr;
   }
   bool idle() const override { return true; }
-  frontend::Transport* transport;
+  net::Transport* transport;
   std::string received;
   bool peer_closed = false, closed = false, echo = false, close_on_peer_close = false;
   int ticks = 0;
-  std::vector<std::optional<frontend::IngressTag>> tags;  // ingressTag() at each onData
+  std::vector<std::optional<net::IngressTag>> tags;  // ingressTag() at each onData
 };
 
 struct Out {
@@ -68,8 +69,8 @@ class TcpTest : public ::testing::Test {
   }
   void start(bool v6 = false) {
     dev = std::make_unique<FakePacketDevice>(1500, 4096);
-    stack = std::make_unique<TcpStack>(opts, *dev, [this] { return now; });
-    ASSERT_TRUE(stack->listen(kPort, [this](frontend::Transport& t) {
+    stack = std::make_unique<TcpStack>(opts, *dev, clock);
+    ASSERT_TRUE(stack->listen(kPort, [this](net::Transport& t) {
                          auto s = std::make_shared<TestSession>(t);
                          s->echo = echo;
                          s->close_on_peer_close = close_on_peer_close;
@@ -179,10 +180,11 @@ class TcpTest : public ::testing::Test {
   size_t payloadMss(const SynOpts& o) const { return std::min<size_t>(o.mss, 1460) - (o.ts ? 12 : 0); }
 
   TcpOptions opts;
+  uint64_t now = 5'000'000'000ull;
+  mocks::VariableClock clock{now};  // declared before the stack, which reads it
   std::unique_ptr<FakePacketDevice> dev;
   std::unique_ptr<TcpStack> stack;
   std::vector<std::shared_ptr<TestSession>> sessions;
-  uint64_t now = 5'000'000'000ull;
   FlowKey key;
   uint8_t cmac[6] = {2, 0, 0, 0, 0, 2};
   uint8_t smac[6] = {2, 0, 0, 0, 0, 1};
@@ -956,14 +958,14 @@ TEST_F(TcpTest, IngressTagIsTheRequestStartSegments) {
   ASSERT_EQ(session().tags.size(), 2u);
   ASSERT_TRUE(session().tags[1].has_value());
   EXPECT_EQ(session().tags[1]->priority_class, 0);
-  EXPECT_EQ(session().tags[1]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  EXPECT_EQ(session().tags[1]->verdict, net::IngressTag::Verdict::kRateLimited);
   EXPECT_EQ(session().tags[1]->rx_ns, now);
   // A continuation segment (tagged, but not a request start) keeps the request's tag.
   meta = makeMeta(2, kVerdictAdmit, 0);
   send(kAck | kPsh, cseq, sseq, " body");
   cseq += 5;
   ASSERT_EQ(session().tags.size(), 3u);
-  EXPECT_EQ(session().tags[2]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  EXPECT_EQ(session().tags[2]->verdict, net::IngressTag::Verdict::kRateLimited);
   // An untagged segment keeps it too.
   meta = 0;
   send(kAck | kPsh, cseq, sseq, "..");
@@ -975,7 +977,7 @@ TEST_F(TcpTest, IngressTagIsTheRequestStartSegments) {
   const uint32_t start_b = cseq;
   cseq += 6;
   EXPECT_EQ(session().tags[4]->priority_class, 3);
-  EXPECT_EQ(session().tags[4]->verdict, frontend::IngressTag::Verdict::kOverload);
+  EXPECT_EQ(session().tags[4]->verdict, net::IngressTag::Verdict::kOverload);
   // A retransmission of that old start (bytes already delivered) tagged differently changes
   // nothing; the next request start, admitted, does.
   meta = makeMeta(1, kVerdictRateLimited, kTagRequestStart);
@@ -986,7 +988,7 @@ TEST_F(TcpTest, IngressTagIsTheRequestStartSegments) {
   cseq += 6;
   ASSERT_EQ(session().tags.size(), 6u);
   EXPECT_EQ(session().tags[5]->priority_class, 1);
-  EXPECT_EQ(session().tags[5]->verdict, frontend::IngressTag::Verdict::kAdmit);
+  EXPECT_EQ(session().tags[5]->verdict, net::IngressTag::Verdict::kAdmit);
   EXPECT_EQ(session().received, "xxPOST /a body..GET /bGET /c");
 }
 
@@ -1003,7 +1005,7 @@ TEST_F(TcpTest, IngressTagOfAnOutOfOrderRequestStartAppliesWhenDelivered) {
   for (const auto& t : session().tags) {
     ASSERT_TRUE(t.has_value());
     EXPECT_EQ(t->priority_class, 2);
-    EXPECT_EQ(t->verdict, frontend::IngressTag::Verdict::kRateLimited);
+    EXPECT_EQ(t->verdict, net::IngressTag::Verdict::kRateLimited);
   }
   EXPECT_EQ(session().received, "abcGET /x");
 }
@@ -1030,7 +1032,7 @@ TEST_F(TcpTest, TagsComeThroughTheDeviceBurst) {
   EXPECT_EQ(stack->processRx(), 1u);
   ASSERT_EQ(session().tags.size(), 1u);
   ASSERT_TRUE(session().tags[0].has_value());
-  EXPECT_EQ(session().tags[0]->verdict, frontend::IngressTag::Verdict::kRateLimited);
+  EXPECT_EQ(session().tags[0]->verdict, net::IngressTag::Verdict::kRateLimited);
 }
 
 TEST_F(TcpTest, FirstDataSegmentRejectedByTheXdpProgramResetsAtOnce) {

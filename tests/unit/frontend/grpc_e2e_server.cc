@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   options.max_message_bytes = 1 << 20;
 
   dataplane::ReactorOptions ro;
-  ro.metrics = &metrics;
+  dataplane::ConnectionMetrics connection_metrics(common::MetricsRegistry::global());
+  ro.metrics = &connection_metrics;
   dataplane::SocketReactor reactor(ro);
   uint16_t port = want_port;
   auto fd = dataplane::openListener("127.0.0.1", want_port, &port);

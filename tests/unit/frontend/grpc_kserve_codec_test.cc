@@ -53,7 +53,7 @@ TEST(KServeGrpcDecode, RawContentsCopiedOnce) {
   EXPECT_EQ(copied, 16u);
   ASSERT_EQ(r.outputs.size(), 1u);
   EXPECT_EQ(r.outputs[0].name, "OUTPUT0");
-  EXPECT_EQ(r.protocol, backends::Protocol::kGrpcKserve);
+  EXPECT_EQ(r.protocol, net::Protocol::kGrpcKserve);
 }
 
 TEST(KServeGrpcDecode, RawContentsArePlacedIntoSlots) {

@@ -18,7 +18,7 @@
 #include "backends/batched_model.h"
 #include "backends/batcher.h"
 #include "backends/model.h"
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 #include "tests/unit/frontend/h2_frames.h"
 #include "tests/unit/frontend/recording_model.h"
 #include "frontend/grpc_framing.h"
@@ -31,7 +31,7 @@ namespace {
 
 // --- Http2Session fills GrpcCall from the metadata and the ingress tag --------------------
 
-using TaggingTransport = testing::FakeTransport;  // its `tag` is what ingressTag() returns
+using TaggingTransport = mocks::FakeTransport;  // its `tag` is what ingressTag() returns
 
 class CapturingServices : public GrpcServices {
  public:
@@ -79,7 +79,7 @@ struct SessionFixture : ::testing::Test {
 
 TEST_F(SessionFixture, MetadataAndTagReachTheCall) {
   call(1, {});
-  IngressTag t;
+  net::IngressTag t;
   t.priority_class = 3;
   transport.tag = t;
   call(3, literal("x-infergate-priority", "2"));
@@ -102,7 +102,7 @@ TEST(SessionTrust, PeerOutsideTheTrustedSourcesIsMarked) {
   Http2SessionOptions options;
   options.client_priority = &policy;
   for (const char* peer : {"10.1.1.1", "192.0.2.9"}) {
-    testing::FakeTransport transport;
+    mocks::FakeTransport transport;
     transport.peer = common::parseCidr(peer)->addr;
     CapturingServices services;
     auto session = std::make_shared<Http2Session>(transport, services, options, nullptr);

@@ -8,14 +8,14 @@
 #include <stdexcept>
 #include <thread>
 
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 #include "frontend/http1_session.h"
 
 namespace infergate::frontend {
 namespace {
 
-using testing::FakeLoop;
-using testing::FakeTransport;
+using mocks::FakeLoop;
+using mocks::FakeTransport;
 
 // Answers "/now/X" inline with body X, and "/later/X" only when release() is called.
 class ScriptedHandler : public HttpHandler {
@@ -236,14 +236,14 @@ class TokenHandler : public CancellableHttpHandler {
     handle(std::move(req), std::move(respond), nullptr);
   }
   void handle(HttpRequest&& req, HttpRespond respond,
-              std::shared_ptr<backends::CancelToken> cancel) override {
+              std::shared_ptr<net::CancelToken> cancel) override {
     HttpResponse r;
     r.body = std::string(req.path());
     if (cancel) cancel->onCancel([this, n = tokens.size()] { cancelled.push_back(n); });
     tokens.push_back(std::move(cancel));
     later.emplace_back(std::move(respond), std::move(r));
   }
-  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  std::vector<std::shared_ptr<net::CancelToken>> tokens;
   std::vector<std::pair<HttpRespond, HttpResponse>> later;
   std::vector<size_t> cancelled;
 };

@@ -10,15 +10,15 @@
 #include <new>
 #include <thread>
 
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 #include "tests/unit/frontend/h2_frames.h"
 #include "frontend/http2_session.h"
 
 namespace infergate::frontend {
 namespace {
 
-using testing::FakeLoop;
-using testing::FakeTransport;
+using mocks::FakeLoop;
+using mocks::FakeTransport;
 
 // "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
 // "/t.S/Stream" is client-streaming and echoes each message.
@@ -27,11 +27,11 @@ class FakeServices : public CancellableGrpcServices {
   using CancellableGrpcServices::call;
   // With cancellation (what the session uses): keeps the token, then as below.
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-            GrpcRespond respond, std::shared_ptr<backends::CancelToken> cancel) override {
+            GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) override {
     tokens.push_back(cancel);
     this->call(method, call, message, std::move(respond));
   }
-  std::vector<std::shared_ptr<backends::CancelToken>> tokens;
+  std::vector<std::shared_ptr<net::CancelToken>> tokens;
   GrpcMethod resolve(std::string_view path) const override {
     GrpcMethod m;
     if (path == "/t.S/Echo") m.id = 0;

@@ -186,7 +186,7 @@ TEST(KserveJsonDecode, SetsModelAndRequestFields) {
   EXPECT_TRUE(r->binary_data_output);
   EXPECT_EQ(r->priority, 2);
   EXPECT_EQ(r->timeout_us, 5000u);
-  EXPECT_EQ(r->protocol, backends::Protocol::kHttpKserve);
+  EXPECT_EQ(r->protocol, net::Protocol::kHttpKserve);
   ASSERT_EQ(r->outputs.size(), 2u);
   EXPECT_EQ(r->outputs[0].name, "OUT");
   EXPECT_TRUE(r->outputs[0].binary);

@@ -18,7 +18,7 @@
 #include "frontend/http.h"
 #include "frontend/http1_session.h"
 #include "frontend/kserve_rest.h"
-#include "tests/unit/frontend/fake_transport.h"
+#include "tests/mocks/fake_transport.h"
 #include "tests/unit/frontend/recording_model.h"
 
 namespace infergate::frontend {
@@ -104,8 +104,8 @@ class KServePriorityTest : public ::testing::Test {
              params + "}";
     if (header) r.headers.push_back({"x-infergate-priority", *header});
     if (tag_class) {
-      r.has_tag = true;
-      r.priority_class = *tag_class;
+      r.tag = net::IngressTag{};
+      r.tag->priority_class = *tag_class;
     }
     std::promise<int> status;
     std::future<int> f = status.get_future();
@@ -140,7 +140,7 @@ TEST_F(KServePriorityTest, HeaderCountsOnlyFromTrustedSources) {
   const std::string req = "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nx-infergate-priority: 1\r\n"
                           "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   for (const char* peer : {"192.0.2.1", "10.9.8.7"}) {
-    testing::FakeTransport transport;
+    mocks::FakeTransport transport;
     transport.peer = common::parseCidr(peer)->addr;
     auto session = std::make_shared<Http1Session>(transport, *handler_, options, nullptr);
     session->onData(req.data(), req.size());

@@ -5,30 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/mocks/fake_transport.h"
+
 namespace infergate::frontend {
 namespace {
 
-class FakeLoop : public Loop {
- public:
-  void post(std::function<void()> fn) override { fn(); }
-  bool inLoopThread() const override { return true; }
-  uint64_t nowNs() const override { return 0; }
-  int index() const override { return 0; }
-};
-
-class FakeTransport : public Transport {
- public:
-  void send(std::string_view b) override { sent += b; }
-  void closeAfterFlush() override { closed = true; }
-  void pauseReading(bool) override {}
-  Loop& loop() override { return loop_; }
-  size_t pendingBytes() const override { return 0; }
-  std::string sent;
-  bool closed = false;
-  FakeLoop loop_;
-};
-
-struct Recorder : Session {
+struct Recorder : net::Session {
   explicit Recorder(std::string k) : kind(std::move(k)) {}
   void onData(const char* d, size_t n) override { data.append(d, n); }
   void onPeerClosed() override { peer_closed = true; }
@@ -42,11 +24,11 @@ struct Recorder : Session {
 };
 
 struct Fixture {
-  FakeTransport t;
+  mocks::FakeTransport t;
   std::vector<std::shared_ptr<Recorder>> made;
-  std::shared_ptr<Session> s = makeSniffingSessionFactory(
-      [this](Transport&) { return made.emplace_back(std::make_shared<Recorder>("h1")); },
-      [this](Transport&) { return made.emplace_back(std::make_shared<Recorder>("h2")); })(t);
+  std::shared_ptr<net::Session> s = makeSniffingSessionFactory(
+      [this](net::Transport&) { return made.emplace_back(std::make_shared<Recorder>("h1")); },
+      [this](net::Transport&) { return made.emplace_back(std::make_shared<Recorder>("h2")); })(t);
   SniffingSession& sniff() { return static_cast<SniffingSession&>(*s); }
 };
 

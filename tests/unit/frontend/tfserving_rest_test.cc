@@ -94,7 +94,7 @@ TEST(TfServingRest, RowFormatSingleInputWithNonFinite) {
   ASSERT_EQ(r->inputs.size(), 1u);
   EXPECT_EQ(r->inputs[0].name, "x");
   EXPECT_EQ(r->inputs[0].shape, (std::vector<int64_t>{2, 3}));
-  EXPECT_EQ(r->protocol, backends::Protocol::kHttpTfServing);
+  EXPECT_EQ(r->protocol, net::Protocol::kHttpTfServing);
   std::vector<float> v = floats(r->inputs[0]);
   ASSERT_EQ(v.size(), 6u);
   EXPECT_EQ(v[0], 1.5f);

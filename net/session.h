@@ -1,6 +1,7 @@
 #pragma once
-// The seam between transports (dataplane/: kernel sockets today, infergate's own TCP over
-// AF_XDP later) and protocol sessions (frontend/: HTTP/1.1 now, HTTP/2 + gRPC later).
+// The seam between transports (dataplane/: kernel sockets, infergate's own TCP over AF_XDP)
+// and protocol sessions (frontend/: HTTP/1.1, HTTP/2 + gRPC, the sniffing session that picks
+// one). Both sides depend on this header; neither on the other (docs/ARCHITECTURE.md).
 //
 // A transport owns one connection's byte stream and drives a Session with what arrives; the
 // session answers through the Transport. Everything here runs on the connection's reactor
@@ -15,19 +16,9 @@
 #include <string_view>
 
 #include "common/cidr.h"
+#include "net/ingress_tag.h"
 
-namespace infergate::frontend {
-
-// What the ingress filter (the XDP program) decided about a connection's latest request start:
-// its priority class and whether it was admitted. In xdp-filter mode the kernel owns the socket
-// and the tag is looked up in a BPF map by the connection's addresses; in afxdp mode it comes
-// with the frame's metadata.
-struct IngressTag {
-  enum class Verdict : uint8_t { kAdmit, kRateLimited, kOverload };
-  int priority_class = 1;  // 0 (high) .. 3 (background)
-  Verdict verdict = Verdict::kAdmit;
-  uint64_t rx_ns = 0;      // CLOCK_MONOTONIC time the program saw the segment
-};
+namespace infergate::net {
 
 // A reactor's event loop, as protocol code sees it.
 class Loop {
@@ -87,4 +78,4 @@ class Session {
 // Creates the session for a newly accepted connection on a listener.
 using SessionFactory = std::function<std::shared_ptr<Session>(Transport& transport)>;
 
-}  // namespace infergate::frontend
+}  // namespace infergate::net

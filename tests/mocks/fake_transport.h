@@ -1,5 +1,5 @@
 #pragma once
-// A fake loop and transport for driving frontend sessions in unit tests: what the session sends
+// A fake loop and transport for driving protocol sessions in unit tests and fuzzers: what the session sends
 // accumulates in `out`; posted work waits in `posted` until runPosted().
 
 #include <deque>
@@ -8,11 +8,11 @@
 #include <string>
 #include <thread>
 
-#include "frontend/session.h"
+#include "net/session.h"
 
-namespace infergate::frontend::testing {
+namespace infergate::mocks {
 
-class FakeLoop : public Loop {
+class FakeLoop : public net::Loop {
  public:
   void post(std::function<void()> fn) override { posted.push_back(std::move(fn)); }
   bool inLoopThread() const override { return std::this_thread::get_id() == owner; }
@@ -30,21 +30,21 @@ class FakeLoop : public Loop {
   std::thread::id owner = std::this_thread::get_id();
 };
 
-class FakeTransport : public Transport {
+class FakeTransport : public net::Transport {
  public:
   void send(std::string_view bytes) override { out.append(bytes); }
   void closeAfterFlush() override { closed = true; }
   void pauseReading(bool p) override { paused = p; }
-  Loop& loop() override { return loop_; }
+  net::Loop& loop() override { return loop_; }
   size_t pendingBytes() const override { return 0; }
-  std::optional<IngressTag> ingressTag() override { return tag; }
+  std::optional<net::IngressTag> ingressTag() override { return tag; }
   std::optional<common::IpBytes> peerAddress() const override { return peer; }
   FakeLoop loop_;
   std::string out;
   bool closed = false;
   bool paused = false;
-  std::optional<IngressTag> tag;
+  std::optional<net::IngressTag> tag;
   std::optional<common::IpBytes> peer;
 };
 
-}  // namespace infergate::frontend::testing
+}  // namespace infergate::mocks
