@@ -16,15 +16,8 @@ cd "$(dirname "$0")/.."
 DURATION=5
 CONNS=32
 MODE=socket
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --duration) DURATION="$2"; shift 2 ;;
-    --connections) CONNS="$2"; shift 2 ;;
-    --mode) MODE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
-    *) echo "demo: unknown option $1" >&2; exit 2 ;;
-  esac
-done
+source bench/lib.sh
+parse_opts "demo: " --duration DURATION --connections CONNS --mode MODE -h help=2,15 --help help=2,15 -- "$@"
 
 bash scripts/build.sh >/dev/null
 BIN=build/app/infergate
@@ -51,12 +44,7 @@ done
 echo "== infergate demo: socket mode, identity model, embedded default config"
 "$BIN" run >"$WORK/infergate.log" 2>&1 &
 GW_PID=$!
-for _ in $(seq 100); do
-  grep -q "serving" "$WORK/infergate.log" 2>/dev/null && break
-  kill -0 "$GW_PID" 2>/dev/null || { cat "$WORK/infergate.log"; exit 1; }
-  sleep 0.1
-done
-sed 's/^/   | /' "$WORK/infergate.log"
+wait_serving "$WORK/infergate.log" "$GW_PID"
 
 echo "== one request with curl"
 curl -sS -X POST http://127.0.0.1:8000/v2/models/identity/infer \
