@@ -16,16 +16,8 @@ import struct
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FIN, SYN, RST, PSH, ACK = 0x01, 0x02, 0x04, 0x08, 0x10
-
-
-def csum(b):
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(b) // 2), b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s) & 0xFFFF
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from hostile import FIN, SYN, RST, PSH, ACK, csum  # noqa: E402 (the Internet checksum, RFC 1071)
 
 
 def ip4(a):

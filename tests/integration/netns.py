@@ -105,6 +105,11 @@ class VethPair:
         return sh(["ip", "netns", "exec", self.client_ns] + list(cmd), check=check, **kw)
 
 
+# Put first in a script run with `python3 -c` in a namespace: the scripts can then import this
+# folder's modules (from harness import read_response).
+SCRIPT_PATH = "import sys\nsys.path.insert(0, %r)\n" % os.path.dirname(os.path.abspath(__file__))
+
+
 # One ICMP echo request over a raw socket (ping(8) may not be installed); run in a namespace as
 # `/usr/bin/python3 -c PING_SCRIPT <address>`: prints "reply" or "no reply".
 PING_SCRIPT = r'''

@@ -36,26 +36,10 @@ BODY = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "
 
 # Runs in the client namespace over the kernel's TCP: keep-alive requests on one connection,
 # then a large binary-tensor request whose echo must come back byte-exact. Prints JSON.
-CLIENT = r'''
+CLIENT = netns.SCRIPT_PATH + r'''
 import json, os, random, socket, sys, time
 host, size = sys.argv[1], int(sys.argv[2])
-def read_response(s):
-    buf = b""
-    while b"\r\n\r\n" not in buf:
-        d = s.recv(65536)
-        if not d:
-            raise RuntimeError("eof in headers")
-        buf += d
-    head, body = buf.split(b"\r\n\r\n", 1)
-    lines = head.decode().split("\r\n")
-    hdrs = {l.split(":", 1)[0].lower(): l.split(":", 1)[1].strip() for l in lines[1:]}
-    n = int(hdrs.get("content-length", "0"))
-    while len(body) < n:
-        d = s.recv(1 << 20)
-        if not d:
-            raise RuntimeError("eof in body after %d of %d" % (len(body), n))
-        body += d
-    return int(lines[0].split()[1]), hdrs, body[:n]
+from harness import read_response
 out = {}
 s = socket.create_connection((host, 8000), timeout=20)
 body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
@@ -64,7 +48,7 @@ req = b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d
 ok = 0
 for _ in range(50):
     s.sendall(req)
-    st, h, b = read_response(s)
+    st, h, b, _ = read_response(s)
     if st == 200 and json.loads(b)["outputs"][0]["data"] == [float(i) * 1.5 for i in range(16)]:
         ok += 1
 out["keepalive_ok"] = ok
@@ -80,7 +64,7 @@ t0 = time.time()
 s.sendall(b"POST /v2/models/big/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
           b"Inference-Header-Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(header), len(header) + len(raw))
           + header + raw)
-st, h, b = read_response(s)
+st, h, b, _ = read_response(s)
 n = int(h.get("inference-header-content-length", "0"))
 out["big_status"] = st
 out["big_bytes"] = len(b) - n

@@ -69,33 +69,14 @@ models:
 
 # Runs in the client namespace: CONNECTIONS threads, each with one keep-alive connection and
 # REQUESTS / CONNECTIONS requests carrying data of its own; checks every response body.
-CLIENT = r'''
+CLIENT = netns.SCRIPT_PATH + r'''
 import json, socket, sys, threading, time
 host, conns, total, timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 per = total // conns
 results = {"ok": 0, "failures": [], "max_latency_s": 0.0}
 lock = threading.Lock()
 
-def read_response(s, buf):
-    while b"\r\n\r\n" not in buf:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise EOFError("closed before a response")
-        buf += chunk
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split(" ")[1])
-    n = 0
-    for l in lines[1:]:
-        k, _, v = l.partition(":")
-        if k.strip().lower() == "content-length":
-            n = int(v.strip())
-    while len(rest) < n:
-        chunk = s.recv(65536)
-        if not chunk:
-            raise EOFError("closed mid-body")
-        rest += chunk
-    return status, rest[:n], rest[n:]
+from harness import read_response
 
 def worker(c):
     ok, fails, worst = 0, [], 0.0
@@ -111,7 +92,7 @@ def worker(c):
                    b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
             t0 = time.time()
             s.sendall(req)
-            status, rbody, buf = read_response(s, buf)
+            status, _, rbody, buf = read_response(s, buf)
             worst = max(worst, time.time() - t0)
             if status != 200:
                 fails.append("conn %d req %d: status %d %r" % (c, i, status, rbody[:200]))
