@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced (from the repository root) by the benchmarks in bench/ and the demos in scripts/.
 #
 # parse_opts reads a script's options from a table; processes started in the background go
