@@ -1,32 +1,24 @@
 #include "backends/tensor.h"
 
-#include <array>
 #include <limits>
 
 #include "common/checked.h"
 
 namespace infergate::backends {
-namespace {
-struct TypeInfo {
-  std::string_view name;
-  size_t size;
-};
-constexpr std::array<TypeInfo, kNumDataTypes> kTypes = {{
-    {"BOOL", 1}, {"UINT8", 1}, {"UINT16", 2}, {"UINT32", 4}, {"UINT64", 8},
-    {"INT8", 1}, {"INT16", 2}, {"INT32", 4}, {"INT64", 8}, {"FP16", 2},
-    {"BF16", 2}, {"FP32", 4}, {"FP64", 8}, {"BYTES", 0},
-}};
-}  // namespace
 
 std::optional<DataType> parseDataType(std::string_view name) {
-  for (size_t i = 0; i < kTypes.size(); ++i) {
-    if (kTypes[i].name == name) return static_cast<DataType>(i);
+  for (size_t i = 0; i < kDataTypeNames.size(); ++i) {
+    if (kDataTypeNames[i] == name) return static_cast<DataType>(i);
   }
   return std::nullopt;
 }
 
-std::string_view dataTypeName(DataType t) { return kTypes[static_cast<size_t>(t)].name; }
-size_t dataTypeSize(DataType t) { return kTypes[static_cast<size_t>(t)].size; }
+std::string_view dataTypeName(DataType t) {
+  return visitDataType(t, [](auto tag) { return tag.kName; });
+}
+size_t dataTypeSize(DataType t) {
+  return visitDataType(t, [](auto tag) { return tag.kSize; });
+}
 
 std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape) {
   uint64_t n = 1;

@@ -2,12 +2,15 @@
 // Tensor and inference request/response types shared by every frontend codec and backend.
 // Threading: plain values; a request is owned by one thread at a time and moved between them.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "net/cancel_token.h"
@@ -33,6 +36,67 @@ enum class DataType : uint8_t {
   kBytes,
 };
 inline constexpr int kNumDataTypes = 14;
+
+// One element of a BYTES tensor: a 4-byte little-endian length, then that many bytes (see
+// Tensor). It has no fixed size, so it stands for the element in the traits below.
+struct BytesElement {};
+
+// The per-datatype facts, once, in enum order: the API name and the C type one element is
+// stored as in Tensor::data (little-endian). BOOL is one byte, 0 or 1; FP16 and BF16 are their
+// 16 raw bits; the element size is sizeof(storage), 0 for BYTES.
+using DataTypeStorage = std::tuple<uint8_t, uint8_t, uint16_t, uint32_t, uint64_t, int8_t, int16_t,
+                                   int32_t, int64_t, uint16_t, uint16_t, float, double, BytesElement>;
+inline constexpr std::array<std::string_view, kNumDataTypes> kDataTypeNames = {
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8",  "INT16",
+    "INT32", "INT64", "FP16",  "BF16",   "FP32",   "FP64",  "BYTES"};
+static_assert(std::tuple_size_v<DataTypeStorage> == kNumDataTypes);
+
+// A datatype as a type: what visitDataType passes to its function.
+//   tag.value    the DataType
+//   Storage      the C type of one element (above)
+//   kSize        bytes per element; 0 for BYTES
+//   kName        the API name
+template <DataType D>
+struct DataTypeTag {
+  static constexpr DataType value = D;
+  using Storage = std::tuple_element_t<static_cast<size_t>(D), DataTypeStorage>;
+  static constexpr bool kIsBytes = D == DataType::kBytes;
+  static constexpr bool kIsBool = D == DataType::kBool;
+  static constexpr bool kIsFloat =
+      D == DataType::kFp16 || D == DataType::kBf16 || D == DataType::kFp32 || D == DataType::kFp64;
+  static constexpr bool kIsInteger = !kIsBytes && !kIsBool && !kIsFloat;
+  static constexpr size_t kSize = kIsBytes ? 0 : sizeof(Storage);
+  static constexpr std::string_view kName = kDataTypeNames[static_cast<size_t>(D)];
+};
+
+// The one switch over DataType: calls f(DataTypeTag<dt>{}) and returns what it returns (every
+// instantiation must return the same type). Write the per-type code once, generically:
+//   visitDataType(t.dtype, [&](auto tag) {
+//     using T = typename decltype(tag)::Storage;
+//     if constexpr (tag.kIsBytes) { ... } else { ... sizeof(T) ... }
+//   });
+// A value outside the enum is a broken invariant (every DataType comes from parseDataType or a
+// checked table) and aborts.
+template <class F>
+constexpr decltype(auto) visitDataType(DataType dt, F&& f) {
+  switch (dt) {
+    case DataType::kBool: return f(DataTypeTag<DataType::kBool>{});
+    case DataType::kUint8: return f(DataTypeTag<DataType::kUint8>{});
+    case DataType::kUint16: return f(DataTypeTag<DataType::kUint16>{});
+    case DataType::kUint32: return f(DataTypeTag<DataType::kUint32>{});
+    case DataType::kUint64: return f(DataTypeTag<DataType::kUint64>{});
+    case DataType::kInt8: return f(DataTypeTag<DataType::kInt8>{});
+    case DataType::kInt16: return f(DataTypeTag<DataType::kInt16>{});
+    case DataType::kInt32: return f(DataTypeTag<DataType::kInt32>{});
+    case DataType::kInt64: return f(DataTypeTag<DataType::kInt64>{});
+    case DataType::kFp16: return f(DataTypeTag<DataType::kFp16>{});
+    case DataType::kBf16: return f(DataTypeTag<DataType::kBf16>{});
+    case DataType::kFp32: return f(DataTypeTag<DataType::kFp32>{});
+    case DataType::kFp64: return f(DataTypeTag<DataType::kFp64>{});
+    case DataType::kBytes: return f(DataTypeTag<DataType::kBytes>{});
+  }
+  std::abort();
+}
 
 // "FP32" -> kFp32; nullopt for an unknown name. Case-sensitive, as the protocol is.
 std::optional<DataType> parseDataType(std::string_view name);

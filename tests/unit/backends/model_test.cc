@@ -63,6 +63,33 @@ TEST(DataType, NamesRoundTripAndSizes) {
   EXPECT_EQ(dataTypeSize(DataType::kBytes), 0u);
 }
 
+// Issue 14: the one DataType visitor. Every name and size as the protocol defines it, and each
+// datatype visited as itself with its storage type.
+TEST(DataType, VisitorTraitsMatchTheProtocol) {
+  const std::pair<std::string_view, size_t> expected[kNumDataTypes] = {
+      {"BOOL", 1}, {"UINT8", 1}, {"UINT16", 2}, {"UINT32", 4}, {"UINT64", 8},
+      {"INT8", 1}, {"INT16", 2}, {"INT32", 4}, {"INT64", 8}, {"FP16", 2},
+      {"BF16", 2}, {"FP32", 4}, {"FP64", 8}, {"BYTES", 0},
+  };
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const auto t = static_cast<DataType>(i);
+    EXPECT_EQ(dataTypeName(t), expected[i].first);
+    EXPECT_EQ(dataTypeSize(t), expected[i].second);
+    visitDataType(t, [&](auto tag) {
+      EXPECT_EQ(tag.value, t);
+      EXPECT_EQ(tag.kName, expected[i].first);
+      if constexpr (!tag.kIsBytes) {
+        EXPECT_EQ(sizeof(typename decltype(tag)::Storage), expected[i].second);
+      }
+    });
+  }
+  static_assert(std::is_same_v<DataTypeTag<DataType::kFp16>::Storage, uint16_t>);
+  static_assert(std::is_same_v<DataTypeTag<DataType::kInt8>::Storage, int8_t>);
+  static_assert(std::is_same_v<DataTypeTag<DataType::kFp64>::Storage, double>);
+  static_assert(DataTypeTag<DataType::kBool>::kIsBool && DataTypeTag<DataType::kBf16>::kIsFloat &&
+                DataTypeTag<DataType::kUint64>::kIsInteger && DataTypeTag<DataType::kBytes>::kIsBytes);
+}
+
 TEST(ElementCount, OverflowAndNegative) {
   EXPECT_EQ(elementCount({2, 3, 4}), 24u);
   EXPECT_EQ(elementCount({}), 1u);
