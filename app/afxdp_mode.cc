@@ -395,16 +395,17 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
           l.name));
     ports.push_back(l.port);
   }
-  absl::StatusOr<xdp::XdpOptions> xo = xdp::XdpOptions::fromConfig(c.xdp, ports, c.priority);
-  if (!xo.ok()) return xo.status();
-  xo->redirect_xsk = true;
-  xo->write_metadata = true;
-  xo->reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
+  xdp::XdpOptions xo = c.xdp;
+  xo.service_ports = ports;
+  if (absl::Status s = xdp::checkOptions(xo); !s.ok()) return s;
+  xo.redirect_xsk = true;
+  xo.write_metadata = true;
+  xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
-  xo->synack_wscale = tcp::windowShiftFor(tcp::TcpOptions{}.rcv_buf);
-  const tcp::SynCookies stack_cookies = xo->syn_cookies == xdp::SynCookies::kOff
+  xo.synack_wscale = tcp::windowShiftFor(tcp::TcpOptions{}.rcv_buf);
+  const tcp::SynCookies stack_cookies = xo.syn_cookies == xdp::SynCookies::kOff
                                             ? tcp::SynCookies::kOff
-                                        : xo->syn_cookies == xdp::SynCookies::kAlways
+                                        : xo.syn_cookies == xdp::SynCookies::kAlways
                                             ? tcp::SynCookies::kAlways
                                             : tcp::SynCookies::kOnOverflow;
 
@@ -462,7 +463,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
     if (absl::Status s = filter.setCookieKeys(st.cookie_jar->snapshot()); !s.ok()) return s;
     return absl::OkStatus();
   };
-  absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(*xo, bind_sockets);
+  absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(xo, bind_sockets);
   if (!filter.ok()) {
     st.reactors.clear();
     return filter.status();
@@ -489,7 +490,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
         spdlog::warn("afxdp: SYN cookie keys: {}", s.ToString());
     });
   }
-  st.cookie_auto = xo->syn_cookies == xdp::SynCookies::kAuto;
+  st.cookie_auto = xo.syn_cookies == xdp::SynCookies::kAuto;
   st.syn_backlog = syn_backlog;
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",

@@ -364,6 +364,23 @@ class Loader {
     return absl::OkStatus();
   }
 
+  // readChoice onto an enum, the names from the owner's table (e.g. xdp::kAttachModeNames).
+  template <typename E, size_t N>
+  absl::Status readNamed(const YAML::Node& n, const std::string& path, std::string_view what,
+                         const xdp::NamedValue<E> (&table)[N], E& out) const {
+    std::string v;
+    IG_CONFIG_TRY(readString(n, path, v));
+    if (std::optional<E> e = xdp::parseNamed(table, v)) {
+      out = *e;
+      return absl::OkStatus();
+    }
+    std::string names;
+    for (const xdp::NamedValue<E>& t : table) {
+      names += (names.empty() ? "" : ", ") + std::string(t.name);
+    }
+    return err(path, fmt::format("unknown {} '{}' (expected one of {})", what, v, names));
+  }
+
   absl::Status readBool(const YAML::Node& n, const std::string& path, bool& out) const {
     if (n.IsScalar() && !isStringScalar(n)) {
       const std::string& s = n.Scalar();
@@ -433,6 +450,9 @@ class Loader {
     if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c.xdp));
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
+    // The XDP program applies the same rule to the priority header it reads.
+    c.xdp.priority_from = *xdp::parseNamed(xdp::kPriorityFromNames, c.priority.from_client);
+    c.xdp.trusted_sources = c.priority.trusted_sources;
     if ((c.mode == Mode::kXdpFilter || c.mode == Mode::kAfXdp) && c.xdp.interface.empty()) {
       return err("xdp.interface", fmt::format("required in mode '{}' (the network interface to "
                                               "attach the XDP program to)",
@@ -673,18 +693,19 @@ class Loader {
     return absl::OkStatus();
   }
 
+  // {rate_per_sec, burst} onto the XDP options' pair of fields.
   absl::Status readRateLimit(const YAML::Node& r, const std::string& path, std::string_view what,
-                             XdpRateLimit& out) const {
+                             uint64_t& rate_per_sec, uint64_t& burst) const {
     if (!r.IsDefined()) return absl::OkStatus();
     IG_CONFIG_TRY(checkMap(r, path, {"rate_per_sec", "burst"}));
     if (YAML::Node v = r["rate_per_sec"]; v.IsDefined()) {
-      IG_CONFIG_TRY(readNumber(v, join(path, "rate_per_sec"), 0, kMaxRate, out.rate_per_sec));
+      IG_CONFIG_TRY(readNumber(v, join(path, "rate_per_sec"), 0, kMaxRate, rate_per_sec));
     }
     // An omitted burst defaults to one second's worth of the rate.
-    out.burst = out.rate_per_sec;
+    burst = rate_per_sec;
     if (YAML::Node v = r["burst"]; v.IsDefined()) {
-      IG_CONFIG_TRY(readNumber(v, join(path, "burst"), 0, kMaxRate, out.burst));
-      if (out.rate_per_sec > 0 && out.burst == 0) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "burst"), 0, kMaxRate, burst));
+      if (rate_per_sec > 0 && burst == 0) {
         return err(join(path, "burst"),
                    fmt::format("must be >= 1 when rate_per_sec > 0 (a burst of 0 would refuse "
                                "every {})",
@@ -694,7 +715,7 @@ class Loader {
     return absl::OkStatus();
   }
 
-  absl::Status readXdp(const YAML::Node& n, XdpConfig& x) const {
+  absl::Status readXdp(const YAML::Node& n, xdp::XdpOptions& x) const {
     IG_CONFIG_TRY(checkMap(n, "xdp",
                            {"interface", "attach", "methods", "path_prefixes",
                             "http2_max_frame_size", "rate_limit", "request_rate_limit",
@@ -712,7 +733,7 @@ class Loader {
       }
     }
     if (YAML::Node v = n["attach"]; v.IsDefined()) {
-      IG_CONFIG_TRY(readChoice(v, "xdp.attach", "attach mode", {"native", "generic"}, x.attach));
+      IG_CONFIG_TRY(readNamed(v, "xdp.attach", "attach mode", xdp::kAttachModeNames, x.attach));
     }
     if (YAML::Node v = n["methods"]; v.IsDefined()) {
       IG_CONFIG_TRY(checkSeq(v, "xdp.methods"));
@@ -755,15 +776,15 @@ class Loader {
                                x.http2_max_frame_size));
     }
     IG_CONFIG_TRY(readRateLimit(n["rate_limit"], "xdp.rate_limit", "new connection",
-                                x.rate_limit));
+                                x.syn_rate_per_sec, x.syn_burst));
     IG_CONFIG_TRY(readRateLimit(n["request_rate_limit"], "xdp.request_rate_limit", "request",
-                                x.request_rate_limit));
+                                x.request_rate_per_sec, x.request_burst));
     if (YAML::Node v = n["path_classes"]; v.IsDefined()) {
       IG_CONFIG_TRY(checkSeq(v, "xdp.path_classes"));
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string path = at("xdp.path_classes", i);
         IG_CONFIG_TRY(checkMap(v[i], path, {"prefix", "class"}));
-        XdpPathClass pc;
+        xdp::PathClassRule pc;
         IG_CONFIG_TRY(readString(v[i]["prefix"], join(path, "prefix"), pc.prefix));
         if (pc.prefix.empty() || pc.prefix[0] != '/' || !isPrintableToken(pc.prefix) ||
             pc.prefix.size() > 32) {
@@ -781,7 +802,7 @@ class Loader {
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string path = at("xdp.cidr_rules", i);
         IG_CONFIG_TRY(checkMap(v[i], path, {"cidr", "class", "exempt"}));
-        XdpCidrRule r;
+        xdp::CidrRule r;
         IG_CONFIG_TRY(readString(v[i]["cidr"], join(path, "cidr"), r.cidr));
         if (YAML::Node c = v[i]["class"]; c.IsDefined()) {
           IG_CONFIG_TRY(readNumber(c, join(path, "class"), 0, 3, r.cls));
@@ -808,10 +829,11 @@ class Loader {
       IG_CONFIG_TRY(readBool(v, "xdp.reject_mid_stream", x.reject_mid_stream));
     }
     if (YAML::Node v = n["fragments"]; v.IsDefined()) {
-      IG_CONFIG_TRY(readChoice(v, "xdp.fragments", "fragment policy", {"drop", "drop_all", "pass"},
-                               x.fragments));
+      IG_CONFIG_TRY(readNamed(v, "xdp.fragments", "fragment policy", xdp::kFragPolicyNames,
+                              x.fragments));
     }
-    IG_CONFIG_TRY(readRateLimit(n["rst_rate_limit"], "xdp.rst_rate_limit", "RST", x.rst_rate_limit));
+    IG_CONFIG_TRY(readRateLimit(n["rst_rate_limit"], "xdp.rst_rate_limit", "RST",
+                                x.rst_rate_per_sec, x.rst_burst));
     if (YAML::Node v = n["source_prefix_v4"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, "xdp.source_prefix_v4", 1, 32, x.source_prefix_v4));
     }
@@ -819,8 +841,8 @@ class Loader {
       IG_CONFIG_TRY(readNumber(v, "xdp.source_prefix_v6", 1, 128, x.source_prefix_v6));
     }
     if (YAML::Node v = n["syn_cookies"]; v.IsDefined()) {
-      IG_CONFIG_TRY(readChoice(v, "xdp.syn_cookies", "SYN cookie mode", {"auto", "always", "off"},
-                               x.syn_cookies));
+      IG_CONFIG_TRY(readNamed(v, "xdp.syn_cookies", "SYN cookie mode", xdp::kSynCookiesNames,
+                              x.syn_cookies));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "backends/model.h"
+#include "xdp/xdp_options.h"
 
 namespace infergate::config {
 
@@ -54,54 +55,12 @@ struct LoggingConfig {
   bool access_log = false;
 };
 
-// XDP program settings (xdp-filter and afxdp modes).
-struct XdpRateLimit {
-  uint64_t rate_per_sec = 0;  // new connections (SYNs) per second per source; 0 = off
-  uint64_t burst = 0;
-};
-struct XdpPathClass {
-  std::string prefix;  // request-target prefix, e.g. "/v2/models/bert"
-  int cls = 1;         // priority class 0 (high) .. 3 (background)
-};
-struct XdpCidrRule {
-  std::string cidr;    // "10.0.0.0/8", "2001:db8::/32" or a host address
-  int cls = -1;        // -1: the rule gives no class
-  bool exempt = false; // never rate-limited
-};
-struct XdpConfig {
-  std::string interface;                   // required in xdp-filter/afxdp modes
-  std::string attach = "native";           // native | generic
-  std::vector<std::string> methods = {"GET", "POST"};
-  std::vector<std::string> path_prefixes = {"/v2/", "/v1/models/", "/metrics"};
-  uint32_t http2_max_frame_size = 16384;
-  XdpRateLimit rate_limit;                 // new connections (SYNs) per source
-  XdpRateLimit request_rate_limit;         // request starts per source (tagged, answered 429)
-  std::vector<XdpPathClass> path_classes;  // priority class by path prefix
-  std::vector<XdpCidrRule> cidr_rules;     // priority class / exemption by source
-  int default_class = 1;
-  bool priority_header = true;             // honour x-infergate-priority: 0..3
-  bool send_rst = true;                    // answer rejected request starts with a TCP RST
-  bool track_flows = true;                 // per-flow state (first segment, rejects, tags)
-  // Also reset connections whose later (not first) segments look like a malformed request
-  // start. Off by default: a segment in the middle of a binary body can start with
-  // "ABC " and would be judged a bad request line; userspace validates those in full.
-  bool reject_mid_stream = false;
-  std::string pin_path;                    // bpffs directory to pin maps; empty = no pinning
-  // Hostile-network knobs (docs/XDP.md): IPv4 fragments / IPv6 extension headers to a service
-  // port (drop | drop_all | pass), the RST budget per CPU, the prefix a source's buckets are
-  // keyed by, and afxdp SYN cookies (auto: when the backlog is under pressure | always | off).
-  std::string fragments = "drop";
-  XdpRateLimit rst_rate_limit{20000, 20000};
-  int source_prefix_v4 = 32;
-  int source_prefix_v6 = 64;
-  std::string syn_cookies = "auto";
-};
-
 // Who may choose a request's priority (docs/BATCHING.md "Priority"): the x-infergate-priority
 // header / gRPC metadata and the KServe `priority` parameter are honoured only from
 // `trusted_sources` (from_client: trusted), from everyone (all) or from no one (off); otherwise
 // the class comes from the XDP rules (or the model's default level). The XDP program applies
-// the same rule to the header it reads.
+// the same rule to the header it reads: the loader maps both keys onto xdp.priority_from and
+// xdp.trusted_sources too (whose defaults are these).
 struct PriorityConfig {
   std::string from_client = "trusted";  // trusted | all | off
   std::vector<std::string> trusted_sources = {"127.0.0.0/8", "::1/128"};  // CIDRs
@@ -126,7 +85,9 @@ struct Config {
   LimitsConfig limits;
   AdminConfig admin;
   LoggingConfig logging;
-  XdpConfig xdp;
+  // The `xdp:` section (xdp-filter and afxdp modes), read straight into the XDP program's
+  // options; service_ports and the afxdp-only knobs are left for the app to fill.
+  xdp::XdpOptions xdp;
   SecurityConfig security;
   PriorityConfig priority;
   std::vector<backends::ModelConfig> models;

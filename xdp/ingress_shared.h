@@ -20,7 +20,7 @@
 #define IG_MAX_PREFIXES 16
 #define IG_PREFIX_WORDS 4 /* a path prefix holds at most 32 bytes */
 #define IG_PREFIX_MAX_LEN (IG_PREFIX_WORDS * 8)
-#define IG_NUM_CLASSES 4  /* 0 = highest priority */
+#define IG_NUM_CLASSES 4  /* 0 = highest priority; = common::kPriorityClasses (checked below) */
 #define IG_CLASS_NONE 0xff
 
 /* ig_config.priority_header: whose x-infergate-priority header sets the class. */
@@ -289,6 +289,10 @@ enum ig_frag_policy {
 
 #if defined(__cplusplus) && !defined(__bpf__)
 #include <cstddef>
+
+#include "common/priority.h"
+static_assert(IG_NUM_CLASSES == infergate::common::kPriorityClasses,
+              "the program's class count is common/priority.h's");
 static_assert(sizeof(struct ig_tag) == 16, "ig_tag layout");
 static_assert(offsetof(struct ig_tag, cls) == 8 && offsetof(struct ig_tag, magic) == 12,
               "ig_tag layout");

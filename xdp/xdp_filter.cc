@@ -91,8 +91,6 @@ std::string interfaceDriver(const std::string& ifname) {
   return std::string(info.driver, strnlen(info.driver, sizeof(info.driver)));
 }
 
-const char* modeName(AttachMode m) { return m == AttachMode::kNative ? "native" : "generic"; }
-
 // Reads a per-CPU map of `nkeys` entries with values of `value_size` bytes, summing every
 // 8-byte field over CPUs into out[key * (value_size / 8) + field].
 bool readPercpuSums(int fd, uint32_t nkeys, size_t value_size, std::vector<uint64_t>& out) {
@@ -152,11 +150,6 @@ absl::Status fillPrefix(const std::string& prefix, bool allow, int cls, ig_prefi
 
 }  // namespace
 
-const char* className(int cls) {
-  static const char* kNames[kNumClasses] = {"high", "normal", "low", "background"};
-  return cls >= 0 && cls < kNumClasses ? kNames[cls] : "none";
-}
-
 const char* reasonName(int reason) {
   static const char* kNames[IG_R_MAX] = {
       "none",           "not_ip",          "not_tcp",          "not_service",
@@ -213,73 +206,9 @@ CookieCounters CookieCounters::from(const XdpCounters& c) {
   return k;
 }
 
-absl::StatusOr<XdpOptions> XdpOptions::fromConfig(const config::XdpConfig& c,
-                                                  std::vector<uint16_t> service_ports,
-                                                  const config::PriorityConfig& priority) {
-  absl::StatusOr<XdpOptions> o = fromConfigXdp(c, std::move(service_ports));
-  if (!o.ok()) return o;
-  o->priority_from = priority.from_client == "all"   ? PriorityFrom::kAll
-                     : priority.from_client == "off" ? PriorityFrom::kOff
-                                                     : PriorityFrom::kTrusted;
-  o->trusted_sources = priority.trusted_sources;
-  return o;
-}
-
-absl::StatusOr<XdpOptions> XdpOptions::fromConfigXdp(const config::XdpConfig& c,
-                                                  std::vector<uint16_t> service_ports) {
-  XdpOptions o;
-  o.interface = c.interface;
-  if (c.attach == "native") {
-    o.attach = AttachMode::kNative;
-  } else if (c.attach == "generic") {
-    o.attach = AttachMode::kGeneric;
-  } else {
-    return absl::InvalidArgumentError(
-        fmt::format("xdp.attach: '{}' (expected native or generic)", c.attach));
-  }
-  o.service_ports = std::move(service_ports);
-  o.methods = c.methods;
-  o.path_prefixes = c.path_prefixes;
-  o.http2_max_frame_size = c.http2_max_frame_size;
-  o.syn_rate_per_sec = c.rate_limit.rate_per_sec;
-  o.syn_burst = c.rate_limit.burst;
-  o.request_rate_per_sec = c.request_rate_limit.rate_per_sec;
-  o.request_burst = c.request_rate_limit.burst;
-  for (const config::XdpPathClass& pc : c.path_classes) o.path_classes.push_back({pc.prefix, pc.cls});
-  for (const config::XdpCidrRule& r : c.cidr_rules) o.cidr_rules.push_back({r.cidr, r.cls, r.exempt});
-  o.default_class = c.default_class;
-  o.priority_header = c.priority_header;
-  o.send_rst = c.send_rst;
-  o.track_flows = c.track_flows;
-  o.reject_mid_stream = c.reject_mid_stream;
-  o.pin_path = c.pin_path;
-  if (c.fragments == "drop") {
-    o.fragments = FragPolicy::kDrop;
-  } else if (c.fragments == "drop_all") {
-    o.fragments = FragPolicy::kDropAll;
-  } else if (c.fragments == "pass") {
-    o.fragments = FragPolicy::kPass;
-  } else {
-    return absl::InvalidArgumentError(
-        fmt::format("xdp.fragments: '{}' (expected drop, drop_all or pass)", c.fragments));
-  }
-  o.rst_rate_per_sec = c.rst_rate_limit.rate_per_sec;
-  o.rst_burst = c.rst_rate_limit.burst;
-  o.source_prefix_v4 = c.source_prefix_v4;
-  o.source_prefix_v6 = c.source_prefix_v6;
-  if (c.syn_cookies == "auto") {
-    o.syn_cookies = SynCookies::kAuto;
-  } else if (c.syn_cookies == "always") {
-    o.syn_cookies = SynCookies::kAlways;
-  } else if (c.syn_cookies == "off") {
-    o.syn_cookies = SynCookies::kOff;
-  } else {
-    return absl::InvalidArgumentError(
-        fmt::format("xdp.syn_cookies: '{}' (expected auto, always or off)", c.syn_cookies));
-  }
+absl::Status checkOptions(const XdpOptions& o) {
   ig_config scratch;
-  if (auto s = buildConfig(o, &scratch); !s.ok()) return s;
-  return o;
+  return buildConfig(o, &scratch);
 }
 
 absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
@@ -573,7 +502,7 @@ absl::StatusOr<std::vector<CidrEntry>> cidrEntries(const XdpOptions& o) {
 }
 
 absl::Status XdpFilter::attachProgram() {
-  const char* mode = modeName(opts_.attach);
+  const std::string_view mode = attachModeName(opts_.attach);
   uint32_t mode_flag = opts_.attach == AttachMode::kNative ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
   int prog_fd = bpf_program__fd(skel_->progs.ig_xdp_ingress);
 

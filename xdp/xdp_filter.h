@@ -180,6 +180,9 @@ absl::Status printPinnedStats(const std::string& pin_path, std::FILE* out);
 
 // Fills the ig_config read-only data from options (exposed for host tests and benchmarks).
 absl::Status buildConfig(const XdpOptions& opts, ig_config* out);
+// buildConfig's checks alone: OK when attach() would accept `opts` (start-up checks the
+// options before it sets anything else up). The message names the config key at fault.
+absl::Status checkOptions(const XdpOptions& opts);
 
 // The ig_cidrs LPM trie entries for opts.cidr_rules and, when the priority header counts only
 // from trusted sources, opts.trusted_sources: one entry per distinct prefix, with the class

@@ -1,14 +1,21 @@
 #pragma once
-// What the XDP ingress program is loaded with. The app fills it from config::XdpConfig plus
-// the service ports of its listeners (fromConfig); knobs not yet in the config file keep the
-// defaults below.
+// What the XDP ingress program is loaded with: the one definition of the XDP options. The
+// config file's `xdp:` section is read straight into this struct (config/config.cc), so the
+// defaults below are the config file's defaults; `priority.from_client` and
+// `priority.trusted_sources` fill priority_from / trusted_sources; the app adds the service
+// ports of its listeners, and the afxdp mode its own knobs (redirect_xsk, write_metadata, ...).
+//
+// Header-only (enums, names, the struct): config/ includes it in builds without libbpf too.
+// xdp/ owns it and includes neither config/ nor backends/.
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "config/config.h"
+#include "common/priority.h"
 
 namespace infergate::xdp {
 
@@ -32,9 +39,15 @@ enum class FragPolicy { kDrop, kDropAll, kPass };
 // from the start; kOff: never (the program passes every SYN to the stack).
 enum class SynCookies { kAuto, kAlways, kOff };
 
-// Priority classes: 0 is the highest. The overload level n admits classes < 4 - n.
-inline constexpr int kNumClasses = 4;
-const char* className(int cls);  // "high", "normal", "low", "background"
+// Priority classes (common/priority.h): 0 is the highest. The overload level n admits
+// classes < kNumClasses - n.
+inline constexpr int kNumClasses = common::kPriorityClasses;
+// "high", "normal", "low", "background"; "none" out of range.
+inline const char* className(int cls) {
+  static constexpr const char* kNames[] = {"high", "normal", "low", "background"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == kNumClasses, "className table");
+  return cls >= 0 && cls < kNumClasses ? kNames[cls] : "none";
+}
 
 struct PathClassRule {
   std::string prefix;  // at most 32 bytes, e.g. "/v2/models/bert"
@@ -63,11 +76,11 @@ struct XdpOptions {
   int default_class = 1;
   bool priority_header = true;                     // honour x-infergate-priority: <0..3>
   // Whose header counts (config priority.from_client): kTrusted, the sources in
-  // trusted_sources (marked in the CIDR map); kAll, everyone; kOff, no one. Unset
-  // (XdpOptions built by hand, tests): everyone, as before sources could be told apart.
+  // trusted_sources (marked in the CIDR map); kAll, everyone; kOff, no one.
   enum class PriorityFrom { kTrusted, kAll, kOff };
-  PriorityFrom priority_from = PriorityFrom::kAll;
-  std::vector<std::string> trusted_sources;        // CIDRs; with cidr_rules at most 1024 entries
+  PriorityFrom priority_from = PriorityFrom::kTrusted;
+  // CIDRs (config priority.trusted_sources); with cidr_rules at most 1024 entries.
+  std::vector<std::string> trusted_sources = {"127.0.0.0/8", "::1/128"};
   bool send_rst = true;                            // answer rejected request starts with a RST
   bool track_flows = true;                         // flow map: first segment, rejects, tags
   bool write_metadata = false;                     // tag in XDP metadata (afxdp path)
@@ -76,9 +89,9 @@ struct XdpOptions {
   bool redirect_xsk = false;
   // A malformed request start that is not the connection's first data segment (a keep-alive
   // request, or body bytes that happen to look like one) is reset (true) or passed as a
-  // continuation for userspace to judge (false). afxdp mode sets false: a binary upload whose
-  // segment begins with "ABC " must not be reset. Known first segments are always judged.
-  bool reject_mid_stream = true;
+  // continuation for userspace to judge (false, the default: a binary upload whose segment
+  // begins with "ABC " must not be reset). Known first segments are always judged.
+  bool reject_mid_stream = false;
   RstTx rst_tx = RstTx::kAuto;
   FragPolicy fragments = FragPolicy::kDrop;
   // RSTs the program sends (rejected request starts), per second per CPU; 0 = unlimited. Over
@@ -100,14 +113,45 @@ struct XdpOptions {
   uint32_t bucket_entries = 65536;
   int overload_level = 0;
   std::string pin_path;                            // bpffs dir for the maps; empty = no pinning
-
-  static absl::StatusOr<XdpOptions> fromConfig(const config::XdpConfig& c,
-                                               std::vector<uint16_t> service_ports,
-                                               const config::PriorityConfig& priority = {});
-
- private:
-  static absl::StatusOr<XdpOptions> fromConfigXdp(const config::XdpConfig& c,
-                                                  std::vector<uint16_t> service_ports);
 };
+
+// The names the config file uses for the enums above, each written once: parseX(name) is
+// nullopt for an unknown name, xName(value) the name (config/config.cc, logs, docs/XDP.md).
+template <typename E>
+struct NamedValue {
+  std::string_view name;
+  E value;
+};
+inline constexpr NamedValue<AttachMode> kAttachModeNames[] = {{"native", AttachMode::kNative},
+                                                              {"generic", AttachMode::kGeneric}};
+inline constexpr NamedValue<FragPolicy> kFragPolicyNames[] = {{"drop", FragPolicy::kDrop},
+                                                              {"drop_all", FragPolicy::kDropAll},
+                                                              {"pass", FragPolicy::kPass}};
+inline constexpr NamedValue<SynCookies> kSynCookiesNames[] = {{"auto", SynCookies::kAuto},
+                                                              {"always", SynCookies::kAlways},
+                                                              {"off", SynCookies::kOff}};
+inline constexpr NamedValue<XdpOptions::PriorityFrom> kPriorityFromNames[] = {
+    {"trusted", XdpOptions::PriorityFrom::kTrusted},
+    {"all", XdpOptions::PriorityFrom::kAll},
+    {"off", XdpOptions::PriorityFrom::kOff}};
+
+template <typename E, size_t N>
+std::optional<E> parseNamed(const NamedValue<E> (&table)[N], std::string_view name) {
+  for (const NamedValue<E>& v : table) {
+    if (v.name == name) return v.value;
+  }
+  return std::nullopt;
+}
+template <typename E, size_t N>
+std::string_view nameOf(const NamedValue<E> (&table)[N], E value) {
+  for (const NamedValue<E>& v : table) {
+    if (v.value == value) return v.name;
+  }
+  return "unknown";
+}
+
+inline std::string_view attachModeName(AttachMode m) { return nameOf(kAttachModeNames, m); }
+inline std::string_view fragPolicyName(FragPolicy p) { return nameOf(kFragPolicyNames, p); }
+inline std::string_view synCookiesName(SynCookies s) { return nameOf(kSynCookiesNames, s); }
 
 }  // namespace infergate::xdp

@@ -586,6 +586,11 @@ XdpOptions fixtureOptions() {
   o.track_flows = true;
   o.write_metadata = true;
   o.priority_header = true;
+  // Not the config file's defaults: the tables judge mid-stream request starts, and the
+  // priority header counts from every source (the fixtures' clients are not loopback).
+  o.reject_mid_stream = true;
+  o.priority_from = XdpOptions::PriorityFrom::kAll;
+  o.trusted_sources = {};
   return o;
 }
 

@@ -115,11 +115,11 @@ TEST(ConfigTest, ExampleValuesAreRead) {
   ASSERT_TRUE(x.ok()) << x.status();
   EXPECT_EQ(x->mode, Mode::kXdpFilter);
   EXPECT_EQ(x->xdp.interface, "veth0");
-  EXPECT_EQ(x->xdp.attach, "native");
+  EXPECT_EQ(x->xdp.attach, xdp::AttachMode::kNative);
   EXPECT_EQ(x->xdp.methods, std::vector<std::string>({"GET", "POST"}));
   EXPECT_EQ(x->xdp.path_prefixes, std::vector<std::string>({"/v2/", "/v1/models/", "/metrics"}));
-  EXPECT_EQ(x->xdp.rate_limit.rate_per_sec, 1000u);
-  EXPECT_EQ(x->xdp.rate_limit.burst, 2000u);
+  EXPECT_EQ(x->xdp.syn_rate_per_sec, 1000u);
+  EXPECT_EQ(x->xdp.syn_burst, 2000u);
   EXPECT_EQ(x->xdp.pin_path, "/sys/fs/bpf/infergate");
 
   absl::StatusOr<Config> s =
@@ -206,18 +206,18 @@ models:
   EXPECT_EQ(c->logging.level, "debug");
   EXPECT_TRUE(c->logging.access_log);
   EXPECT_EQ(c->xdp.interface, "eth1");
-  EXPECT_EQ(c->xdp.attach, "generic");
+  EXPECT_EQ(c->xdp.attach, xdp::AttachMode::kGeneric);
   EXPECT_EQ(c->xdp.methods, std::vector<std::string>({"PUT"}));
   EXPECT_EQ(c->xdp.path_prefixes, std::vector<std::string>({"/x"}));
   EXPECT_EQ(c->xdp.http2_max_frame_size, 16777215u);
-  EXPECT_EQ(c->xdp.rate_limit.rate_per_sec, 10u);
-  EXPECT_EQ(c->xdp.rate_limit.burst, 10u);  // defaults to the rate
-  EXPECT_EQ(c->xdp.fragments, "drop_all");
-  EXPECT_EQ(c->xdp.rst_rate_limit.rate_per_sec, 5u);
-  EXPECT_EQ(c->xdp.rst_rate_limit.burst, 7u);
+  EXPECT_EQ(c->xdp.syn_rate_per_sec, 10u);
+  EXPECT_EQ(c->xdp.syn_burst, 10u);  // defaults to the rate
+  EXPECT_EQ(c->xdp.fragments, xdp::FragPolicy::kDropAll);
+  EXPECT_EQ(c->xdp.rst_rate_per_sec, 5u);
+  EXPECT_EQ(c->xdp.rst_burst, 7u);
   EXPECT_EQ(c->xdp.source_prefix_v4, 24);
   EXPECT_EQ(c->xdp.source_prefix_v6, 48);
-  EXPECT_EQ(c->xdp.syn_cookies, "always");
+  EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAlways);
   EXPECT_EQ(c->models[0].name, "m.v-1_x");
   EXPECT_EQ(c->models[0].version, "7");
   EXPECT_EQ(c->models[0].max_batch_size, 0);
@@ -259,6 +259,37 @@ models:
   EXPECT_EQ(c->models[0].inputs[1].shape, std::vector<int64_t>({0}));
   EXPECT_EQ(c->models[1].version, "two");
   EXPECT_EQ(c->models[1].max_batch_size, 0);  // default
+}
+
+// The `xdp:` section is read into xdp::XdpOptions: a file without it has the struct's own
+// defaults, which are the config file's (issue 14: the two used to disagree on
+// reject_mid_stream), and priority.* defaults map onto the same trusted-source rule.
+TEST(ConfigTest, XdpDefaultsAreTheOptionsDefaults) {
+  absl::StatusOr<Config> c = loadConfigString(defaultConfigYaml(), "<embedded>");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const xdp::XdpOptions d;
+  EXPECT_FALSE(c->xdp.reject_mid_stream);
+  EXPECT_FALSE(d.reject_mid_stream);
+  EXPECT_EQ(c->xdp.attach, d.attach);
+  EXPECT_EQ(c->xdp.methods, d.methods);
+  EXPECT_EQ(c->xdp.path_prefixes, d.path_prefixes);
+  EXPECT_EQ(c->xdp.http2_max_frame_size, d.http2_max_frame_size);
+  EXPECT_EQ(c->xdp.syn_rate_per_sec, 0u);
+  EXPECT_EQ(c->xdp.request_rate_per_sec, 0u);
+  EXPECT_EQ(c->xdp.default_class, 1);
+  EXPECT_TRUE(c->xdp.priority_header);
+  EXPECT_TRUE(c->xdp.send_rst);
+  EXPECT_TRUE(c->xdp.track_flows);
+  EXPECT_EQ(c->xdp.fragments, xdp::FragPolicy::kDrop);
+  EXPECT_EQ(c->xdp.rst_rate_per_sec, 20000u);
+  EXPECT_EQ(c->xdp.rst_burst, 0u);  // 0: the rate (20000)
+  EXPECT_EQ(c->xdp.source_prefix_v4, 32);
+  EXPECT_EQ(c->xdp.source_prefix_v6, 64);
+  EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAuto);
+  EXPECT_EQ(c->xdp.priority_from, d.priority_from);
+  EXPECT_EQ(c->xdp.trusted_sources, d.trusted_sources);
+  EXPECT_EQ(PriorityConfig{}.trusted_sources, d.trusted_sources);
+  EXPECT_TRUE(c->xdp.service_ports.empty());  // the app adds its listeners' ports
 }
 
 TEST(ConfigTest, ListenerDefaults) {
@@ -785,6 +816,11 @@ TEST(ConfigTest, PriorityFromClientKeys) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->priority.from_client, "all");
   EXPECT_EQ(c->priority.trusted_sources, (std::vector<std::string>{"10.0.0.0/8"}));
+  // The XDP program applies the same rule to the header it reads.
+  EXPECT_EQ(d->xdp.priority_from, xdp::XdpOptions::PriorityFrom::kTrusted);
+  EXPECT_EQ(d->xdp.trusted_sources, d->priority.trusted_sources);
+  EXPECT_EQ(c->xdp.priority_from, xdp::XdpOptions::PriorityFrom::kAll);
+  EXPECT_EQ(c->xdp.trusted_sources, (std::vector<std::string>{"10.0.0.0/8"}));
   c = loadConfigString("listeners: [{port: 8000}]\npriority: {trusted_sources: []}\n" + m, "e.yaml");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_TRUE(c->priority.trusted_sources.empty());

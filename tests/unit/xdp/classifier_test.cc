@@ -104,19 +104,30 @@ TEST(HostClassifierConfig, RejectsBadOptions) {
   EXPECT_FALSE(buildConfig(o, &cfg).ok());
 }
 
-TEST(HostClassifierConfig, FromConfig) {
-  config::XdpConfig c;
-  c.interface = "eth0";
-  c.attach = "generic";
-  c.rate_limit.rate_per_sec = 100;
-  auto o = XdpOptions::fromConfig(c, {8000});
-  ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->attach, AttachMode::kGeneric);
-  EXPECT_EQ(o->syn_rate_per_sec, 100u);
-  c.attach = "turbo";
-  auto bad = XdpOptions::fromConfig(c, {8000});
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(std::string(bad.status().message()).find("xdp.attach"), std::string::npos);
+// The config file's names for the option enums (config/config.cc reads xdp.attach with them).
+TEST(HostClassifierConfig, OptionNames) {
+  EXPECT_EQ(parseNamed(kAttachModeNames, "generic"), AttachMode::kGeneric);
+  EXPECT_EQ(parseNamed(kAttachModeNames, "native"), AttachMode::kNative);
+  EXPECT_FALSE(parseNamed(kAttachModeNames, "turbo").has_value());
+  EXPECT_EQ(parseNamed(kFragPolicyNames, "drop_all"), FragPolicy::kDropAll);
+  EXPECT_EQ(parseNamed(kSynCookiesNames, "always"), SynCookies::kAlways);
+  EXPECT_EQ(parseNamed(kPriorityFromNames, "off"), XdpOptions::PriorityFrom::kOff);
+  EXPECT_EQ(attachModeName(AttachMode::kGeneric), "generic");
+  EXPECT_EQ(fragPolicyName(FragPolicy::kPass), "pass");
+  EXPECT_EQ(synCookiesName(SynCookies::kAuto), "auto");
+  EXPECT_STREQ(className(0), "high");
+  EXPECT_STREQ(className(kNumClasses - 1), "background");
+  EXPECT_STREQ(className(kNumClasses), "none");
+}
+
+// checkOptions is buildConfig's verdict without the output.
+TEST(HostClassifierConfig, CheckOptions) {
+  XdpOptions o = fixtureOptions();
+  EXPECT_TRUE(checkOptions(o).ok());
+  o.methods = {"TOOLONGMETHOD"};
+  absl::Status s = checkOptions(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(std::string(s.message()).find("xdp.methods[0]"), std::string::npos) << s;
 }
 
 // Issue 13, item 5: the CIDR trie carries class rules and trusted sources together.
