@@ -31,6 +31,7 @@
 #include "backends/pinned_memory.h"
 #include "backends/tensor.h"
 #include "common/clock.h"
+#include "common/priority.h"
 
 namespace infergate::common {
 class MetricsRegistry;
@@ -43,7 +44,7 @@ namespace infergate::backends {
 
 // infergate's priority classes (the XDP program's tag): 0 (high), 1 (normal), 2 (low),
 // 3 (background). See docs/BATCHING.md "Priority" for the mapping to Triton levels.
-inline constexpr int kPriorityClasses = 4;
+inline constexpr int kPriorityClasses = common::kPriorityClasses;
 // The most classes the overload level sheds at the NIC: class 0 is never shed there.
 inline constexpr int kMaxShedClasses = kPriorityClasses - 1;
 

@@ -7,10 +7,12 @@
 
 #include <cstdint>
 
+#include "common/priority.h"
+
 namespace infergate::net {
 
 // Priority classes: 0 is the highest. The overload level n admits classes < kPriorityClasses - n.
-inline constexpr int kPriorityClasses = 4;
+inline constexpr int kPriorityClasses = common::kPriorityClasses;  // common/priority.h
 
 struct IngressTag {
   // The values are the program's (enum ig_tag_verdict; static_asserts where the two meet).
