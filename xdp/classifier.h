@@ -19,6 +19,7 @@
 
 #include <linux/bpf.h> /* enum xdp_action */
 
+#include "common/checksum.h"
 #include "ingress_shared.h"
 
 #if defined(__bpf__) || defined(__BPF__)
@@ -802,17 +803,7 @@ IG_INLINE void ig_classify_payload(const __u8 *data, const __u8 *end, IG_CFG *cf
 		p->cls = ig_find_priority(data, end, p->hdr_off, p->hdr_len);
 }
 
-/* One's-complement sum helpers. */
-IG_INLINE __u32 ig_csum_add32(__u32 sum, __u32 v_net)
-{
-	return sum + (v_net & 0xffff) + (v_net >> 16);
-}
-IG_INLINE __u16 ig_csum_fold(__u32 sum)
-{
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
+/* Checksums: ig_csum_add32 / ig_csum_fold (common/checksum.h) over words as loaded. */
 
 /* Writes the Ethernet and IP headers of a reply to the parsed segment in place: MACs,
  * addresses swapped, the VLAN tag kept, IP options dropped, IPv4 checksum in full. tcp_len:

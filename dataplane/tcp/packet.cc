@@ -1,5 +1,7 @@
 #include "dataplane/tcp/packet.h"
 
+#include "common/checksum.h"
+
 namespace infergate::dataplane::tcp {
 namespace {
 
@@ -23,8 +25,8 @@ inline void wr32(uint8_t* p, uint32_t v) {
 uint32_t pseudoSum(const uint8_t* src, const uint8_t* dst, bool v6, uint32_t tcp_len) {
   uint32_t sum = 0;
   const size_t alen = v6 ? 16 : 4;
-  sum = checksumPartial(src, alen, sum);
-  sum = checksumPartial(dst, alen, sum);
+  sum = ig_csum_partial(src, alen, sum);
+  sum = ig_csum_partial(dst, alen, sum);
   sum += 6;  // protocol
   sum += tcp_len & 0xffff;
   sum += tcp_len >> 16;
@@ -93,31 +95,6 @@ FlowKey FlowKey::reversed() const {
   return r;
 }
 
-uint32_t checksumPartial(const uint8_t* data, size_t len, uint32_t sum) {
-  uint64_t s = sum;
-  while (len >= 4) {
-    s += rd32(data);
-    data += 4;
-    len -= 4;
-  }
-  if (len >= 2) {
-    s += rd16(data);
-    data += 2;
-    len -= 2;
-  }
-  if (len == 1) s += static_cast<uint32_t>(data[0]) << 8;
-  while (s >> 32) s = (s & 0xffffffffu) + (s >> 32);
-  // Fold to 32 bits keeping the one's-complement value (mod 0xffff).
-  s = (s & 0xffff) + (s >> 16);
-  s = (s & 0xffff) + (s >> 16);
-  return static_cast<uint32_t>(s);
-}
-
-uint16_t checksumFold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, DropReason& why) {
   if (len < kEthHeader) {
     why = DropReason::kTooShort;
@@ -143,7 +120,7 @@ FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, Dr
       why = total > iplen_avail ? DropReason::kTooShort : DropReason::kBadIpHeader;
       return FrameKind::kDropped;
     }
-    if (verify && checksumFold(checksumPartial(ip, ihl, 0)) != 0) {
+    if (verify && ig_csum_fold(ig_csum_partial(ip, ihl, 0)) != 0) {
       why = DropReason::kBadIpChecksum;
       return FrameKind::kDropped;
     }
@@ -204,8 +181,8 @@ FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, Dr
     const uint8_t* src = k.v6 ? ip + 8 : ip + 12;
     const uint8_t* dst = k.v6 ? ip + 24 : ip + 16;
     uint32_t sum = pseudoSum(src, dst, k.v6, static_cast<uint32_t>(tcp_len));
-    sum = checksumPartial(tcp, tcp_len, sum);
-    if (checksumFold(sum) != 0) {
+    sum = ig_csum_partial(tcp, tcp_len, sum);
+    if (ig_csum_fold(sum) != 0) {
       why = DropReason::kBadTcpChecksum;
       return FrameKind::kDropped;
     }
@@ -262,7 +239,7 @@ size_t writeHeaders(uint8_t* buf, const SegmentSpec& s, uint32_t payload_len) {
     wr16(ip + 10, 0);
     std::memcpy(ip + 12, k.local_ip, 4);
     std::memcpy(ip + 16, k.remote_ip, 4);
-    wr16(ip + 10, checksumFold(checksumPartial(ip, 20, 0)));
+    wr16(ip + 10, ig_csum_fold(ig_csum_partial(ip, 20, 0)));
     tcp = ip + 20;
   } else {
     wr16(buf + 12, kEtherIpv6);
@@ -340,8 +317,8 @@ void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v
   const uint8_t* dst = v6 ? ip + 24 : ip + 16;
   wr16(tcp + 16, 0);
   uint32_t sum = pseudoSum(src, dst, v6, tcp_len);
-  sum = checksumPartial(tcp, tcp_len, sum);
-  wr16(tcp + 16, checksumFold(sum));
+  sum = ig_csum_partial(tcp, tcp_len, sum);
+  wr16(tcp + 16, ig_csum_fold(sum));
 }
 
 size_t buildSegment(uint8_t* buf, size_t cap, const SegmentSpec& spec, const uint8_t* payload,

@@ -2,6 +2,11 @@
 // Ethernet / IPv4 / IPv6 / TCP parsing and building, used by the stack and by the test
 // clients (the same builder makes both sides' frames). No allocation; all multi-byte fields
 // are converted to host order in the parsed structs.
+//
+// One of two L2-L4 parsers, on purpose (docs/XDP.md "Two parsers"): xdp/classifier.h's
+// ig_parse_l2l4 runs first, inside the XDP program, on every frame of the wire; this one runs
+// in the afxdp TCP stack on what that program admitted, verifies checksums and reads every
+// TCP option. The Internet checksum both use is common/checksum.h.
 
 #include <cstddef>
 #include <cstdint>
@@ -97,9 +102,5 @@ void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v
 // Convenience: headers + payload + checksums; returns the frame length, 0 if cap is too small.
 size_t buildSegment(uint8_t* buf, size_t cap, const SegmentSpec& spec, const uint8_t* payload,
                     uint32_t payload_len);
-
-// RFC 1071 one's-complement sum helpers.
-uint32_t checksumPartial(const uint8_t* data, size_t len, uint32_t sum);
-uint16_t checksumFold(uint32_t sum);
 
 }  // namespace infergate::dataplane::tcp

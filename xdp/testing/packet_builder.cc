@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "common/checksum.h"
+
 namespace infergate::xdp::testing {
 namespace {
 
@@ -34,21 +36,10 @@ std::vector<uint8_t> addr(const std::string& text, bool v6) {
   return out;
 }
 
-uint32_t sumBytes(const uint8_t* p, size_t n, uint32_t sum) {
-  for (size_t i = 0; i + 1 < n; i += 2) sum += static_cast<uint32_t>((p[i] << 8) | p[i + 1]);
-  if (n & 1) sum += static_cast<uint32_t>(p[n - 1] << 8);
-  return sum;
-}
-
-uint16_t fold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 }  // namespace
 
 uint16_t inetChecksum(const uint8_t* p, size_t n, uint32_t initial) {
-  return fold(sumBytes(p, n, initial));
+  return ig_csum_fold(ig_csum_partial(p, n, initial));
 }
 
 std::vector<uint8_t> buildPacket(const PacketSpec& s) {
@@ -82,8 +73,8 @@ std::vector<uint8_t> buildPacket(const PacketSpec& s) {
   }
   auto src = addr(s.src, s.ipv6), dst = addr(s.dst, s.ipv6);
   uint32_t pseudo = 0;
-  pseudo = sumBytes(src.data(), src.size(), pseudo);
-  pseudo = sumBytes(dst.data(), dst.size(), pseudo);
+  pseudo = ig_csum_partial(src.data(), src.size(), pseudo);
+  pseudo = ig_csum_partial(dst.data(), dst.size(), pseudo);
   pseudo += s.ip_proto + static_cast<uint32_t>(l4.size());
   if (!s.raw_l4 && s.ip_proto == 6) set16(l4, 16, inetChecksum(l4.data(), l4.size(), pseudo));
 
@@ -162,12 +153,13 @@ bool checksumsValid(const std::vector<uint8_t>& f) {
     size_t ihl = (f[off] & 0x0f) * 4u;
     if (inetChecksum(f.data() + off, ihl) != 0) return false;
     size_t tot = get16(f, off + 2);
-    uint32_t pseudo = sumBytes(f.data() + off + 12, 8, 0) + 6 + static_cast<uint32_t>(tot - ihl);
+    uint32_t pseudo =
+        ig_csum_partial(f.data() + off + 12, 8, 0) + 6 + static_cast<uint32_t>(tot - ihl);
     return inetChecksum(f.data() + off + ihl, tot - ihl, pseudo) == 0;
   }
   if (et == 0x86dd) {
     size_t plen = get16(f, off + 4);
-    uint32_t pseudo = sumBytes(f.data() + off + 8, 32, 0) + 6 + static_cast<uint32_t>(plen);
+    uint32_t pseudo = ig_csum_partial(f.data() + off + 8, 32, 0) + 6 + static_cast<uint32_t>(plen);
     return inetChecksum(f.data() + off + 40, plen, pseudo) == 0;
   }
   return false;
