@@ -12,20 +12,16 @@
 #include "absl/status/status.h"
 #include "common/checked.h"
 #include "fmt/format.h"
-#include "frontend/fp16.h"
 #include "frontend/http.h"
+#include "frontend/tensor_json.h"
 #include "simdjson.h"
 
 namespace infergate::frontend {
 namespace {
 
-using backends::DataType;
+using namespace tensor_json;  // DataType, ValueError, the simdjson DOM types
 using backends::InferRequest;
 using backends::Tensor;
-using simdjson::dom::array;
-using simdjson::dom::element;
-using simdjson::dom::element_type;
-using simdjson::dom::object;
 
 static_assert(std::endian::native == std::endian::little,
               "tensor data is little-endian; a big-endian host needs byte swaps in this codec");
@@ -82,113 +78,32 @@ bool getNonNegative(element e, uint64_t& out) {
 using common::checkedMul;
 
 // ---------------------------------------------------------------------------------------------
-// Element conversion: JSON scalar -> little-endian bytes at `dst`.
+// Element conversion: JSON scalar -> the element of datatype `Tag` at `dst` (tensor_json).
 
-enum class LeafError : uint8_t { kOk, kWrongType, kNotInteger, kOutOfRange, kNesting };
-
-template <typename T>
-LeafError storeInteger(element e, uint8_t* dst) {
-  T out;
-  switch (e.type()) {
-    case element_type::INT64: {
-      int64_t v = 0;
-      if (e.get_int64().get(v)) return LeafError::kWrongType;
-      if constexpr (std::is_signed_v<T>) {
-        if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
-          return LeafError::kOutOfRange;
-        }
-      } else {
-        if (v < 0 || static_cast<uint64_t>(v) > std::numeric_limits<T>::max()) {
-          return LeafError::kOutOfRange;
-        }
-      }
-      out = static_cast<T>(v);
-      break;
+template <class Tag>
+ValueError storeElement(element e, uint8_t* dst) {
+  using T = typename Tag::Storage;
+  T v{};
+  ValueError r = ValueError::kOk;
+  if constexpr (Tag::kIsBool) {
+    bool b = false;
+    r = readBool(e, b);
+    v = b ? 1 : 0;
+  } else if constexpr (Tag::kIsInteger) {
+    r = readInteger(e, v);
+  } else {
+    double d = 0;
+    r = readNumber(e, d);
+    if (r != ValueError::kOk) return r;
+    v = narrowFloat<Tag>(d);
+    // JSON numbers are finite: an infinite FP32/FP16/BF16 is an overflow.
+    if constexpr (Tag::value != DataType::kFp64) {
+      if (isInfinite<Tag>(v)) return ValueError::kOutOfRange;
     }
-    case element_type::UINT64: {  // only values above INT64_MAX are typed UINT64
-      uint64_t v = 0;
-      if (e.get_uint64().get(v)) return LeafError::kWrongType;
-      if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) return LeafError::kOutOfRange;
-      out = static_cast<T>(v);
-      break;
-    }
-    case element_type::DOUBLE: return LeafError::kNotInteger;
-    case element_type::ARRAY: return LeafError::kNesting;
-    default: return LeafError::kWrongType;
   }
-  std::memcpy(dst, &out, sizeof(T));
-  return LeafError::kOk;
-}
-
-inline LeafError getNumber(element e, double& out) {
-  switch (e.type()) {
-    case element_type::DOUBLE:
-      return e.get_double().get(out) ? LeafError::kWrongType : LeafError::kOk;
-    case element_type::INT64: {
-      int64_t v = 0;
-      if (e.get_int64().get(v)) return LeafError::kWrongType;
-      out = static_cast<double>(v);
-      return LeafError::kOk;
-    }
-    case element_type::UINT64: {
-      uint64_t v = 0;
-      if (e.get_uint64().get(v)) return LeafError::kWrongType;
-      out = static_cast<double>(v);
-      return LeafError::kOk;
-    }
-    case element_type::ARRAY: return LeafError::kNesting;
-    default: return LeafError::kWrongType;
-  }
-}
-
-LeafError storeFp64(element e, uint8_t* dst) {
-  double d = 0;
-  LeafError r = getNumber(e, d);
-  if (r == LeafError::kOk) std::memcpy(dst, &d, 8);
-  return r;
-}
-
-LeafError storeFp32(element e, uint8_t* dst) {
-  double d = 0;
-  LeafError r = getNumber(e, d);
-  if (r != LeafError::kOk) return r;
-  const float f = static_cast<float>(d);
-  if (std::isinf(f)) return LeafError::kOutOfRange;  // JSON numbers are finite: overflow
-  std::memcpy(dst, &f, 4);
-  return LeafError::kOk;
-}
-
-LeafError storeFp16(element e, uint8_t* dst) {
-  double d = 0;
-  LeafError r = getNumber(e, d);
-  if (r != LeafError::kOk) return r;
-  const uint16_t h = doubleToHalf(d);
-  if ((h & 0x7FFFu) == 0x7C00u) return LeafError::kOutOfRange;
-  std::memcpy(dst, &h, 2);
-  return LeafError::kOk;
-}
-
-LeafError storeBf16(element e, uint8_t* dst) {
-  double d = 0;
-  LeafError r = getNumber(e, d);
-  if (r != LeafError::kOk) return r;
-  const uint16_t b = doubleToBf16(d);
-  if ((b & 0x7FFFu) == 0x7F80u) return LeafError::kOutOfRange;
-  std::memcpy(dst, &b, 2);
-  return LeafError::kOk;
-}
-
-LeafError storeBool(element e, uint8_t* dst) {
-  switch (e.type()) {
-    case element_type::BOOL: {
-      bool b = false;
-      if (e.get_bool().get(b)) return LeafError::kWrongType;
-      *dst = b ? 1 : 0;
-      return LeafError::kOk;
-    }
-    case element_type::ARRAY: return LeafError::kNesting;
-    default: return LeafError::kWrongType;
-  }
+  if (r != ValueError::kOk) return r;
+  std::memcpy(dst, &v, sizeof(T));
+  return ValueError::kOk;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -201,26 +116,26 @@ struct InputCtx {
   uint64_t count;
 };
 
-absl::Status leafStatus(const InputCtx& c, LeafError r, element e) {
+absl::Status leafStatus(const InputCtx& c, ValueError r, element e) {
   const std::string_view dt = backends::dataTypeName(c.dtype);
   switch (r) {
-    case LeafError::kOutOfRange:
+    case ValueError::kOutOfRange:
       return invalid(fmt::format("input '{}': value {} out of range for {}", c.name, describe(e), dt));
-    case LeafError::kNotInteger:
+    case ValueError::kNotInteger:
       return invalid(fmt::format("input '{}': value {} is not an integer, as {} requires", c.name,
                                  describe(e), dt));
-    case LeafError::kNesting:
+    case ValueError::kNesting:
       return invalid(fmt::format("input '{}': data nesting does not match shape {}: found an array "
                                  "where a value was expected",
                                  c.name, backends::shapeToString(c.shape)));
-    case LeafError::kWrongType: {
+    case ValueError::kWrongType: {
       const char* want = c.dtype == DataType::kBool    ? "true or false"
                          : c.dtype == DataType::kBytes ? "a string"
                                                        : "a number";
       return invalid(fmt::format("input '{}': expected {} for {}, got {}", c.name, want, dt,
                                  describe(e)));
     }
-    case LeafError::kOk: break;
+    case ValueError::kOk: break;
   }
   return absl::OkStatus();
 }
@@ -235,8 +150,8 @@ absl::Status walkNested(const InputCtx& c, array a, size_t depth, Leaf& leaf) {
   }
   if (depth + 1 == c.shape.size()) {
     for (element e : a) {
-      LeafError r = leaf(e);
-      if (r != LeafError::kOk) [[unlikely]] return leafStatus(c, r, e);
+      ValueError r = leaf(e);
+      if (r != ValueError::kOk) [[unlikely]] return leafStatus(c, r, e);
     }
     return absl::OkStatus();
   }
@@ -287,20 +202,21 @@ absl::Status walkData(const InputCtx& c, array data, Leaf& leaf) {
                                c.count, backends::shapeToString(c.shape), n));
   }
   for (element e : data) {
-    LeafError r = leaf(e);
-    if (r != LeafError::kOk) [[unlikely]] return leafStatus(c, r, e);
+    ValueError r = leaf(e);
+    if (r != ValueError::kOk) [[unlikely]] return leafStatus(c, r, e);
   }
   return absl::OkStatus();
 }
 
-// Parses `data` (already prechecked: precheckCount) into `dst`, c.count elements of kSize bytes:
-// typed elements written straight where they will be read (a batch slot or Tensor::data).
-template <LeafError (*Store)(element, uint8_t*), size_t kSize>
+// Parses `data` (already prechecked: precheckCount) into `dst`, c.count elements of datatype
+// `Tag`: typed elements written straight where they will be read (a batch slot or Tensor::data).
+template <class Tag>
 absl::Status decodeFixedInto(const InputCtx& c, array data, uint8_t* dst) {
+  constexpr size_t kSize = Tag::kSize;
   uint8_t* const end = dst + c.count * kSize;
-  auto leaf = [&](element e) -> LeafError {
-    if (dst == end) [[unlikely]] return LeafError::kNesting;  // unreachable: walk checks counts
-    LeafError r = Store(e, dst);
+  auto leaf = [&](element e) -> ValueError {
+    if (dst == end) [[unlikely]] return ValueError::kNesting;  // unreachable: walk checks counts
+    ValueError r = storeElement<Tag>(e, dst);
     dst += kSize;
     return r;
   };
@@ -319,49 +235,36 @@ absl::Status measureBytesJson(const InputCtx& c, array data, size_t& total) {
   absl::Status pre = precheckCount(c, data);
   if (!pre.ok()) return pre;
   total = 0;
-  auto measure = [&](element e) -> LeafError {
+  auto measure = [&](element e) -> ValueError {
     std::string_view s;
-    if (e.type() == element_type::ARRAY) return LeafError::kNesting;
-    if (e.get_string().get(s)) return LeafError::kWrongType;
+    if (e.type() == element_type::ARRAY) return ValueError::kNesting;
+    if (e.get_string().get(s)) return ValueError::kWrongType;
     total += 4 + s.size();
-    return LeafError::kOk;
+    return ValueError::kOk;
   };
   return walkData(c, data, measure);
 }
 
 // Pass 2: writes the layout measured by measureBytesJson into `dst`.
 absl::Status writeBytesJson(const InputCtx& c, array data, uint8_t* dst) {
-  auto write = [&](element e) -> LeafError {
+  auto write = [&](element e) -> ValueError {
     std::string_view s;
-    if (e.get_string().get(s)) return LeafError::kWrongType;  // checked in pass 1
-    const uint32_t len = static_cast<uint32_t>(s.size());  // < 4 GiB: the JSON is
-    std::memcpy(dst, &len, 4);
-    if (!s.empty()) std::memcpy(dst + 4, s.data(), s.size());
-    dst += 4 + s.size();
-    return LeafError::kOk;
+    if (e.get_string().get(s)) return ValueError::kWrongType;  // checked in pass 1
+    dst = writeBytesElement(dst, s);
+    return ValueError::kOk;
   };
   return walkData(c, data, write);
 }
 
 // Writes the elements of JSON `data` into `dst` (sized by the header pass).
 absl::Status writeJsonData(const InputCtx& c, array data, uint8_t* dst) {
-  switch (c.dtype) {
-    case DataType::kBool: return decodeFixedInto<storeBool, 1>(c, data, dst);
-    case DataType::kUint8: return decodeFixedInto<storeInteger<uint8_t>, 1>(c, data, dst);
-    case DataType::kUint16: return decodeFixedInto<storeInteger<uint16_t>, 2>(c, data, dst);
-    case DataType::kUint32: return decodeFixedInto<storeInteger<uint32_t>, 4>(c, data, dst);
-    case DataType::kUint64: return decodeFixedInto<storeInteger<uint64_t>, 8>(c, data, dst);
-    case DataType::kInt8: return decodeFixedInto<storeInteger<int8_t>, 1>(c, data, dst);
-    case DataType::kInt16: return decodeFixedInto<storeInteger<int16_t>, 2>(c, data, dst);
-    case DataType::kInt32: return decodeFixedInto<storeInteger<int32_t>, 4>(c, data, dst);
-    case DataType::kInt64: return decodeFixedInto<storeInteger<int64_t>, 8>(c, data, dst);
-    case DataType::kFp16: return decodeFixedInto<storeFp16, 2>(c, data, dst);
-    case DataType::kBf16: return decodeFixedInto<storeBf16, 2>(c, data, dst);
-    case DataType::kFp32: return decodeFixedInto<storeFp32, 4>(c, data, dst);
-    case DataType::kFp64: return decodeFixedInto<storeFp64, 8>(c, data, dst);
-    case DataType::kBytes: return writeBytesJson(c, data, dst);
-  }
-  return invalid(fmt::format("input '{}': unsupported datatype", c.name));
+  return backends::visitDataType(c.dtype, [&](auto tag) {
+    if constexpr (decltype(tag)::kIsBytes) {
+      return writeBytesJson(c, data, dst);
+    } else {
+      return decodeFixedInto<decltype(tag)>(c, data, dst);
+    }
+  });
 }
 
 // Counts the elements of a BYTES buffer (4-byte LE length + bytes each); on a malformed layout
@@ -831,71 +734,57 @@ void appendElements(std::string& out, const std::vector<uint8_t>& data, Write wr
   out.append(buf, p);
 }
 
+char* writeBool(char* p, uint8_t v) {
+  if (v) {
+    std::memcpy(p, "true", 4);
+    return p + 4;
+  }
+  std::memcpy(p, "false", 5);
+  return p + 5;
+}
+
+// Elements are written as JSON strings with control characters escaped; bytes that are not UTF-8
+// pass through as they are (the client chose BYTES; binary_data gives exact bytes). A malformed
+// layout (a backend bug) ends the list at the last whole element.
+void appendBytesData(std::string& out, const std::vector<uint8_t>& d) {
+  ElementReader elements(d.data(), d.size());
+  std::string_view s;
+  for (bool first = true; elements.nextBytes(s); first = false) {
+    if (!first) out.push_back(',');
+    appendJsonString(out, s);
+  }
+}
+
 void appendJsonData(std::string& out, const Tensor& t) {
   out.push_back('[');
   const auto& d = t.data;
-  switch (t.dtype) {
-    case DataType::kBool:
-      appendElements<uint8_t>(out, d, [](char* p, uint8_t v) {
-        if (v) {
-          std::memcpy(p, "true", 4);
-          return p + 4;
-        }
-        std::memcpy(p, "false", 5);
-        return p + 5;
-      });
-      break;
-    case DataType::kUint8: appendElements<uint8_t>(out, d, writeInt<uint8_t>); break;
-    case DataType::kUint16: appendElements<uint16_t>(out, d, writeInt<uint16_t>); break;
-    case DataType::kUint32: appendElements<uint32_t>(out, d, writeInt<uint32_t>); break;
-    case DataType::kUint64: appendElements<uint64_t>(out, d, writeInt<uint64_t>); break;
-    case DataType::kInt8: appendElements<int8_t>(out, d, writeInt<int8_t>); break;
-    case DataType::kInt16: appendElements<int16_t>(out, d, writeInt<int16_t>); break;
-    case DataType::kInt32: appendElements<int32_t>(out, d, writeInt<int32_t>); break;
-    case DataType::kInt64: appendElements<int64_t>(out, d, writeInt<int64_t>); break;
-    case DataType::kFp16:
-      appendElements<uint16_t>(out, d,
-                               [](char* p, uint16_t v) { return writeFloat(p, halfToFloat(v)); });
-      break;
-    case DataType::kBf16:
-      appendElements<uint16_t>(out, d,
-                               [](char* p, uint16_t v) { return writeFloat(p, bf16ToFloat(v)); });
-      break;
-    case DataType::kFp32: appendElements<float>(out, d, writeFloat<float>); break;
-    case DataType::kFp64: appendElements<double>(out, d, writeFloat<double>); break;
-    case DataType::kBytes: {
-      // Elements are written as JSON strings with control characters escaped; bytes that are not
-      // UTF-8 pass through as they are (the client chose BYTES; binary_data gives exact bytes).
-      // A malformed layout (a backend bug) ends the list at the last whole element.
-      size_t pos = 0;
-      bool first = true;
-      while (d.size() - pos >= 4) {
-        uint32_t len = 0;
-        std::memcpy(&len, d.data() + pos, 4);
-        if (len > d.size() - pos - 4) break;
-        if (!first) out.push_back(',');
-        first = false;
-        appendJsonString(out, std::string_view(reinterpret_cast<const char*>(d.data()) + pos + 4,
-                                               len));
-        pos += 4 + static_cast<size_t>(len);
-      }
-      break;
+  backends::visitDataType(t.dtype, [&](auto tag) {
+    using Tag = decltype(tag);
+    using T = typename Tag::Storage;
+    if constexpr (Tag::kIsBytes) {
+      appendBytesData(out, d);
+    } else if constexpr (Tag::kIsBool) {
+      appendElements<T>(out, d, writeBool);
+    } else if constexpr (Tag::kIsInteger) {
+      appendElements<T>(out, d, writeInt<T>);
+    } else {
+      appendElements<T>(out, d, [](char* p, T v) { return writeFloat(p, widenFloat<Tag>(v)); });
     }
-  }
+  });
   out.push_back(']');
 }
 
 // Rough JSON size of a tensor's data, to size the body once.
 size_t jsonSizeHint(const Tensor& t) {
-  switch (t.dtype) {
-    case DataType::kBool: return t.data.size() * 6;
-    case DataType::kUint8:
-    case DataType::kInt8: return t.data.size() * 5;
-    case DataType::kFp16:
-    case DataType::kBf16: return t.data.size() * 7;
-    case DataType::kBytes: return t.data.size() + t.data.size() / 2;
-    default: return t.data.size() * 3;  // 4-8 byte types: up to ~3 chars per byte
-  }
+  const size_t n = t.data.size();
+  return backends::visitDataType(t.dtype, [n](auto tag) -> size_t {
+    using Tag = decltype(tag);
+    if constexpr (Tag::kIsBool) return n * 6;
+    if constexpr (Tag::kIsBytes) return n + n / 2;
+    if constexpr (Tag::kSize == 1) return n * 5;                 // UINT8, INT8
+    if constexpr (Tag::kIsFloat && Tag::kSize == 2) return n * 7;  // FP16, BF16
+    return n * 3;  // 4-8 byte types: up to ~3 chars per byte
+  });
 }
 
 void appendShape(std::string& out, const std::vector<int64_t>& shape) {

@@ -11,20 +11,16 @@
 #include "common/clock.h"
 #include "frontend/status_map.h"
 #include "fmt/format.h"
-#include "frontend/fp16.h"
 #include "frontend/http.h"
+#include "frontend/tensor_json.h"
 #include "net/session.h"
 #include "simdjson.h"
 
 namespace infergate::frontend {
 namespace {
 
-using backends::DataType;
+using namespace tensor_json;  // DataType, ValueError, ElementReader, the simdjson DOM types
 using net::Protocol;
-using simdjson::dom::array;
-using simdjson::dom::element;
-using simdjson::dom::element_type;
-using simdjson::dom::object;
 
 // Marker strings standing for the non-finite tokens (a NUL first: no real JSON text sends it
 // unescaped, and a client string "\u0000..." for a float input is an error anyway).
@@ -114,70 +110,57 @@ class Writer {
     return typeError(e, "a number");
   }
 
+  // TF Serving's wording: a value of the wrong type or sign is a type error; an integer beyond
+  // the datatype's range is out of range.
   template <typename T>
   absl::Status integer(element e) {
-    if constexpr (std::is_signed_v<T>) {
-      int64_t v;
-      if (e.type() == element_type::DOUBLE || e.get(v) != simdjson::SUCCESS) {
-        return typeError(e, "an integer");
-      }
-      if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max()) {
-        return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
-                                   backends::dataTypeName(dtype_)));
-      }
-      put(static_cast<T>(v));
-    } else {
-      uint64_t v;
-      if (e.type() == element_type::DOUBLE || e.get(v) != simdjson::SUCCESS) {
-        return typeError(e, "a non-negative integer");
-      }
-      if (v > std::numeric_limits<T>::max()) {
-        return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
-                                   backends::dataTypeName(dtype_)));
-      }
-      put(static_cast<T>(v));
+    T v;
+    const ValueError r = readInteger(e, v);
+    if (r == ValueError::kOk) {
+      put(v);
+      return absl::OkStatus();
     }
-    return absl::OkStatus();
+    const bool typed_int64 = e.type() == element_type::INT64;
+    if constexpr (std::is_signed_v<T>) {
+      if (r == ValueError::kOutOfRange && typed_int64) {
+        return outOfRange(e.get_int64().value_unsafe());
+      }
+      return typeError(e, "an integer");
+    } else {
+      if (r == ValueError::kOutOfRange && !(typed_int64 && e.get_int64().value_unsafe() < 0)) {
+        return outOfRange(e.get_uint64().value_unsafe());
+      }
+      return typeError(e, "a non-negative integer");
+    }
+  }
+
+  template <typename V>
+  absl::Status outOfRange(V v) {
+    return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
+                               backends::dataTypeName(dtype_)));
   }
 
   absl::Status scalar(element e) {
-    switch (dtype_) {
-      case DataType::kBool: {
+    return backends::visitDataType(dtype_, [&](auto tag) -> absl::Status {
+      using Tag = decltype(tag);
+      if constexpr (Tag::kIsBool) {
         bool b;
         if (e.get(b) != simdjson::SUCCESS) return typeError(e, "true or false");
         put<uint8_t>(b ? 1 : 0);
-        return absl::OkStatus();
-      }
-      case DataType::kUint8: return integer<uint8_t>(e);
-      case DataType::kUint16: return integer<uint16_t>(e);
-      case DataType::kUint32: return integer<uint32_t>(e);
-      case DataType::kUint64: return integer<uint64_t>(e);
-      case DataType::kInt8: return integer<int8_t>(e);
-      case DataType::kInt16: return integer<int16_t>(e);
-      case DataType::kInt32: return integer<int32_t>(e);
-      case DataType::kInt64: return integer<int64_t>(e);
-      case DataType::kFp16:
-      case DataType::kBf16:
-      case DataType::kFp32:
-      case DataType::kFp64: {
+      } else if constexpr (Tag::kIsInteger) {
+        return integer<typename Tag::Storage>(e);
+      } else if constexpr (Tag::kIsFloat) {
         double v;
         if (absl::Status s = floatValue(e, &v); !s.ok()) return s;
-        if (dtype_ == DataType::kFp64) {
-          put(v);
-        } else if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max() &&
-                   dtype_ != DataType::kBf16) {
-          return invalid(fmt::format("input '{}': {} is out of range for {}", input_, v,
-                                     backends::dataTypeName(dtype_)));
-        } else if (dtype_ == DataType::kFp32) {
-          put(static_cast<float>(v));
-        } else if (dtype_ == DataType::kFp16) {
-          put(doubleToHalf(v));
-        } else {
-          put(doubleToBf16(v));
+        // FP32 and FP16 refuse a finite value beyond float's range (as TF Serving's float
+        // parse does); FP16 may still round to infinity, BF16 and FP64 take any value.
+        if constexpr (Tag::value == DataType::kFp32 || Tag::value == DataType::kFp16) {
+          if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
+            return outOfRange(v);
+          }
         }
-        return absl::OkStatus();
-      }
-      case DataType::kBytes: {
+        put(narrowFloat<Tag>(v));
+      } else {
         std::string_view s;
         std::string decoded;
         if (isB64Object(e, &s)) {
@@ -188,12 +171,10 @@ class Writer {
         } else if (e.get(s) != simdjson::SUCCESS || (!s.empty() && s[0] == '\0')) {
           return typeError(e, "a string or {\"b64\": ...}");
         }
-        put(static_cast<uint32_t>(s.size()));
-        out_.insert(out_.end(), s.begin(), s.end());
-        return absl::OkStatus();
+        appendBytesElement(out_, s);
       }
-    }
-    return typeError(e, "a value");
+      return absl::OkStatus();
+    });
   }
 
   const std::string& input_;
@@ -270,7 +251,8 @@ void appendFloat(std::string& out, double v, bool is_float32) {
 
 class OutputEncoder {
  public:
-  explicit OutputEncoder(const backends::Tensor& t) : t_(t), p_(t.bytes()), end_(p_ + t.byteSize()) {}
+  explicit OutputEncoder(const backends::Tensor& t)
+      : t_(t), elements_(t.bytes(), t.byteSize()) {}
 
   // Writes the sub-tensor starting at element offset implied by the cursor, with shape
   // shape[depth..]; elements are consumed in order.
@@ -288,61 +270,12 @@ class OutputEncoder {
   }
 
  private:
-  template <typename T>
-  bool take(T* v) {
-    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return false;
-    std::memcpy(v, p_, sizeof(T));
-    p_ += sizeof(T);
-    return true;
-  }
-  template <typename T>
-  bool integer(std::string& out) {
-    T v;
-    if (!take(&v)) return false;
-    fmt::format_to(std::back_inserter(out), "{}", v);
-    return true;
-  }
-
   bool scalar(std::string& out) {
-    switch (t_.dtype) {
-      case DataType::kBool: {
-        uint8_t v;
-        if (!take(&v)) return false;
-        out += v ? "true" : "false";
-        return true;
-      }
-      case DataType::kUint8: return integer<uint8_t>(out);
-      case DataType::kUint16: return integer<uint16_t>(out);
-      case DataType::kUint32: return integer<uint32_t>(out);
-      case DataType::kUint64: return integer<uint64_t>(out);
-      case DataType::kInt8: return integer<int8_t>(out);
-      case DataType::kInt16: return integer<int16_t>(out);
-      case DataType::kInt32: return integer<int32_t>(out);
-      case DataType::kInt64: return integer<int64_t>(out);
-      case DataType::kFp16:
-      case DataType::kBf16: {
-        uint16_t h;
-        if (!take(&h)) return false;
-        appendFloat(out, t_.dtype == DataType::kFp16 ? halfToFloat(h) : bf16ToFloat(h), true);
-        return true;
-      }
-      case DataType::kFp32: {
-        float f;
-        if (!take(&f)) return false;
-        appendFloat(out, f, true);
-        return true;
-      }
-      case DataType::kFp64: {
-        double d;
-        if (!take(&d)) return false;
-        appendFloat(out, d, false);
-        return true;
-      }
-      case DataType::kBytes: {
-        uint32_t n;
-        if (!take(&n) || static_cast<size_t>(end_ - p_) < n) return false;
-        std::string_view s(reinterpret_cast<const char*>(p_), n);
-        p_ += n;
+    return backends::visitDataType(t_.dtype, [&](auto tag) {
+      using Tag = decltype(tag);
+      if constexpr (Tag::kIsBytes) {
+        std::string_view s;
+        if (!elements_.nextBytes(s)) return false;
         if (simdjson::validate_utf8(s.data(), s.size())) {
           appendJsonString(out, s);
         } else {
@@ -350,15 +283,23 @@ class OutputEncoder {
           appendJsonString(out, absl::Base64Escape(absl::string_view(s.data(), s.size())));
           out += '}';
         }
-        return true;
+      } else {
+        typename Tag::Storage v;
+        if (!elements_.next(v)) return false;
+        if constexpr (Tag::kIsBool) {
+          out += v ? "true" : "false";
+        } else if constexpr (Tag::kIsInteger) {
+          fmt::format_to(std::back_inserter(out), "{}", v);
+        } else {
+          appendFloat(out, widenFloat<Tag>(v), Tag::value != DataType::kFp64);
+        }
       }
-    }
-    return false;
+      return true;
+    });
   }
 
   const backends::Tensor& t_;
-  const uint8_t* p_;
-  const uint8_t* end_;
+  ElementReader elements_;
 };
 
 HttpResponse jsonResponse(int status, std::string body) {
