@@ -80,56 +80,26 @@ struct ig_parse {
 IG_INLINE __u16 ig_bswap16(__u16 v) { return (__u16)((v << 8) | (v >> 8)); }
 IG_INLINE __u32 ig_bswap32(__u32 v) { return __builtin_bswap32(v); }
 
-IG_INLINE __u16 ig_load16(const __u8 *q)
-{
+/* ig_loadN / ig_storeN: N-bit packet words in memory order, at any alignment: a plain access
+ * in BPF (the verifier checks the bounds), memcpy on the host. */
 #if defined(__bpf__) || defined(__BPF__)
-	return *(const __u16 *)q;
+#define IG_LOAD_STORE(bits)                                                             \
+	IG_INLINE __u##bits ig_load##bits(const __u8 *q) { return *(const __u##bits *)q; } \
+	IG_INLINE void ig_store##bits(__u8 *q, __u##bits v) { *(__u##bits *)q = v; }
 #else
-	__u16 v;
-	memcpy(&v, q, 2);
-	return v;
+#define IG_LOAD_STORE(bits)                                                             \
+	IG_INLINE __u##bits ig_load##bits(const __u8 *q)                                \
+	{                                                                               \
+		__u##bits v;                                                            \
+		memcpy(&v, q, sizeof(v));                                               \
+		return v;                                                               \
+	}                                                                               \
+	IG_INLINE void ig_store##bits(__u8 *q, __u##bits v) { memcpy(q, &v, sizeof(v)); }
 #endif
-}
-
-IG_INLINE __u32 ig_load32(const __u8 *q)
-{
-#if defined(__bpf__) || defined(__BPF__)
-	return *(const __u32 *)q;
-#else
-	__u32 v;
-	memcpy(&v, q, 4);
-	return v;
-#endif
-}
-
-IG_INLINE __u64 ig_load64(const __u8 *q)
-{
-#if defined(__bpf__) || defined(__BPF__)
-	return *(const __u64 *)q;
-#else
-	__u64 v;
-	memcpy(&v, q, 8);
-	return v;
-#endif
-}
-
-IG_INLINE void ig_store16(__u8 *q, __u16 v)
-{
-#if defined(__bpf__) || defined(__BPF__)
-	*(__u16 *)q = v;
-#else
-	memcpy(q, &v, 2);
-#endif
-}
-
-IG_INLINE void ig_store32(__u8 *q, __u32 v)
-{
-#if defined(__bpf__) || defined(__BPF__)
-	*(__u32 *)q = v;
-#else
-	memcpy(q, &v, 4);
-#endif
-}
+IG_LOAD_STORE(16)
+IG_LOAD_STORE(32)
+IG_LOAD_STORE(64)
+#undef IG_LOAD_STORE
 
 /* SWAR helpers (little-endian words). */
 #define IG_ONES 0x0101010101010101ULL

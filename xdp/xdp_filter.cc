@@ -652,20 +652,23 @@ std::optional<std::string> kernelSynCookiesWarning(const std::string& path) {
 
 std::string renderPrometheus(const XdpCounters& c) {
   std::string out;
-  out += "# HELP infergate_xdp_packets_total Packets seen by the XDP ingress program, by verdict and reason.\n";
-  out += "# TYPE infergate_xdp_packets_total counter\n";
-  for (int a = 0; a < IG_NUM_ACTIONS; ++a)
-    for (int r = 0; r < IG_R_MAX; ++r)
-      if (c.packets[a][r])
-        out += fmt::format("infergate_xdp_packets_total{{verdict=\"{}\",reason=\"{}\"}} {}\n",
-                           actionName(a), reasonName(r), c.packets[a][r]);
-  out += "# HELP infergate_xdp_bytes_total Bytes seen by the XDP ingress program, by verdict and reason.\n";
-  out += "# TYPE infergate_xdp_bytes_total counter\n";
-  for (int a = 0; a < IG_NUM_ACTIONS; ++a)
-    for (int r = 0; r < IG_R_MAX; ++r)
-      if (c.packets[a][r])
-        out += fmt::format("infergate_xdp_bytes_total{{verdict=\"{}\",reason=\"{}\"}} {}\n",
-                           actionName(a), reasonName(r), c.bytes[a][r]);
+  // Packets and bytes, each by verdict and reason (a pair is listed once it has seen a packet).
+  const struct {
+    const char* name;
+    const char* what;
+    const decltype(c.packets)& value;
+  } kByReason[] = {{"infergate_xdp_packets_total", "Packets", c.packets},
+                   {"infergate_xdp_bytes_total", "Bytes", c.bytes}};
+  for (const auto& m : kByReason) {
+    out += fmt::format("# HELP {} {} seen by the XDP ingress program, by verdict and reason.\n",
+                       m.name, m.what);
+    out += fmt::format("# TYPE {} counter\n", m.name);
+    for (int a = 0; a < IG_NUM_ACTIONS; ++a)
+      for (int r = 0; r < IG_R_MAX; ++r)
+        if (c.packets[a][r])
+          out += fmt::format("{}{{verdict=\"{}\",reason=\"{}\"}} {}\n", m.name, actionName(a),
+                             reasonName(r), m.value[a][r]);
+  }
   out += "# HELP infergate_xdp_requests_total Request starts tagged by the XDP program, by class and tag verdict.\n";
   out += "# TYPE infergate_xdp_requests_total counter\n";
   for (int k = 0; k < IG_NUM_CLASSES; ++k)

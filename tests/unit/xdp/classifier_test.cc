@@ -169,6 +169,20 @@ TEST(HostClassifierMetrics, RendersPrometheus) {
   c.bytes[XDP_DROP][IG_R_BAD_REQUEST_LINE] = 300;
   c.requests[0][IG_TV_OVERLOAD] = 2;
   std::string s = renderPrometheus(c);
+  // Packets and bytes, word for word, only the pairs that saw packets.
+  EXPECT_EQ(s.rfind(
+                "# HELP infergate_xdp_packets_total Packets seen by the XDP ingress program, by "
+                "verdict and reason.\n"
+                "# TYPE infergate_xdp_packets_total counter\n"
+                "infergate_xdp_packets_total{verdict=\"drop\",reason=\"bad_request_line\"} 3\n"
+                "# HELP infergate_xdp_bytes_total Bytes seen by the XDP ingress program, by "
+                "verdict and reason.\n"
+                "# TYPE infergate_xdp_bytes_total counter\n"
+                "infergate_xdp_bytes_total{verdict=\"drop\",reason=\"bad_request_line\"} 300\n"
+                "# HELP infergate_xdp_requests_total ",
+                0),
+            0u)
+      << s;
   EXPECT_NE(s.find("infergate_xdp_packets_total{verdict=\"drop\",reason=\"bad_request_line\"} 3\n"),
             std::string::npos)
       << s;
