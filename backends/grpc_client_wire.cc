@@ -5,10 +5,10 @@
 namespace infergate::backends::wire {
 
 namespace {
-constexpr uint32_t kVarint = 0;
-constexpr uint32_t kFixed64 = 1;
-constexpr uint32_t kLen = 2;
-constexpr uint32_t kFixed32 = 5;
+using common::protowire::kFixed32;
+using common::protowire::kFixed64;
+using common::protowire::kLen;
+using common::protowire::kVarint;
 
 // InferParameter{int64_param=2} / {string_param=3} as a map<string, InferParameter> entry.
 void putParamInt(std::string& out, uint32_t field, std::string_view key, int64_t v) {
@@ -32,116 +32,6 @@ absl::Status malformed(std::string_view what) {
   return absl::InternalError("malformed " + std::string(what) + " from the backend");
 }
 }  // namespace
-
-size_t varintSize(uint64_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    ++n;
-  }
-  return n;
-}
-void putVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>((v & 0x7f) | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-void putTag(std::string& out, uint32_t field, uint32_t wire_type) {
-  putVarint(out, (static_cast<uint64_t>(field) << 3) | wire_type);
-}
-void putString(std::string& out, uint32_t field, std::string_view s) {
-  putTag(out, field, kLen);
-  putVarint(out, s.size());
-  out.append(s.data(), s.size());
-}
-void putVarintField(std::string& out, uint32_t field, uint64_t v) {
-  putTag(out, field, kVarint);
-  putVarint(out, v);
-}
-void putPackedInt64(std::string& out, uint32_t field, const std::vector<int64_t>& values) {
-  if (values.empty()) return;
-  size_t n = 0;
-  for (int64_t v : values) n += varintSize(static_cast<uint64_t>(v));
-  putTag(out, field, kLen);
-  putVarint(out, n);
-  for (int64_t v : values) putVarint(out, static_cast<uint64_t>(v));
-}
-
-bool Reader::readVarint(uint64_t& v) {
-  v = 0;
-  for (int shift = 0; shift < 64; shift += 7) {
-    if (p_ >= end_) return false;
-    uint8_t b = *p_++;
-    v |= static_cast<uint64_t>(b & 0x7f) << shift;
-    if ((b & 0x80) == 0) return true;
-  }
-  return false;
-}
-
-bool Reader::next() {
-  if (error_ || p_ >= end_) return false;
-  uint64_t key;
-  if (!readVarint(key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff) {
-    error_ = true;
-    return false;
-  }
-  field_ = static_cast<uint32_t>(key >> 3);
-  wire_type_ = static_cast<uint32_t>(key & 7);
-  switch (wire_type_) {
-    case kVarint:
-      if (!readVarint(varint_)) break;
-      return true;
-    case kFixed64:
-      if (end_ - p_ < 8) break;
-      data_ = p_;
-      size_ = 8;
-      p_ += 8;
-      return true;
-    case kFixed32:
-      if (end_ - p_ < 4) break;
-      data_ = p_;
-      size_ = 4;
-      p_ += 4;
-      return true;
-    case kLen: {
-      uint64_t n;
-      if (!readVarint(n) || n > static_cast<uint64_t>(end_ - p_)) break;
-      data_ = p_;
-      size_ = static_cast<size_t>(n);
-      p_ += n;
-      return true;
-    }
-    default:
-      break;
-  }
-  error_ = true;
-  return false;
-}
-
-bool readInt64s(const Reader& r, std::vector<int64_t>& out) {
-  if (r.wireType() == kVarint) {
-    out.push_back(static_cast<int64_t>(r.varint()));
-    return true;
-  }
-  if (r.wireType() != kLen) return false;
-  const uint8_t* p = r.data();
-  const uint8_t* end = p + r.size();
-  while (p < end) {
-    uint64_t v = 0;
-    int shift = 0;
-    for (;;) {
-      if (p >= end || shift >= 64) return false;
-      uint8_t b = *p++;
-      v |= static_cast<uint64_t>(b & 0x7f) << shift;
-      shift += 7;
-      if ((b & 0x80) == 0) break;
-    }
-    out.push_back(static_cast<int64_t>(v));
-  }
-  return true;
-}
 
 std::string encodeNameVersion(std::string_view name, std::string_view version) {
   std::string out;

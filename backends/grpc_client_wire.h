@@ -18,51 +18,19 @@
 
 #include "absl/status/statusor.h"
 #include "backends/tensor.h"
+#include "common/protowire.h"
 
 namespace infergate::backends::wire {
 
-// --- Encoding ---------------------------------------------------------------------------------
-
-size_t varintSize(uint64_t v);  // bytes of v as a varint
-void putVarint(std::string& out, uint64_t v);
-void putTag(std::string& out, uint32_t field, uint32_t wire_type);
-void putString(std::string& out, uint32_t field, std::string_view s);  // also bytes/submessages
-void putVarintField(std::string& out, uint32_t field, uint64_t v);
-void putPackedInt64(std::string& out, uint32_t field, const std::vector<int64_t>& values);
-
-// --- Decoding ---------------------------------------------------------------------------------
-
-// Iterates the fields of one message. next() is false at the end or on malformed input (then
-// error() is set).
-class Reader {
- public:
-  Reader(const uint8_t* data, size_t size) : p_(data), end_(data + size) {}
-  explicit Reader(std::string_view s)
-      : Reader(reinterpret_cast<const uint8_t*>(s.data()), s.size()) {}
-  bool next();
-  uint32_t field() const { return field_; }
-  uint32_t wireType() const { return wire_type_; }
-  uint64_t varint() const { return varint_; }  // wire type 0
-  // Wire type 2: the payload.
-  std::string_view bytes() const { return {reinterpret_cast<const char*>(data_), size_}; }
-  const uint8_t* data() const { return data_; }
-  size_t size() const { return size_; }
-  bool error() const { return error_; }
-
- private:
-  bool readVarint(uint64_t& v);
-  const uint8_t* p_;
-  const uint8_t* end_;
-  uint32_t field_ = 0;
-  uint32_t wire_type_ = 0;
-  uint64_t varint_ = 0;
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-  bool error_ = false;
-};
-
-// Repeated int64, packed or not, appended to `out` from the current field of `r`.
-bool readInt64s(const Reader& r, std::vector<int64_t>& out);
+// The protobuf wire primitives (common/protowire.h), shared with the gRPC frontend.
+using common::protowire::putPackedInt64;
+using common::protowire::putString;
+using common::protowire::putTag;
+using common::protowire::putVarint;
+using common::protowire::putVarintField;
+using common::protowire::Reader;
+using common::protowire::readInt64s;
+using common::protowire::varintSize;
 
 // --- KServe v2 ----------------------------------------------------------------------------------
 

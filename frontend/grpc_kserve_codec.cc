@@ -1,79 +1,54 @@
 #include "frontend/grpc_kserve_codec.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/wire_format_lite.h>
-
 #include <cstring>
 #include <limits>
 #include <vector>
 
-#include "backends/grpc_client_wire.h"
+#include "common/protowire.h"
 #include "frontend/grpc_framing.h"
 
 namespace infergate::frontend {
 namespace {
 
 using backends::DataType;
-using google::protobuf::io::CodedInputStream;
-using WFL = google::protobuf::internal::WireFormatLite;
-
-constexpr int kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5;
+namespace protowire = common::protowire;
+using protowire::kFixed32;
+using protowire::kFixed64;
+using protowire::kLen;
+using protowire::kVarint;
 
 absl::Status bad(std::string_view what) {
   return absl::InvalidArgumentError("malformed ModelInferRequest: " + std::string(what));
 }
 
-// CodedInputStream over a view of the message bytes (not copyable, hence a macro).
-#define IG_STREAM(name, view)                                               \
-  CodedInputStream name(reinterpret_cast<const uint8_t*>((view).data()), \
-                        static_cast<int>((view).size()))
-
-// Reads a length-delimited field's bytes as a view into the input (no copy).
-bool readView(CodedInputStream& in, std::string_view& out) {
-  uint32_t len = 0;
-  if (!in.ReadVarint32(&len)) return false;
-  const void* p = nullptr;
-  int avail = 0;
-  if (len == 0) {
-    out = {};
-    return true;
-  }
-  if (!in.GetDirectBufferPointer(&p, &avail) || static_cast<uint32_t>(avail) < len) return false;
-  out = std::string_view(static_cast<const char*>(p), len);
-  return in.Skip(static_cast<int>(len));
-}
-
-// Skips a field we do not read; false when its encoding is broken.
-bool skip(CodedInputStream& in, uint32_t tag) { return WFL::SkipField(&in, tag); }
-
 // InferParameter: the one value of its oneof, as int64/uint64/bool/string/double.
 struct Param {
-  int field = 0;
+  uint32_t field = 0;
   uint64_t u = 0;  // bool_param, int64_param, uint64_param (raw varint)
 };
 
 absl::Status parseParamEntry(std::string_view entry, std::string_view& key, Param& value) {
-  IG_STREAM(in, entry);
-  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+  protowire::Input in(entry);
+  for (uint32_t tag; (tag = in.readTag()) != 0;) {
+    const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f == 1 && wt == kLen) {
-      if (!readView(in, key)) return bad("truncated parameter name");
+      if (!in.readView(key)) return bad("truncated parameter name");
     } else if (f == 2 && wt == kLen) {
       std::string_view pv;
-      if (!readView(in, pv)) return bad("truncated parameter value");
-      IG_STREAM(pin, pv);
-      for (uint32_t ptag; (ptag = pin.ReadTag()) != 0;) {
-        const int pf = static_cast<int>(ptag >> 3);
+      if (!in.readView(pv)) return bad("truncated parameter value");
+      protowire::Input pin(pv);
+      for (uint32_t ptag; (ptag = pin.readTag()) != 0;) {
+        const uint32_t pf = protowire::tagField(ptag);
         if ((pf == 1 || pf == 2 || pf == 5) && (ptag & 7) == kVarint) {
           value.field = pf;
-          if (!pin.ReadVarint64(&value.u)) return bad("truncated parameter varint");
+          if (!pin.readVarint(value.u)) return bad("truncated parameter varint");
         } else {
           if (pf >= 1 && pf <= 5) value.field = pf;
-          if (!skip(pin, ptag)) return bad("broken parameter value");
+          if (!pin.skipField(ptag)) return bad("broken parameter value");
         }
       }
-      if (!pin.ConsumedEntireMessage()) return bad("broken parameter value");
-    } else if (!skip(in, tag)) {
+      if (!pin.consumedEntireMessage()) return bad("broken parameter value");
+    } else if (!in.skipField(tag)) {
       return bad("broken parameter entry");
     }
   }
@@ -87,27 +62,27 @@ struct InputView {
 };
 
 absl::Status parseInput(std::string_view v, InputView& out) {
-  IG_STREAM(in, v);
-  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+  protowire::Input in(v);
+  for (uint32_t tag; (tag = in.readTag()) != 0;) {
+    const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     switch (f) {
       case 1:
       case 2:
         if (wt != kLen) return bad("inputs.name/datatype must be length-delimited");
-        if (!readView(in, f == 1 ? out.name : out.datatype)) return bad("truncated input field");
+        if (!in.readView(f == 1 ? out.name : out.datatype)) return bad("truncated input field");
         break;
       case 3:
         if (wt == kVarint) {
           uint64_t d = 0;
-          if (!in.ReadVarint64(&d)) return bad("truncated inputs.shape varint");
+          if (!in.readVarint(d)) return bad("truncated inputs.shape varint");
           out.shape.push_back(static_cast<int64_t>(d));
         } else if (wt == kLen) {
           std::string_view packed;
-          if (!readView(in, packed)) return bad("truncated inputs.shape");
-          IG_STREAM(pin, packed);
-          while (!pin.ExpectAtEnd()) {
+          if (!in.readView(packed)) return bad("truncated inputs.shape");
+          protowire::Input pin(packed);
+          while (!pin.atEnd()) {
             uint64_t d = 0;
-            if (!pin.ReadVarint64(&d)) return bad("truncated inputs.shape varint");
+            if (!pin.readVarint(d)) return bad("truncated inputs.shape varint");
             out.shape.push_back(static_cast<int64_t>(d));
           }
         } else {
@@ -116,19 +91,19 @@ absl::Status parseInput(std::string_view v, InputView& out) {
         break;
       case 5:
         if (wt != kLen) return bad("inputs.contents must be length-delimited");
-        if (!readView(in, out.contents)) return bad("truncated inputs.contents");
+        if (!in.readView(out.contents)) return bad("truncated inputs.contents");
         out.has_contents = true;
         break;
       default:
-        if (!skip(in, tag)) return bad("broken field in inputs");
+        if (!in.skipField(tag)) return bad("broken field in inputs");
     }
   }
-  if (!in.ConsumedEntireMessage()) return bad("broken inputs entry");
+  if (!in.consumedEntireMessage()) return bad("broken inputs entry");
   return absl::OkStatus();
 }
 
 // The InferTensorContents field that carries `t`; 0 when none may (FP16/BF16: raw only).
-int contentsFieldFor(DataType t) {
+uint32_t contentsFieldFor(DataType t) {
   switch (t) {
     case DataType::kBool: return 1;
     case DataType::kInt8:
@@ -198,32 +173,32 @@ absl::Status appendElement(DataType t, uint64_t bits, std::vector<uint8_t>& data
 }
 
 // The wire type of one unpacked element of contents field `f`.
-int elementWireType(int f) { return f == 6 ? kFixed32 : f == 7 ? kFixed64 : kVarint; }
+uint32_t elementWireType(uint32_t f) { return f == 6 ? kFixed32 : f == 7 ? kFixed64 : kVarint; }
 
-bool readElement(CodedInputStream& in, int wt, uint64_t& bits) {
-  if (wt == kVarint) return in.ReadVarint64(&bits);
+bool readElement(protowire::Input& in, uint32_t wt, uint64_t& bits) {
+  if (wt == kVarint) return in.readVarint(bits);
   if (wt == kFixed32) {
     uint32_t v = 0;
-    if (!in.ReadLittleEndian32(&v)) return false;
+    if (!in.readFixed32(v)) return false;
     bits = v;
     return true;
   }
-  return in.ReadLittleEndian64(&bits);
+  return in.readFixed64(bits);
 }
 
 absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t>& data) {
-  const int want = contentsFieldFor(t);
+  const uint32_t want = contentsFieldFor(t);
   const std::string input(iv.name);
   if (want == 0) {
     return absl::InvalidArgumentError("input '" + input + "': datatype " +
                                       std::string(backends::dataTypeName(t)) +
                                       " must be sent in raw_input_contents");
   }
-  IG_STREAM(in, iv.contents);
-  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+  protowire::Input in(iv.contents);
+  for (uint32_t tag; (tag = in.readTag()) != 0;) {
+    const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f < 1 || f > 8) {
-      if (!skip(in, tag)) return bad("broken field in contents");
+      if (!in.skipField(tag)) return bad("broken field in contents");
       continue;
     }
     if (f != want) {
@@ -233,15 +208,15 @@ absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t
     }
     if (f == 8) {
       std::string_view b;
-      if (wt != kLen || !readView(in, b)) return bad("broken bytes_contents");
+      if (wt != kLen || !in.readView(b)) return bad("broken bytes_contents");
       appendLe<uint32_t>(data, static_cast<uint32_t>(b.size()));
       data.insert(data.end(), b.begin(), b.end());
       continue;
     }
-    const int ewt = elementWireType(f);
+    const uint32_t ewt = elementWireType(f);
     if (wt == kLen) {  // packed
       std::string_view packed;
-      if (!readView(in, packed)) return bad(std::string("truncated ") + kContentsNames[f]);
+      if (!in.readView(packed)) return bad(std::string("truncated ") + kContentsNames[f]);
       const size_t esize = backends::dataTypeSize(t);
       if (ewt == kFixed32 || ewt == kFixed64) {
         const size_t w = ewt == kFixed32 ? 4 : 8;
@@ -251,10 +226,10 @@ absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t
         continue;
       }
       data.reserve(data.size() + packed.size() * esize);  // >= one byte per varint
-      IG_STREAM(pin, packed);
-      while (!pin.ExpectAtEnd()) {
+      protowire::Input pin(packed);
+      while (!pin.atEnd()) {
         uint64_t bits = 0;
-        if (!pin.ReadVarint64(&bits)) return bad(std::string("truncated varint in ") + kContentsNames[f]);
+        if (!pin.readVarint(bits)) return bad(std::string("truncated varint in ") + kContentsNames[f]);
         if (absl::Status st = appendElement(t, bits, data, iv.name); !st.ok()) return st;
       }
     } else if (wt == ewt) {
@@ -265,26 +240,17 @@ absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t
       return bad(std::string(kContentsNames[f]) + " has the wrong wire type");
     }
   }
-  if (!in.ConsumedEntireMessage()) return bad("broken contents");
+  if (!in.consumedEntireMessage()) return bad("broken contents");
   return absl::OkStatus();
 }
 
 // --- encoding -------------------------------------------------------------------------------
 
-// The protobuf wire primitives are the backends' (backends/grpc_client_wire.h).
-using backends::wire::putVarint;
-using backends::wire::varintSize;
-
-size_t lenFieldSize(int field, size_t len) {
-  return varintSize(static_cast<uint64_t>(field) << 3) + varintSize(len) + len;
-}
-void putLenField(std::string& out, int field, std::string_view bytes) {
-  backends::wire::putString(out, static_cast<uint32_t>(field), bytes);
-}
-void putLenHeader(std::string& out, int field, size_t len) {
-  backends::wire::putTag(out, static_cast<uint32_t>(field), kLen);
-  putVarint(out, len);
-}
+using protowire::lenFieldSize;
+using protowire::putLenHeader;
+using protowire::putVarint;
+using protowire::varintSize;
+using protowire::putString;
 
 bool selected(const backends::InferResponse& r, const backends::Tensor& t) {
   if (r.requested.empty()) return true;
@@ -322,14 +288,14 @@ size_t inferResponseSize(const backends::InferResponse& r) {
 }
 
 void writeInferResponse(const backends::InferResponse& r, std::string& out) {
-  if (!r.model_name.empty()) putLenField(out, 1, r.model_name);
-  if (!r.model_version.empty()) putLenField(out, 2, r.model_version);
-  if (!r.id.empty()) putLenField(out, 3, r.id);
+  if (!r.model_name.empty()) putString(out, 1, r.model_name);
+  if (!r.model_version.empty()) putString(out, 2, r.model_version);
+  if (!r.id.empty()) putString(out, 3, r.id);
   for (const backends::Tensor& t : r.outputs) {
     if (!selected(r, t)) continue;
     putLenHeader(out, 5, outputTensorSize(t));
-    if (!t.name.empty()) putLenField(out, 1, t.name);
-    putLenField(out, 2, backends::dataTypeName(t.dtype));
+    if (!t.name.empty()) putString(out, 1, t.name);
+    putString(out, 2, backends::dataTypeName(t.dtype));
     if (!t.shape.empty()) {
       putLenHeader(out, 3, shapePackedSize(t.shape));
       for (int64_t d : t.shape) putVarint(out, static_cast<uint64_t>(d));
@@ -337,7 +303,7 @@ void writeInferResponse(const backends::InferResponse& r, std::string& out) {
   }
   for (const backends::Tensor& t : r.outputs) {
     if (!selected(r, t)) continue;
-    putLenField(out, 6,
+    putString(out, 6,
                 std::string_view(reinterpret_cast<const char*>(t.data.data()), t.data.size()));
   }
 }
@@ -355,9 +321,9 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
   out.binary_data_output = true;
   std::vector<InputView> inputs;
   std::vector<std::string_view> raws;
-  IG_STREAM(in, wire);
-  for (uint32_t tag; (tag = in.ReadTag()) != 0;) {
-    const int f = static_cast<int>(tag >> 3), wt = static_cast<int>(tag & 7);
+  protowire::Input in(wire);
+  for (uint32_t tag; (tag = in.readTag()) != 0;) {
+    const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f >= 1 && f <= 7 && wt != kLen) {
       return bad("field " + std::to_string(f) + " has wire type " + std::to_string(wt) +
                  ", expected length-delimited");
@@ -367,11 +333,11 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
       case 1:
       case 2:
       case 3:
-        if (!readView(in, v)) return bad("truncated string field " + std::to_string(f));
+        if (!in.readView(v)) return bad("truncated string field " + std::to_string(f));
         (f == 1 ? out.model_name : f == 2 ? out.model_version : out.id).assign(v);
         break;
       case 4: {
-        if (!readView(in, v)) return bad("truncated parameters entry");
+        if (!in.readView(v)) return bad("truncated parameters entry");
         std::string_view key;
         Param p;
         if (absl::Status st = parseParamEntry(v, key, p); !st.ok()) return st;
@@ -386,38 +352,38 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
         break;
       }
       case 5: {
-        if (!readView(in, v)) return bad("truncated inputs entry");
+        if (!in.readView(v)) return bad("truncated inputs entry");
         inputs.emplace_back();
         if (absl::Status st = parseInput(v, inputs.back()); !st.ok()) return st;
         break;
       }
       case 6: {
-        if (!readView(in, v)) return bad("truncated outputs entry");
-        IG_STREAM(oin, v);
+        if (!in.readView(v)) return bad("truncated outputs entry");
+        protowire::Input oin(v);
         backends::RequestedOutput ro;
         ro.binary = true;
-        for (uint32_t otag; (otag = oin.ReadTag()) != 0;) {
-          if (otag == ((1u << 3) | kLen)) {
+        for (uint32_t otag; (otag = oin.readTag()) != 0;) {
+          if (otag == protowire::makeTag(1, kLen)) {
             std::string_view name;
-            if (!readView(oin, name)) return bad("truncated outputs.name");
+            if (!oin.readView(name)) return bad("truncated outputs.name");
             ro.name.assign(name);
-          } else if (!skip(oin, otag)) {
+          } else if (!oin.skipField(otag)) {
             return bad("broken outputs entry");
           }
         }
-        if (!oin.ConsumedEntireMessage()) return bad("broken outputs entry");
+        if (!oin.consumedEntireMessage()) return bad("broken outputs entry");
         out.outputs.push_back(std::move(ro));
         break;
       }
       case 7:
-        if (!readView(in, v)) return bad("truncated raw_input_contents");
+        if (!in.readView(v)) return bad("truncated raw_input_contents");
         raws.push_back(v);
         break;
       default:
-        if (!skip(in, tag)) return bad("broken field " + std::to_string(f));
+        if (!in.skipField(tag)) return bad("broken field " + std::to_string(f));
     }
   }
-  if (!in.ConsumedEntireMessage()) return bad("truncated or invalid tag");
+  if (!in.consumedEntireMessage()) return bad("truncated or invalid tag");
 
   if (!raws.empty() && raws.size() != inputs.size()) {
     return absl::InvalidArgumentError("expected " + std::to_string(inputs.size()) +
@@ -489,7 +455,7 @@ void encodeModelStreamInferResponse(const backends::InferResponse* response,
   framed.reserve(at + kGrpcPrefixBytes + size);
   framed.resize(at + kGrpcPrefixBytes);
   writeGrpcPrefix(framed.data() + at, static_cast<uint32_t>(size));
-  if (!error_message.empty()) putLenField(framed, 1, error_message);
+  if (!error_message.empty()) putString(framed, 1, error_message);
   if (response != nullptr) {
     putLenHeader(framed, 2, inner);
     writeInferResponse(*response, framed);
