@@ -20,7 +20,6 @@
 #include <linux/capability.h>
 
 #include "app/privileges.h"
-#include "backends/batched_model.h"
 #include "backends/model.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -70,9 +69,8 @@ void publishOverloadLevels(const backends::ModelRegistry& models,
   pub->levels.resize(models.models().size());
   pub->publish = std::move(publish);
   for (size_t i = 0; i < models.models().size(); ++i) {
-    auto* bm = dynamic_cast<backends::BatchedModel*>(models.models()[i].get());
-    if (bm == nullptr) continue;
-    bm->setOverloadListener([pub, i](int level) {
+    // Models without a queue ignore the listener (Model::setOverloadListener): their level stays 0.
+    models.models()[i]->setOverloadListener([pub, i](int level) {
       std::lock_guard<std::mutex> lock(pub->mu);
       pub->levels[i] = level;
       const int top = *std::max_element(pub->levels.begin(), pub->levels.end());
@@ -84,7 +82,7 @@ void publishOverloadLevels(const backends::ModelRegistry& models,
 
 void clearOverloadListeners(const backends::ModelRegistry& models) {
   for (const auto& m : models.models()) {
-    if (auto* bm = dynamic_cast<backends::BatchedModel*>(m.get())) bm->setOverloadListener(nullptr);
+    m->setOverloadListener(nullptr);
   }
 }
 

@@ -62,14 +62,13 @@ class BatchedModel : public Model {
   // The client went away; see Batcher::cancel.
   bool cancel(uint64_t ticket);
 
-  // Overload publishing (Batcher::setOverloadListener): `listener(level)` on every change of
-  // the overload level (0 = none, k = shed the k lowest priority classes at the NIC). The
-  // server wires it to XdpFilter::setOverloadLevel. Cleared by the destructor.
-  void setOverloadListener(std::function<void(int level)> listener) {
+  // Overload publishing (Model::setOverloadListener): the batcher's overload level
+  // (Batcher::setOverloadListener). Cleared by the destructor.
+  void setOverloadListener(OverloadListener listener) override {
     batcher_->setOverloadListener(std::move(listener));
   }
-  // Triton priority levels of this model (1 = highest .. N).
-  uint32_t priorityLevels() const { return batcher_->config().priority_levels; }
+  // The batching config's priority_levels (1 = highest .. N).
+  uint32_t priorityLevels() const override { return batcher_->config().priority_levels; }
 
   Batcher& batcher() { return *batcher_; }
   const Batcher& batcher() const { return *batcher_; }

@@ -368,12 +368,6 @@ void Batcher::notify() {
   if (n) n();
 }
 
-uint32_t levelOfPriorityClass(int priority_class, uint32_t levels) {
-  if (levels == 0) levels = 1;
-  const int c = std::clamp(priority_class, 0, kPriorityClasses - 1);
-  return 1 + static_cast<uint32_t>(c) * levels / kPriorityClasses;
-}
-
 int shedClassesForLevel(uint32_t level, uint32_t levels) {
   int n = 0;
   for (int c = 0; c < kPriorityClasses; ++c) {

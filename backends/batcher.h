@@ -48,9 +48,7 @@ inline constexpr int kPriorityClasses = common::kPriorityClasses;
 // The most classes the overload level sheds at the NIC: class 0 is never shed there.
 inline constexpr int kMaxShedClasses = kPriorityClasses - 1;
 
-// Triton level (1 = highest .. levels) of priority class `priority_class` (clamped to 0..3):
-// 1 + floor(class x levels / 4). levels 0 counts as 1.
-uint32_t levelOfPriorityClass(int priority_class, uint32_t levels);
+// levelOfPriorityClass (a class's Triton level) is in backends/model.h.
 // The overload level (how many of the lowest classes the NIC sheds) that stops every class
 // whose Triton level is `level` or lower priority: the count of classes c with
 // levelOfPriorityClass(c, levels) >= level, clamped to 1..kMaxShedClasses.

@@ -62,7 +62,24 @@ class Model {
   // true; the decoder then writes the elements straight into the slots. False (the default, or
   // no room): nothing is placed and the decoder fills Tensor::data. Any thread.
   virtual bool placeInputs(InferRequest& /*request*/) { return false; }
+
+  // Triton priority levels (1 = highest .. N) the model schedules by; 0 (the default): none, the
+  // model ignores InferRequest::priority and the ingress tag's class maps to nothing.
+  virtual uint32_t priorityLevels() const { return 0; }
+
+  // Overload publishing (optional): a model with a queue calls `listener(level)` on every change
+  // of its overload level (0 = none, k = shed the k lowest priority classes at the NIC), from the
+  // thread that changed it, and at once when set while the level is nonzero; nullptr removes
+  // the listener. The afxdp mode wires it to the XDP program's overload level. The default: a
+  // model without a queue is never overloaded, and ignores the listener.
+  using OverloadListener = std::function<void(int level)>;
+  virtual void setOverloadListener(OverloadListener /*listener*/) {}
 };
+
+// Triton level (1 = highest .. levels) of priority class `priority_class` (0 high .. 3
+// background, clamped): 1 + floor(class x levels / 4); levels 0 counts as 1. How a request
+// without an explicit priority is scheduled from its ingress tag (docs/BATCHING.md "Priority").
+uint32_t levelOfPriorityClass(int priority_class, uint32_t levels);
 
 // What decoders call to place a request's inputs (usually [&](r){ return model.placeInputs(r); }).
 using InputPlacer = std::function<bool(InferRequest&)>;

@@ -216,12 +216,6 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
 
 void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
                                  std::string_view message, GrpcRespond respond) {
-  this->call(method, call, message, std::move(respond), nullptr);
-}
-
-void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
-                                 std::string_view message, GrpcRespond respond,
-                                 std::shared_ptr<net::CancelToken> cancel) {
   const auto invalid = [&](std::string_view what) {
     respond(errorReply(absl::StatusCode::kInvalidArgument,
                        "failed to parse " + std::string(what)));
@@ -278,18 +272,16 @@ void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
       for (const auto& s : c.outputs) fill(s, r.add_outputs());
       return respond(framedReply(r));
     }
-    case kModelInfer: return modelInfer(call, message, std::move(respond), false, std::move(cancel));
-    case kModelStreamInfer:
-      return modelInfer(call, message, std::move(respond), true, std::move(cancel));
-    case kPredict: return predict(call, message, std::move(respond), std::move(cancel));
+    case kModelInfer: return modelInfer(call, message, std::move(respond), false);
+    case kModelStreamInfer: return modelInfer(call, message, std::move(respond), true);
+    case kPredict: return predict(call, message, std::move(respond));
     default:
       return respond(errorReply(absl::StatusCode::kUnimplemented, "unknown method"));
   }
 }
 
 void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
-                                       GrpcRespond respond, bool stream,
-                                       std::shared_ptr<net::CancelToken> cancel) {
+                                       GrpcRespond respond, bool stream) {
   // In a stream, errors of one request are reported in its response message and the stream
   // goes on (Triton's ModelStreamInfer).
   auto fail = [stream](const absl::Status& st) {
@@ -325,7 +317,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     absl::StatusOr<int64_t> prio =
         resolvePriority(req.priority,
                         call.priority_metadata ? &*call.priority_metadata : nullptr,
-                        call.priority_class, priorityLevelsOf(*model), call.priority_trusted);
+                        call.priority_class, model->priorityLevels(), call.priority_trusted);
     if (!prio.ok()) return respond(fail(prio.status()));
     req.priority = *prio;
   }
@@ -333,7 +325,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     const uint64_t us = (call.timeout_ns + 999) / 1000;
     if (req.timeout_us == 0 || us < req.timeout_us) req.timeout_us = us;
   }
-  req.cancel = std::move(cancel);
+  req.cancel = call.cancel;
   model->infer(std::move(req), [respond = std::move(respond), stream, version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) mutable {
     if (!result.ok()) {
@@ -354,8 +346,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
 }
 
 void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
-                                    GrpcRespond respond,
-                                    std::shared_ptr<net::CancelToken> cancel) {
+                                    GrpcRespond respond) {
   tensorflow::serving::PredictRequest pr;
   if (!parse(message, pr)) {
     return respond(errorReply(absl::StatusCode::kInvalidArgument, "failed to parse PredictRequest"));
@@ -402,7 +393,7 @@ void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
     return respond(errorReply(st));
   }
   if (call.timeout_ns != 0) req.timeout_us = (call.timeout_ns + 999) / 1000;
-  req.cancel = std::move(cancel);
+  req.cancel = call.cancel;
   model->infer(std::move(req), [respond = std::move(respond), name, version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) return respond(errorReply(result.status()));

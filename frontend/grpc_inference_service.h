@@ -17,8 +17,8 @@
 namespace infergate::frontend {
 
 // ModelInfer/ModelStreamInfer decode raw_input_contents one copy into the model's batch slots
-// (Model::placeInputs) and carry the call's cancel token (CancellableGrpcServices) to the model.
-class InferenceGrpcServices : public CancellableGrpcServices {
+// (Model::placeInputs) and carry the call's cancel token (GrpcCall::cancel) to the model.
+class InferenceGrpcServices : public GrpcServices {
  public:
   enum Method : int {
     kServerLive,
@@ -38,14 +38,10 @@ class InferenceGrpcServices : public CancellableGrpcServices {
   GrpcMethod resolve(std::string_view path) const override;
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override;
-  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-            GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) override;
 
  private:
-  void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream,
-                  std::shared_ptr<net::CancelToken> cancel);
-  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond,
-               std::shared_ptr<net::CancelToken> cancel);
+  void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream);
+  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "backends/tensor.h"
+#include "net/cancel_token.h"
 
 namespace infergate::frontend {
 
@@ -50,6 +52,10 @@ struct GrpcCall {
   // The connection's source may choose the call's priority (ClientPriorityPolicy): the
   // metadata above and the ModelInfer priority parameter count only when true.
   bool priority_trusted = true;
+  // Cancelled by the session when the client resets the stream or the connection goes while
+  // messages are unanswered; the service hands it to the model (InferRequest::cancel). One per
+  // call (a new one for the next messages of a stream once all earlier ones are answered).
+  std::shared_ptr<net::CancelToken> cancel;
   // Set by the service, read by the session when the call ends (metrics).
   int model_index = -1;
 };

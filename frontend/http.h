@@ -3,11 +3,13 @@
 // handlers. Header names are stored lower-cased.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "net/cancel_token.h"
 #include "net/ingress_tag.h"
 
 namespace infergate::frontend {
@@ -30,6 +32,9 @@ struct HttpRequest {
   // The connection's source may choose the request's priority (ClientPriorityPolicy): the
   // x-infergate-priority header and the KServe priority parameter count only when true.
   bool priority_trusted = true;
+  // Set by the session: cancelled when the client is gone before the request was answered
+  // (Http1Session); the handler hands it to the model (InferRequest::cancel).
+  std::shared_ptr<net::CancelToken> cancel;
 
   // First header with this (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;

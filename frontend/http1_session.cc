@@ -13,7 +13,6 @@ Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
                            const Http1SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       handler_(handler),
-      cancellable_(dynamic_cast<CancellableHttpHandler*>(&handler)),
       options_(options),
       metrics_(metrics),
       parser_(options.limits),
@@ -89,13 +88,10 @@ void Http1Session::dispatch(HttpRequest&& request) {
   // request with 503/500; the connection and the process go on. deliver() ignores the
   // answer if the handler had already given one.
   try {
-    if (cancellable_ == nullptr) {
-      handler_.handle(std::move(request), std::move(respond));
-      return;
-    }
     auto token = std::make_shared<net::CancelToken>();
     slots_.back().cancel = token;
-    cancellable_->handle(std::move(request), std::move(respond), std::move(token));
+    request.cancel = std::move(token);
+    handler_.handle(std::move(request), std::move(respond));
   } catch (const std::bad_alloc&) {
     ++handler_exceptions_;
     HttpResponse r;

@@ -5,8 +5,8 @@
 // read timeouts (408), idle timeouts, and error responses that close the connection when the
 // stream can no longer be trusted.
 //
-// Cancellation: with a CancellableHttpHandler, every request gets a net::CancelToken that
-// the session cancels when the connection is gone (reset, or closed by either side) before the
+// Cancellation: every request carries a net::CancelToken (HttpRequest::cancel) that the
+// session cancels when the connection is gone (reset, or closed by either side) before the
 // request was answered, and, with `cancel_on_peer_close`, when the client half-closes (FIN).
 //
 // Threading: everything on the transport's loop thread; respond callbacks may be called from
@@ -40,17 +40,6 @@ struct Http1SessionOptions {
   bool cancel_on_peer_close = false;
   // Who may set a request's priority; null: every client (unit tests, embeddings).
   const ClientPriorityPolicy* client_priority = nullptr;
-};
-
-// Optional extension of HttpHandler for handlers that can drop a request whose client went
-// away. Http1Session detects it once per session (dynamic_cast) and passes each request a token
-// it cancels as described above; the handler hands it to the model (InferRequest::cancel).
-// The two-argument handle() must keep working (no token).
-class CancellableHttpHandler : public HttpHandler {
- public:
-  using HttpHandler::handle;
-  virtual void handle(HttpRequest&& request, HttpRespond respond,
-                      std::shared_ptr<net::CancelToken> cancel) = 0;
 };
 
 class Http1Session : public net::Session, public std::enable_shared_from_this<Http1Session> {
@@ -90,7 +79,6 @@ class Http1Session : public net::Session, public std::enable_shared_from_this<Ht
 
   net::Transport* transport_;
   HttpHandler& handler_;
-  CancellableHttpHandler* cancellable_;  // handler_ when it supports cancellation
   const Http1SessionOptions& options_;
   ServerMetrics* metrics_;
   Http1Parser parser_;

@@ -39,7 +39,6 @@ struct Http2Session::Stream {
   int http_status = 200;
   std::string out;          // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
-  std::shared_ptr<net::CancelToken> cancel;  // for the outstanding call()s
   uint64_t last_rx_ns = 0;  // HEADERS or DATA last arrived (stream_timeout_ns)
   size_t held = 0;          // this stream's share of held_bytes_ (reader buffer + out)
   size_t withheld = 0;      // DATA bytes received and not yet acknowledged
@@ -227,7 +226,7 @@ struct Http2Session::Callbacks {
     Stream& s = *it->second;
     // Work still outstanding (e.g. queued in a batcher) is cancelled.
     std::shared_ptr<net::CancelToken> cancel;
-    if (s.outstanding > 0) cancel = std::move(s.cancel);
+    if (s.outstanding > 0) cancel = std::move(s.call.cancel);
     if (!s.ended) {
       // Reset by the peer (or the connection went away) before the call ended: cancelled.
       s.ended = true;
@@ -281,7 +280,6 @@ Http2Session::Http2Session(net::Transport& transport, GrpcServices& services,
                            const Http2SessionOptions& options, ServerMetrics* metrics)
     : transport_(&transport),
       services_(services),
-      cancellable_(dynamic_cast<CancellableGrpcServices*>(&services)),
       options_(options),
       metrics_(metrics),
       last_activity_ns_(transport.loop().nowNs()) {
@@ -551,12 +549,8 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
   // We are inside an nghttp2 callback: no exception may cross it. A service that throws
   // (out of memory decoding a hostile message, a bug) fails its own stream, nothing else.
   try {
-    if (cancellable_ == nullptr) {
-      services_.call(s.method, s.call, message, std::move(respond));
-      return;
-    }
-    if (!s.cancel) s.cancel = std::make_shared<net::CancelToken>();
-    cancellable_->call(s.method, s.call, message, std::move(respond), s.cancel);
+    if (!s.call.cancel) s.call.cancel = std::make_shared<net::CancelToken>();
+    services_.call(s.method, s.call, message, std::move(respond));
   } catch (const std::bad_alloc&) {
     ++stats_.service_exceptions;
     if (!s.ended) finishStream(s, absl::StatusCode::kResourceExhausted, "out of memory for this request");
@@ -588,7 +582,7 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
   if (it == streams_.end()) return;  // cancelled: the reply is dropped
   Stream& s = *it->second;
   if (s.outstanding > 0) --s.outstanding;
-  if (s.outstanding == 0) s.cancel.reset();  // nothing left to cancel
+  if (s.outstanding == 0) s.call.cancel.reset();  // nothing left to cancel
   if (s.ended) return;  // e.g. the deadline passed first
   if (reply.code != absl::StatusCode::kOk) {
     finishStream(s, reply.code, reply.message);
@@ -733,7 +727,7 @@ void Http2Session::onClosed() {
   // Calls still open are cancelled; their late replies find no stream.
   std::vector<std::shared_ptr<net::CancelToken>> tokens;
   for (auto& [id, s] : streams_) {
-    if (s->cancel && s->outstanding > 0) tokens.push_back(std::move(s->cancel));
+    if (s->call.cancel && s->outstanding > 0) tokens.push_back(std::move(s->call.cancel));
     if (!s->ended) {
       s->ended = true;
       ++stats_.cancelled;

@@ -16,7 +16,7 @@
 //   errors before any message), identity encoding only (UNIMPLEMENTED otherwise), unknown
 //   paths UNIMPLEMENTED, content-type other than application/grpc[+proto]: HTTP 415.
 // - RST_STREAM from the peer cancels the call: its reply is dropped when it comes, and it is
-//   counted as CANCELLED. With CancellableGrpcServices the call's net::CancelToken is
+//   counted as CANCELLED. The call's net::CancelToken (GrpcCall::cancel) is
 //   cancelled too (on RST_STREAM and when the connection is gone), so a queued request leaves
 //   the batcher and frees its slot. PING is answered by nghttp2. A protocol error (bad preface, bad
 //   frame size, flow-control violation, ...) sends GOAWAY with nghttp2's error code and closes
@@ -45,17 +45,6 @@
 struct nghttp2_session;
 
 namespace infergate::frontend {
-
-// Optional extension of GrpcServices for services that can drop a call's work when the client
-// cancels (RST_STREAM) or disconnects. Http2Session detects it once per session (dynamic_cast)
-// and passes every message a token (one per call; a new one for the next messages of a stream
-// once all earlier ones are answered). The four-argument call() must keep working (no token).
-class CancellableGrpcServices : public GrpcServices {
- public:
-  using GrpcServices::call;
-  virtual void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-                    GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) = 0;
-};
 
 struct Http2SessionOptions {
   uint32_t max_concurrent_streams = 128;
@@ -159,7 +148,6 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
 
   net::Transport* transport_;
   GrpcServices& services_;
-  CancellableGrpcServices* cancellable_;  // services_ when it supports cancellation
   const Http2SessionOptions& options_;
   ServerMetrics* metrics_;
   nghttp2_session* session_ = nullptr;

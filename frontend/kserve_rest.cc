@@ -4,8 +4,6 @@
 #include <string_view>
 #include <utility>
 
-#include "backends/batched_model.h"
-#include "backends/batcher.h"
 #include "common/clock.h"
 #include "frontend/kserve_json.h"
 #include "net/session.h"
@@ -87,23 +85,14 @@ absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::stri
   return int64_t{0};
 }
 
-uint32_t priorityLevelsOf(const backends::Model& model) {
-  const auto* batched = dynamic_cast<const backends::BatchedModel*>(&model);
-  return batched != nullptr ? batched->priorityLevels() : 0;
-}
-
 KServeRestHandler::KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
                                      ServerMetrics* metrics)
     : registry_(registry), info_(std::move(info)), metrics_(metrics) {}
 
 void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
-  handle(std::move(request), std::move(respond), nullptr);
-}
-
-void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
-                               std::shared_ptr<net::CancelToken> cancel) {
   const std::string_view path = request.path();
   if (TfServingRestHandler::handles(path)) {  // TF Serving REST (frontend/tfserving_rest.h)
+    std::shared_ptr<net::CancelToken> cancel = std::move(request.cancel);
     return TfServingRestHandler(registry_, metrics_)
         .handle(std::move(request), std::move(respond), std::move(cancel));
   }
@@ -156,13 +145,13 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond,
   }
   if (mp.suffix == "infer") {
     if (!post) return methodNotAllowed("POST");
-    return infer(std::move(request), *model, model_index, std::move(respond), std::move(cancel));
+    return infer(std::move(request), *model, model_index, std::move(respond));
   }
   return finish(-1, errorResponse(404, "not found: " + std::string(path)));
 }
 
 void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int model_index,
-                              HttpRespond respond, std::shared_ptr<net::CancelToken> cancel) {
+                              HttpRespond respond) {
   const uint64_t start = request.received_ns;
   ServerMetrics* metrics = metrics_;
   auto finish = [metrics, model_index, start, respond = std::move(respond)](HttpResponse resp) {
@@ -210,13 +199,13 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     absl::StatusOr<int64_t> prio = resolvePriority(
         req->priority, request.header(kPriorityHeader),
         request.tag ? std::optional<int>(request.tag->priority_class) : std::nullopt,
-        priorityLevelsOf(model), request.priority_trusted);
+        model.priorityLevels(), request.priority_trusted);
     if (!prio.ok()) {
       return finish(errorResponse(httpStatusFor(prio.status()), std::string(prio.status().message())));
     }
     req->priority = *prio;
   }
-  req->cancel = std::move(cancel);
+  req->cancel = std::move(request.cancel);
   model.infer(std::move(*req), [finish = std::move(finish)](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) {

@@ -12,9 +12,8 @@
 
 #include "absl/status/statusor.h"
 #include "backends/model.h"
-#include "frontend/status_map.h"
-#include "frontend/http1_session.h"
 #include "frontend/http_handler.h"
+#include "frontend/status_map.h"
 #include "frontend/server_metrics.h"
 
 namespace infergate::frontend {
@@ -35,31 +34,26 @@ inline constexpr std::string_view kPriorityHeader = "x-infergate-priority";
 //   2. `header` (non-null): the x-infergate-priority header / metadata value;
 //   (1 and 2 only when `client_trusted`: the connection's source may choose its priority,
 //   ClientPriorityPolicy; otherwise they are ignored, not refused)
-//   3. `tag_class`: the XDP tag's class 0..3, mapped to `levels` Triton levels by
-//      backends::levelOfPriorityClass (with `levels` 0 — a model without priority levels — the
+//   3. `tag_class`: the XDP tag's class 0..3, mapped to `levels` Triton levels
+//      (Model::priorityLevels) by backends::levelOfPriorityClass (with `levels` 0 — a model without priority levels — the
 //      class is ignored);
 //   4. else 0 (the level default).
 // INVALID_ARGUMENT when the header value is not a non-negative decimal integer.
 absl::StatusOr<int64_t> resolvePriority(int64_t kserve_priority, const std::string* header,
                                         std::optional<int> tag_class, uint32_t levels,
                                         bool client_trusted);
-// Triton priority levels of `model`: a BatchedModel's priority_levels, else 0.
-uint32_t priorityLevelsOf(const backends::Model& model);
 
 // Infer requests are decoded one copy into the model's batch slots when it has them
 // (Model::placeInputs, docs/BATCHING.md "One copy") and carry the session's cancel token
-// (CancellableHttpHandler) to the model.
-class KServeRestHandler : public CancellableHttpHandler {
+// (HttpRequest::cancel) to the model.
+class KServeRestHandler : public HttpHandler {
  public:
   KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
                     ServerMetrics* metrics);
   void handle(HttpRequest&& request, HttpRespond respond) override;
-  void handle(HttpRequest&& request, HttpRespond respond,
-              std::shared_ptr<net::CancelToken> cancel) override;
 
  private:
-  void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond,
-             std::shared_ptr<net::CancelToken> cancel);
+  void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

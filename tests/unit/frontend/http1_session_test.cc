@@ -229,14 +229,11 @@ TEST_F(Fixture, ConnectionCloseStopsParsing) {
   EXPECT_TRUE(transport.closed);
 }
 
-// A handler that keeps each request's cancel token (CancellableHttpHandler) and answers later.
-class TokenHandler : public CancellableHttpHandler {
+// A handler that keeps each request's cancel token (HttpRequest::cancel) and answers later.
+class TokenHandler : public HttpHandler {
  public:
   void handle(HttpRequest&& req, HttpRespond respond) override {
-    handle(std::move(req), std::move(respond), nullptr);
-  }
-  void handle(HttpRequest&& req, HttpRespond respond,
-              std::shared_ptr<net::CancelToken> cancel) override {
+    std::shared_ptr<net::CancelToken> cancel = std::move(req.cancel);
     HttpResponse r;
     r.body = std::string(req.path());
     if (cancel) cancel->onCancel([this, n = tokens.size()] { cancelled.push_back(n); });

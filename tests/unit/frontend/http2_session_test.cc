@@ -22,16 +22,9 @@ using mocks::FakeTransport;
 
 // "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
 // "/t.S/Stream" is client-streaming and echoes each message.
-class FakeServices : public CancellableGrpcServices {
+class FakeServices : public GrpcServices {
  public:
-  using CancellableGrpcServices::call;
-  // With cancellation (what the session uses): keeps the token, then as below.
-  void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
-            GrpcRespond respond, std::shared_ptr<net::CancelToken> cancel) override {
-    tokens.push_back(cancel);
-    this->call(method, call, message, std::move(respond));
-  }
-  std::vector<std::shared_ptr<net::CancelToken>> tokens;
+  std::vector<std::shared_ptr<net::CancelToken>> tokens;  // each call's GrpcCall::cancel
   GrpcMethod resolve(std::string_view path) const override {
     GrpcMethod m;
     if (path == "/t.S/Echo") m.id = 0;
@@ -45,6 +38,7 @@ class FakeServices : public CancellableGrpcServices {
   }
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override {
+    tokens.push_back(call.cancel);
     received.emplace_back(message);
     last_call = call;
     if (method.id == 3) throw std::bad_alloc();

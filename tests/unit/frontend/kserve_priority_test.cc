@@ -88,7 +88,7 @@ class KServePriorityTest : public ::testing::Test {
     auto m = testing::recordingModel(&levels_, 4);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = m->get();
-    EXPECT_EQ(priorityLevelsOf(*model_), 4u);
+    EXPECT_EQ(model_->priorityLevels(), 4u);
     registry_.add(std::move(*m));
     handler_ = std::make_unique<KServeRestHandler>(registry_, ServerInfo{}, nullptr);
   }
