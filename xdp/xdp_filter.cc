@@ -25,6 +25,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "common/clock.h"
 #include "common/secret.h"
 #include "ig_ingress.skel.h"
 
@@ -68,12 +69,6 @@ int interfaceMtu(const std::string& ifname) {
   int rc = ioctl(fd, SIOCGIFMTU, &ifr);
   close(fd);
   return rc == 0 ? ifr.ifr_mtu : 0;
-}
-
-uint64_t monotonicNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns()'s clock
-  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 // The driver of an interface ("veth", "ixgbe", ...), empty when unknown.
@@ -716,7 +711,8 @@ absl::Status XdpFilter::setCookieMode(bool on, uint64_t drain_ns) {
   std::lock_guard<std::mutex> lock(runtime_mu_);
   bool was_on = runtime_.cookie_mode == IG_COOKIE_ON;
   runtime_.cookie_mode = on ? IG_COOKIE_ON : IG_COOKIE_OFF;
-  if (!on && was_on) runtime_.cookie_check_until_ns = monotonicNs() + drain_ns;
+  // common::monotonicNs() is CLOCK_MONOTONIC, bpf_ktime_get_ns()'s clock.
+  if (!on && was_on) runtime_.cookie_check_until_ns = common::monotonicNs() + drain_ns;
   return writeRuntime();
 }
 
