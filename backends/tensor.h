@@ -111,6 +111,22 @@ std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape);
 std::optional<uint64_t> tensorByteSize(const std::vector<int64_t>& shape, DataType t);
 std::string shapeToString(const std::vector<int64_t>& shape);
 
+// The last of `tensors` whose name (nameOf(tensor)) is `name`, or null; every match is marked in
+// `used` (as long as `tensors`). The backends match configured tensors to a server's metadata
+// with it.
+template <class T, class NameOf>
+const T* findTensorByName(const std::vector<T>& tensors, std::string_view name, NameOf nameOf,
+                          std::vector<bool>& used) {
+  const T* found = nullptr;
+  for (size_t j = 0; j < tensors.size(); ++j) {
+    if (nameOf(tensors[j]) == name) {
+      found = &tensors[j];
+      used[j] = true;
+    }
+  }
+  return found;
+}
+
 // A tensor as declared in configuration / metadata. -1 marks a variable dimension.
 struct TensorSpec {
   std::string name;

@@ -37,13 +37,8 @@ void compareTfTensors(const ModelConfig& config, std::string_view signature,
   std::vector<bool> used(have.size(), false);
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
-    const wire::TfTensorInfo* m = nullptr;
-    for (size_t j = 0; j < have.size(); ++j) {
-      if (have[j].alias == s.name) {
-        m = &have[j];
-        used[j] = true;
-      }
-    }
+    const wire::TfTensorInfo* m = findTensorByName(
+        have, s.name, [](const wire::TfTensorInfo& t) -> const std::string& { return t.alias; }, used);
     if (m == nullptr) {
       diffs.push_back(fmt::format(
           "{}[{}] '{}' is configured but signature '{}' has no such {} (it has: {})", kind, i,

@@ -37,13 +37,8 @@ void compareTensors(const ModelConfig& config, const std::vector<TensorSpec>& sp
   std::vector<bool> used(have.size(), false);
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
-    const wire::TensorMetadata* m = nullptr;
-    for (size_t j = 0; j < have.size(); ++j) {
-      if (have[j].name == s.name) {
-        m = &have[j];
-        used[j] = true;
-      }
-    }
+    const wire::TensorMetadata* m = findTensorByName(
+        have, s.name, [](const wire::TensorMetadata& t) -> const std::string& { return t.name; }, used);
     if (m == nullptr) {
       diffs.push_back(fmt::format("{}[{}] '{}' is configured but the backend model has no such "
                                   "{} (it has: {})",

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "frontend/fp16.h"
+#include "frontend/tensor_json.h"
 #include "simdjson.h"
 
 namespace infergate::frontend {
@@ -754,24 +755,25 @@ TEST(KserveJsonRoundTrip, Fp64Exact) {
                            1e21, 3e20, 123456789012345680000.0, -1e22, 1e23, 4294967296.0 * 4294967296.0});
 }
 
-TEST(KserveJsonRoundTrip, Fp32RandomBitPatterns) {
-  std::mt19937 rng(12345);
-  std::vector<float> values;
+// 100,000 finite values of F from random bit patterns.
+template <typename F, typename Bits, typename Rng>
+std::vector<F> randomFinite(typename Rng::result_type seed) {
+  Rng rng(seed);
+  std::vector<F> values;
   while (values.size() < 100000) {
-    const float f = std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    const F f = std::bit_cast<F>(static_cast<Bits>(rng()));
     if (std::isfinite(f)) values.push_back(f);
   }
-  expectRoundTrip<float>(DataType::kFp32, "FP32", values);
+  return values;
+}
+
+TEST(KserveJsonRoundTrip, Fp32RandomBitPatterns) {
+  expectRoundTrip<float>(DataType::kFp32, "FP32", randomFinite<float, uint32_t, std::mt19937>(12345));
 }
 
 TEST(KserveJsonRoundTrip, Fp64RandomBitPatterns) {
-  std::mt19937_64 rng(54321);
-  std::vector<double> values;
-  while (values.size() < 100000) {
-    const double d = std::bit_cast<double>(static_cast<uint64_t>(rng()));
-    if (std::isfinite(d)) values.push_back(d);
-  }
-  expectRoundTrip<double>(DataType::kFp64, "FP64", values);
+  expectRoundTrip<double>(DataType::kFp64, "FP64",
+                          randomFinite<double, uint64_t, std::mt19937_64>(54321));
 }
 
 TEST(KserveJsonRoundTrip, EveryFiniteFp16AndBf16) {
@@ -791,6 +793,44 @@ TEST(KserveJsonRoundTrip, IntegersAndBool) {
   expectRoundTrip<uint64_t>(DataType::kUint64, "UINT64",
                             {0, 1, std::numeric_limits<uint64_t>::max()});
   expectRoundTrip<uint8_t>(DataType::kBool, "BOOL", {0, 1, 1, 0});
+}
+
+// ---- tensor_json.h (the JSON tensor core shared with TF Serving REST) ---------------------------
+
+TEST(TensorJson, FloatElementsPerDatatype) {
+  using namespace tensor_json;
+  using Fp16 = backends::DataTypeTag<DataType::kFp16>;
+  using Bf16 = backends::DataTypeTag<DataType::kBf16>;
+  using Fp32 = backends::DataTypeTag<DataType::kFp32>;
+  EXPECT_EQ(narrowFloat<Fp16>(1.0), 0x3C00);
+  EXPECT_EQ(narrowFloat<Bf16>(1.0), 0x3F80);
+  EXPECT_EQ(narrowFloat<Fp32>(0.1), 0.1f);
+  EXPECT_TRUE(isInfinite<Fp16>(narrowFloat<Fp16>(65520.0)));   // rounds past 65504
+  EXPECT_FALSE(isInfinite<Fp16>(narrowFloat<Fp16>(65504.0)));
+  EXPECT_TRUE(isInfinite<Bf16>(0xFF80));
+  EXPECT_TRUE(isInfinite<Fp32>(narrowFloat<Fp32>(1e39)));
+  EXPECT_EQ(widenFloat<Fp16>(0xC100), -2.5f);
+  EXPECT_EQ(widenFloat<Bf16>(0x3F80), 1.0f);
+}
+
+TEST(TensorJson, ElementReaderStopsAtATruncatedElement) {
+  using namespace tensor_json;
+  std::vector<uint8_t> buf;
+  appendBytesElement(buf, "ab");
+  appendBytesElement(buf, "");
+  buf.insert(buf.end(), {5, 0, 0, 0, 'x'});  // declares 5 bytes, holds 1
+  ElementReader r(buf.data(), buf.size());
+  std::string_view s;
+  ASSERT_TRUE(r.nextBytes(s));
+  EXPECT_EQ(s, "ab");
+  ASSERT_TRUE(r.nextBytes(s));
+  EXPECT_EQ(s, "");
+  EXPECT_FALSE(r.nextBytes(s));
+  EXPECT_EQ(r.remaining(), 5u);  // nothing consumed
+  uint32_t len = 0;
+  EXPECT_TRUE(r.next(len));
+  EXPECT_EQ(len, 5u);
+  EXPECT_FALSE(r.next(len));
 }
 
 // ---- fp16.h --------------------------------------------------------------------------------------
