@@ -1,18 +1,10 @@
 #include "backends/model.h"
 
-#include <algorithm>
 #include <cstring>
 
-#include "common/priority.h"
 #include "fmt/format.h"
 
 namespace infergate::backends {
-
-uint32_t levelOfPriorityClass(int priority_class, uint32_t levels) {
-  if (levels == 0) levels = 1;
-  const int c = std::clamp(priority_class, 0, common::kPriorityClasses - 1);
-  return 1 + static_cast<uint32_t>(c) * levels / common::kPriorityClasses;
-}
 
 std::vector<int64_t> ModelConfig::fullShape(const TensorSpec& spec) const {
   std::vector<int64_t> s;
@@ -52,6 +44,14 @@ bool bytesElementsOk(const uint8_t* data, size_t size, uint64_t n) {
     off += len;
   }
   return off == size;
+}
+
+// Whether `specs` declares a tensor called `name`.
+bool declares(const std::vector<TensorSpec>& specs, std::string_view name) {
+  for (const TensorSpec& spec : specs) {
+    if (spec.name == name) return true;
+  }
+  return false;
 }
 }  // namespace
 
@@ -132,17 +132,13 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
     }
   }
   for (const Tensor& in : request.inputs) {
-    bool known = false;
-    for (const TensorSpec& spec : config.inputs) known |= spec.name == in.name;
-    if (!known) {
+    if (!declares(config.inputs, in.name)) {
       return absl::InvalidArgumentError(
           fmt::format("{}{}{}{}{}","unexpected input '", in.name, "' for model '", config.name, "'"));
     }
   }
   for (const RequestedOutput& out : request.outputs) {
-    bool known = false;
-    for (const TensorSpec& spec : config.outputs) known |= spec.name == out.name;
-    if (!known) {
+    if (!declares(config.outputs, out.name)) {
       return absl::InvalidArgumentError(
           fmt::format("{}{}{}{}{}","unexpected inference output '", out.name, "' for model '", config.name, "'"));
     }
