@@ -1,8 +1,8 @@
 #pragma once
 // KServe v2 gRPC (inference.GRPCInferenceService) tensor codec without protobuf objects for the
 // tensor bytes:
-// - decodeModelInferRequest scans the ModelInferRequest wire format with protobuf's
-//   CodedInputStream, keeps views of the message bytes, and copies each raw_input_contents
+// - decodeModelInferRequest scans the ModelInferRequest wire format with common/protowire.h
+//   (protobuf's reading rules, without libprotobuf), keeps views of the message bytes, and copies each raw_input_contents
 //   entry straight into its input Tensor's data (the one copy); typed `contents` are decoded
 //   element by element into the same representation (BYTES: 4-byte LE length + bytes).
 // - encodeModelInferResponse writes a ModelInferResponse with raw_output_contents directly into
