@@ -163,17 +163,14 @@ bool Reader::next() {
       if (!readVarintAt(p_, end_, varint_)) break;
       return true;
     case kFixed64:
-      if (end_ - p_ < 8) break;
+    case kFixed32: {
+      const size_t n = wire_type_ == kFixed64 ? 8 : 4;
+      if (static_cast<size_t>(end_ - p_) < n) break;
       data_ = p_;
-      size_ = 8;
-      p_ += 8;
+      size_ = n;
+      p_ += n;
       return true;
-    case kFixed32:
-      if (end_ - p_ < 4) break;
-      data_ = p_;
-      size_ = 4;
-      p_ += 4;
-      return true;
+    }
     case kLen: {
       uint64_t n;
       if (!readVarintAt(p_, end_, n) || n > static_cast<uint64_t>(end_ - p_)) break;
