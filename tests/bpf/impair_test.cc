@@ -37,21 +37,7 @@
 namespace infergate::impair {
 namespace {
 
-std::string g_skip;
 constexpr char kPinDir[] = "/sys/fs/bpf/igimp";
-
-class NetnsEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    g_skip = infergate::testing::enterPrivateNetns(
-        "needs root (BPF, network namespace, veth)",
-        "ip link set lo up && ip link add igi0 type veth peer name igi1 && "
-        "ip link set igi0 up && ip link set igi1 up", true);
-  }
-};
-
-#define SKIP_WITHOUT_ROOT() \
-  if (!g_skip.empty()) GTEST_SKIP() << g_skip
 
 ig_impair_config sharedConfig(uint64_t seed, double drop, double dup, double reorder) {
   ImpairConfig c;
@@ -169,7 +155,7 @@ int runOnce(int prog_fd, std::vector<uint8_t>& frame) {
 }
 
 TEST(ImpairProgTestRun, DecisionsEqualTheHostsPacketByPacket) {
-  SKIP_WITHOUT_ROOT();
+  SKIP_WITHOUT_NETNS();
   Skel skel;
   skel.s = ig_impair__open_and_load();
   ASSERT_NE(skel.s, nullptr) << "loading impair.bpf.c: " << strerror(errno);
@@ -306,7 +292,7 @@ class ImpairVeth : public ::testing::TestWithParam<Hook> {
 };
 
 TEST_P(ImpairVeth, ArrivalsCountersAndSeedMatchThePrediction) {
-  SKIP_WITHOUT_ROOT();
+  SKIP_WITHOUT_NETNS();
   const uint32_t n = 20000;
   ImpairConfig cfg;
   cfg.seed = 2024;
@@ -379,7 +365,7 @@ TEST_P(ImpairVeth, ArrivalsCountersAndSeedMatchThePrediction) {
 }
 
 TEST_P(ImpairVeth, DetachRemovesFilterAndPins) {
-  SKIP_WITHOUT_ROOT();
+  SKIP_WITHOUT_NETNS();
   ImpairConfig cfg;
   cfg.drop = 1;
   cfg.l4_proto = IPPROTO_UDP;
@@ -403,7 +389,10 @@ INSTANTIATE_TEST_SUITE_P(Hooks, ImpairVeth, ::testing::Values(Hook::kEgress, Hoo
 }  // namespace infergate::impair
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new infergate::impair::NetnsEnv);
-  return RUN_ALL_TESTS();
+  return infergate::testing::runInPrivateNetns(
+      argc, argv,
+      {"needs root (BPF, network namespace, veth)",
+       "ip link set lo up && ip link add igi0 type veth peer name igi1 && "
+       "ip link set igi0 up && ip link set igi1 up",
+       true});
 }

@@ -3,6 +3,10 @@
 // mount namespace (so nothing reaches the host's interfaces or bpffs), mounts a bpffs there
 // when asked, and runs `links` (an `ip` command line creating the veth pair). Returns "" or
 // why the tests must skip (not root, no namespaces, no veth).
+//
+// A test binary does it once, before any test, with its main() as
+//   return infergate::testing::runInPrivateNetns(argc, argv, {needs_root, links, bpffs});
+// and each test that needs the links starts with SKIP_WITHOUT_NETNS().
 
 #include <sched.h>
 #include <sys/mount.h>
@@ -13,6 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+
+#include <gtest/gtest.h>
 
 namespace infergate::testing {
 
@@ -30,4 +37,39 @@ inline std::string enterPrivateNetns(const std::string& needs_root, const char* 
   return "";
 }
 
+// What a test binary's namespace holds, as enterPrivateNetns takes it.
+struct NetnsSpec {
+  std::string needs_root;  // the skip message for a non-root run
+  const char* links;       // the `ip` commands creating the links
+  bool mount_bpffs;
+};
+
+// Why this binary's tests skip ("" when the namespace and its links are up).
+inline std::string& netnsSkipReason() {
+  static std::string reason;
+  return reason;
+}
+
+class NetnsEnvironment : public ::testing::Environment {
+ public:
+  explicit NetnsEnvironment(NetnsSpec spec) : spec_(std::move(spec)) {}
+  void SetUp() override {
+    netnsSkipReason() = enterPrivateNetns(spec_.needs_root, spec_.links, spec_.mount_bpffs);
+  }
+
+ private:
+  NetnsSpec spec_;
+};
+
+// main() of a test binary whose tests run inside the namespace.
+inline int runInPrivateNetns(int argc, char** argv, NetnsSpec spec) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new NetnsEnvironment(std::move(spec)));
+  return RUN_ALL_TESTS();
+}
+
 }  // namespace infergate::testing
+
+#define SKIP_WITHOUT_NETNS()                                     \
+  if (!::infergate::testing::netnsSkipReason().empty()) \
+  GTEST_SKIP() << ::infergate::testing::netnsSkipReason()

@@ -25,18 +25,6 @@
 namespace infergate::xdp::testing {
 namespace {
 
-std::string g_skip;
-
-class VethEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    g_skip = infergate::testing::enterPrivateNetns(
-        "needs root (network namespace, veth, XDP attach)",
-        "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
-        "ip link set igx1 up", true);
-  }
-};
-
 XdpOptions opts(AttachMode mode = AttachMode::kNative) {
   XdpOptions o = fixtureOptions();
   o.interface = "igx0";
@@ -57,11 +45,8 @@ uint32_t progId(int fd) {
   return info.id;
 }
 
-#define SKIP_IF_NEEDED() \
-  if (!g_skip.empty()) GTEST_SKIP() << g_skip
-
 TEST(XdpAttach, NativeAttachAndDetach) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   {
     auto f = XdpFilter::attach(opts());
     ASSERT_TRUE(f.ok()) << f.status();
@@ -71,7 +56,7 @@ TEST(XdpAttach, NativeAttachAndDetach) {
 }
 
 TEST(XdpAttach, GenericMode) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   auto f = XdpFilter::attach(opts(AttachMode::kGeneric));
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(attachedId(XDP_FLAGS_SKB_MODE), progId((*f)->programFd()));
@@ -81,7 +66,7 @@ TEST(XdpAttach, GenericMode) {
 }
 
 TEST(XdpAttach, ReplacesOurOwnProgramAtomically) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   auto first = XdpFilter::attach(opts());
   ASSERT_TRUE(first.ok()) << first.status();
   auto second = XdpFilter::attach(opts());
@@ -94,7 +79,7 @@ TEST(XdpAttach, ReplacesOurOwnProgramAtomically) {
 }
 
 TEST(XdpAttach, LeavesForeignProgramAlone) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   auto loaded = XdpFilter::load(opts());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   // ig_xdp_pass stands in for somebody else's program
@@ -113,7 +98,7 @@ TEST(XdpAttach, LeavesForeignProgramAlone) {
 }
 
 TEST(XdpAttach, ErrorsNameTheInterface) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   XdpOptions o = opts();
   o.interface = "nosuchif0";
   auto f = XdpFilter::attach(o);
@@ -123,7 +108,7 @@ TEST(XdpAttach, ErrorsNameTheInterface) {
 }
 
 TEST(XdpAttach, PinnedStats) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   std::string dir = "/sys/fs/bpf/ig-test-" + std::to_string(getpid());
   mkdir(dir.c_str(), 0700);
   XdpOptions o = opts();
@@ -179,7 +164,7 @@ TEST(XdpAttach, PinnedStats) {
 // alone on the peer the RST waited for unrelated traffic (seconds). The RST must reach the
 // peer at once: the attached program sends it with XDP_REDIRECT on a veth.
 TEST(XdpAttach, RstReachesAVethPeerWithoutXdp) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   ASSERT_EQ(std::system("ethtool -K igx1 gro on >/dev/null 2>&1 || true"), 0);
   XdpOptions o = opts();
   if (getenv("IG_TEST_FORCE_XDP_TX")) o.rst_tx = RstTx::kTx;  // shows the failure without the fix
@@ -225,7 +210,9 @@ TEST(XdpAttach, RstReachesAVethPeerWithoutXdp) {
 }  // namespace infergate::xdp::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new infergate::xdp::testing::VethEnv);
-  return RUN_ALL_TESTS();
+  return infergate::testing::runInPrivateNetns(
+      argc, argv,
+      {"needs root (network namespace, veth, XDP attach)",
+       "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && ip link set igx1 up",
+       true});
 }

@@ -421,6 +421,17 @@ class CookieTest : public ::testing::Test {
     return isn;
   }
 
+  // The handshake, then the client's first data segment carrying `payload`, acking our ISN.
+  PacketSpec firstDataAfterHandshake(const SynCase& c, uint16_t sport, uint32_t client_isn,
+                                     const char* payload) {
+    const uint32_t isn = handshake(c, sport, client_isn);
+    PacketSpec d = clientSpec(c, sport);
+    d.seq = client_isn + 1;
+    d.ack = isn + 1;
+    d.payload = payload;
+    return d;
+  }
+
   std::unique_ptr<XdpFilter> f_;
   ig_cookie_keys keys_{};
 };
@@ -475,12 +486,7 @@ TEST_F(CookieTest, PureAckIsDeferredAndABadOneIsPassed) {
 }
 
 TEST_F(CookieTest, ValidCookieGoodRequestGoesToTheStackFlagged) {
-  SynCase c{"ipv6", true};
-  uint32_t isn = handshake(c, 55300, 77);
-  PacketSpec d = clientSpec(c, 55300);
-  d.seq = 78;
-  d.ack = isn + 1;
-  d.payload = kGood;
+  PacketSpec d = firstDataAfterHandshake({"ipv6", true}, 55300, 77, kGood);
   RunResult r = runXdp(f_->programFd(), buildPacket(d));
   EXPECT_EQ(r.retval, kPass);  // XDP_REDIRECT with a socket bound on the queue
   ig_tag t = tagOf(r);
@@ -496,12 +502,7 @@ TEST_F(CookieTest, ValidCookieGoodRequestGoesToTheStackFlagged) {
 }
 
 TEST_F(CookieTest, ValidCookieBadRequestIsResetByTheProgram) {
-  SynCase c{"ipv4", false, true};
-  uint32_t isn = handshake(c, 55400, 5000);
-  PacketSpec d = clientSpec(c, 55400);
-  d.seq = 5001;
-  d.ack = isn + 1;
-  d.payload = kBadLine;
+  PacketSpec d = firstDataAfterHandshake({"ipv4", false, true}, 55400, 5000, kBadLine);
   RunResult r = runXdp(f_->programFd(), buildPacket(d));
   EXPECT_EQ(r.retval, kTx) << "never reaches userspace";
   EXPECT_TRUE(r.meta.empty());

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "xdp/ingress_shared.h"
 #include "xdp/testing/fixtures.h"
@@ -116,6 +117,19 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, XdpFixtures, ::testing::Range<size_t>(0, fixt
 
 
 const char* kGood = "GET /v2/health/ready HTTP/1.1\r\nHost: gw\r\n\r\n";
+const char* kPriority2 = "POST /v2/models/m/infer HTTP/1.1\r\nx-infergate-priority: 2\r\n\r\n";
+
+// The tag the program recorded for the test client's flow 10.0.0.2:sport -> 10.0.0.1:8000.
+std::optional<Tag> testFlowTag(const XdpFilter& f, uint16_t sport) {
+  sockaddr_in peer{}, local{};
+  peer.sin_family = local.sin_family = AF_INET;
+  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
+  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
+  peer.sin_port = htons(sport);
+  local.sin_port = htons(8000);
+  return f.lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
+                                                  reinterpret_cast<sockaddr*>(&local)));
+}
 
 TEST(XdpState, RejectedFlowDropsLaterSegments) {
   LOAD_OR_SKIP(f, fixtureOptions());
@@ -169,25 +183,14 @@ TEST(XdpState, FlowSlotsAreRoundedToAPowerOfTwo) {
   XdpOptions o = fixtureOptions();
   o.flow_entries = 1000;
   LOAD_OR_SKIP(f, o);
-  sockaddr_in peer{}, local{};
-  peer.sin_family = local.sin_family = AF_INET;
-  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
-  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
-  local.sin_port = htons(8000);
   int found = 0;
   for (uint16_t port = 42000; port < 42100; ++port) {
     ASSERT_EQ(runXdp(f->programFd(), buildPacket(flow(port, kAck | kPsh, kGood))).retval,
               static_cast<uint32_t>(XDP_PASS));
-    peer.sin_port = htons(port);
-    found += f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
-                                                      reinterpret_cast<sockaddr*>(&local)))
-                 .has_value();
+    found += testFlowTag(*f, port).has_value();
   }
   EXPECT_EQ(found, 100);
-  peer.sin_port = htons(42100);
-  EXPECT_FALSE(f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
-                                                        reinterpret_cast<sockaddr*>(&local)))
-                   .has_value());
+  EXPECT_FALSE(testFlowTag(*f, 42100).has_value());
 }
 
 TEST(XdpState, FirstSegmentNeedsRequestOnlyAfterSyn) {
@@ -207,26 +210,14 @@ TEST(XdpState, FirstSegmentNeedsRequestOnlyAfterSyn) {
 TEST(XdpState, FlowTagLookup) {
   LOAD_OR_SKIP(f, fixtureOptions());
   int fd = f->programFd();
-  RunResult r = runXdp(
-      fd, buildPacket(flow(41200, kAck | kPsh,
-                           "POST /v2/models/m/infer HTTP/1.1\r\nx-infergate-priority: 2\r\n\r\n")));
+  RunResult r = runXdp(fd, buildPacket(flow(41200, kAck | kPsh, kPriority2)));
   ASSERT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
-  sockaddr_in peer{}, local{};
-  peer.sin_family = local.sin_family = AF_INET;
-  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
-  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
-  peer.sin_port = htons(41200);
-  local.sin_port = htons(8000);
-  auto tag = f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
-                                                       reinterpret_cast<sockaddr*>(&local)));
+  auto tag = testFlowTag(*f, 41200);
   ASSERT_TRUE(tag.has_value());
   EXPECT_EQ(tag->cls, 2);
   EXPECT_EQ(tag->verdict, IG_TV_ADMIT);
   EXPECT_TRUE(tag->flags & IG_TF_REQUEST_START);
-  peer.sin_port = htons(41201);
-  EXPECT_FALSE(f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
-                                                        reinterpret_cast<sockaddr*>(&local)))
-                   .has_value());
+  EXPECT_FALSE(testFlowTag(*f, 41201).has_value());
   auto c = f->readCounters();
   EXPECT_EQ(c.requests[2][IG_TV_ADMIT], 1u);
 }
@@ -347,19 +338,9 @@ int headerClassFrom(const XdpOptions& o, uint16_t sport, bool* skipped) {
     *skipped = !skip.empty();
     return -1;
   }
-  RunResult r = runXdp(
-      f->programFd(),
-      buildPacket(flow(sport, kAck | kPsh,
-                       "POST /v2/models/m/infer HTTP/1.1\r\nx-infergate-priority: 2\r\n\r\n")));
+  RunResult r = runXdp(f->programFd(), buildPacket(flow(sport, kAck | kPsh, kPriority2)));
   EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
-  sockaddr_in peer{}, local{};
-  peer.sin_family = local.sin_family = AF_INET;
-  inet_pton(AF_INET, "10.0.0.2", &peer.sin_addr);
-  inet_pton(AF_INET, "10.0.0.1", &local.sin_addr);
-  peer.sin_port = htons(sport);
-  local.sin_port = htons(8000);
-  auto tag = f->lookupFlowTag(FlowTuple::fromSockaddrs(reinterpret_cast<sockaddr*>(&peer),
-                                                       reinterpret_cast<sockaddr*>(&local)));
+  auto tag = testFlowTag(*f, sport);
   EXPECT_TRUE(tag.has_value());
   return tag ? tag->cls : -1;
 }

@@ -41,21 +41,6 @@ using dataplane::Frame;
 using dataplane::xsk::XskDevice;
 using dataplane::xsk::XskOptions;
 
-std::string g_skip;
-
-class VethEnv : public ::testing::Environment {
- public:
-  void SetUp() override {
-    g_skip = infergate::testing::enterPrivateNetns(
-        "needs root (network namespace, veth, XDP, AF_XDP)",
-        "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && "
-        "ip link set igx1 up", false);
-  }
-};
-
-#define SKIP_IF_NEEDED() \
-  if (!g_skip.empty()) GTEST_SKIP() << g_skip
-
 XdpOptions redirectOptions() {
   XdpOptions o = fixtureOptions();
   o.interface = "igx0";
@@ -89,7 +74,7 @@ ig_tag metaTag(const RunResult& r) {
 }
 
 TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   auto f = XdpFilter::load(redirectOptions());
   ASSERT_TRUE(f.ok()) << f.status();
   // Empty XSKMAP: bpf_redirect_map falls back to XDP_PASS; the table holds unchanged.
@@ -142,7 +127,7 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
 }
 
 TEST(XskRedirect, RedirectOffByDefault) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   XdpOptions o = redirectOptions();
   o.redirect_xsk = false;
   auto f = XdpFilter::load(o);
@@ -156,7 +141,7 @@ TEST(XskRedirect, RedirectOffByDefault) {
 }
 
 TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   // Body bytes of a keep-alive upload that happen to begin like a request line.
   PacketSpec mid;
   mid.payload = std::string("BREW \x01\x9f\x33 binary body bytes", 26);
@@ -201,7 +186,7 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
 }
 
 TEST(XskRedirect, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   XdpOptions o = redirectOptions();
   o.track_flows = true;
   auto f = XdpFilter::load(o);
@@ -290,7 +275,7 @@ std::vector<std::vector<uint8_t>> receive(XskDevice& dev, size_t want, std::vect
 }
 
 TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   XdpOptions o = redirectOptions();
   std::unique_ptr<XskDevice> dev;
   auto f = XdpFilter::attach(o, [&](XdpFilter& filter) {
@@ -396,7 +381,7 @@ TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
 }
 
 TEST(XskDevice, ZeroCopyRequiredFailsClearlyOnVeth) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   XskOptions so = deviceOptions(-1);
   so.zero_copy = dataplane::xsk::ZeroCopy::kRequire;
   auto dev = XskDevice::open(so);
@@ -406,7 +391,7 @@ TEST(XskDevice, ZeroCopyRequiredFailsClearlyOnVeth) {
 }
 
 TEST(XskDevice, RxQueueCount) {
-  SKIP_IF_NEEDED();
+  SKIP_WITHOUT_NETNS();
   auto n = dataplane::xsk::rxQueueCount("igx0");
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 1u);
@@ -417,7 +402,9 @@ TEST(XskDevice, RxQueueCount) {
 }  // namespace infergate::xdp::testing
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  ::testing::AddGlobalTestEnvironment(new infergate::xdp::testing::VethEnv);
-  return RUN_ALL_TESTS();
+  return infergate::testing::runInPrivateNetns(
+      argc, argv,
+      {"needs root (network namespace, veth, XDP, AF_XDP)",
+       "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && ip link set igx1 up",
+       false});
 }
