@@ -852,6 +852,29 @@ IG_UNROLL
  * addresses and ports swapped, the VLAN tag kept, IP options dropped, seq = the segment's
  * ack, ack = the segment's end. Returns the new frame length (the caller shrinks the frame),
  * or -1 when the frame is too short to hold it. Checksums are computed in full. */
+/* After ig_write_reply_l3 returned off: the reply's ports (swapped), seq and ack, also added to
+ * *psum. Returns the TCP header, or 0 when off is out of range or the frame holds fewer than
+ * `need` bytes of TCP header. */
+IG_INLINE __u8 *ig_write_reply_tcp(__u8 *data, const __u8 *end, const struct ig_parse *p,
+				   int off, __u32 need, __u32 seq, __u32 ack, __u32 *psum)
+{
+	__u8 *tcp;
+
+	if (off < 0 || off > 64)
+		return 0;
+	tcp = data + off;
+	if (tcp + need > end)
+		return 0;
+	ig_store16(tcp, p->key.dport);
+	ig_store16(tcp + 2, p->key.sport);
+	ig_store32(tcp + 4, ig_bswap32(seq));
+	ig_store32(tcp + 8, ig_bswap32(ack));
+	*psum = ig_csum_add32(*psum, ((__u32)p->key.sport << 16) | p->key.dport);
+	*psum = ig_csum_add32(*psum, ig_bswap32(seq));
+	*psum = ig_csum_add32(*psum, ig_bswap32(ack));
+	return tcp;
+}
+
 IG_INLINE int ig_build_rst(__u8 *data, const __u8 *end, const struct ig_parse *p)
 {
 	__u8 *tcp;
@@ -861,22 +884,13 @@ IG_INLINE int ig_build_rst(__u8 *data, const __u8 *end, const struct ig_parse *p
 		    ((p->tcp_flags & IG_TCP_FIN) ? 1 : 0);
 	int off = ig_write_reply_l3(data, end, p, 20, &sum);
 
-	if (off < 0 || off > 64)
+	tcp = ig_write_reply_tcp(data, end, p, off, 20, seq, ack, &sum);
+	if (!tcp)
 		return -1;
-	tcp = data + off;
-	if (tcp + 20 > end)
-		return -1;
-	ig_store16(tcp, p->key.dport);
-	ig_store16(tcp + 2, p->key.sport);
-	ig_store32(tcp + 4, ig_bswap32(seq));
-	ig_store32(tcp + 8, ig_bswap32(ack));
 	tcp[12] = 5 << 4;
 	tcp[13] = IG_TCP_RST | IG_TCP_ACK;
 	ig_store32(tcp + 14, 0); /* window 0, checksum 0 for now */
 	ig_store16(tcp + 18, 0); /* urgent pointer */
-	sum = ig_csum_add32(sum, ((__u32)p->key.sport << 16) | p->key.dport);
-	sum = ig_csum_add32(sum, ig_bswap32(seq));
-	sum = ig_csum_add32(sum, ig_bswap32(ack));
 	sum = ig_csum_add32(sum, ig_bswap32(0x50140000));
 	ig_store16(tcp + 16, ig_csum_fold(sum));
 	return off + 20;
@@ -984,21 +998,12 @@ IG_INLINE int ig_build_synack(__u8 *data, const __u8 *end, const struct ig_parse
 	if (o->wscale >= 0)
 		w[n++] = ig_bswap32(0x01030300 | wscale);
 	off = ig_write_reply_l3(data, end, p, tcp_len, &sum);
-	if (off < 0 || off > 64)
+	tcp = ig_write_reply_tcp(data, end, p, off, 24, isn, ack, &sum);
+	if (!tcp)
 		return -1;
-	tcp = data + off;
-	if (tcp + 24 > end)
-		return -1;
-	ig_store16(tcp, p->key.dport);
-	ig_store16(tcp + 2, p->key.sport);
-	ig_store32(tcp + 4, ig_bswap32(isn));
-	ig_store32(tcp + 8, ig_bswap32(ack));
 	ig_store32(tcp + 12, ig_bswap32((tcp_len / 4) << 28 | (__u32)(IG_TCP_SYN | IG_TCP_ACK) << 16 |
 					0xffff));
 	ig_store32(tcp + 16, 0); /* checksum (for now), urgent pointer */
-	sum = ig_csum_add32(sum, ((__u32)p->key.sport << 16) | p->key.dport);
-	sum = ig_csum_add32(sum, ig_bswap32(isn));
-	sum = ig_csum_add32(sum, ig_bswap32(ack));
 	sum = ig_csum_add32(sum, ig_bswap32((tcp_len / 4) << 28 |
 					    (__u32)(IG_TCP_SYN | IG_TCP_ACK) << 16 | 0xffff));
 IG_UNROLL
