@@ -302,6 +302,23 @@ class OutputEncoder {
   ElementReader elements_;
 };
 
+// The next value of each output at `depth` (0: the whole tensor; 1: its next batch row): the
+// value itself for a single output, else an object of named values. Returns the index of an
+// output whose data does not match its shape, or -1.
+int appendOutputValues(std::string& body, const std::vector<const backends::Tensor*>& outs,
+                       std::vector<OutputEncoder>& encs, size_t depth) {
+  if (outs.size() == 1) return encs[0].write(body, depth) ? -1 : 0;
+  body += '{';
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (i) body += ',';
+    appendJsonString(body, outs[i]->name);
+    body += ':';
+    if (!encs[i].write(body, depth)) return static_cast<int>(i);
+  }
+  body += '}';
+  return -1;
+}
+
 HttpResponse jsonResponse(int status, std::string body) {
   HttpResponse r;
   r.status = status;
@@ -526,21 +543,13 @@ absl::StatusOr<std::string> encodeTfPredictResponse(const backends::InferRespons
     return absl::InternalError(
         fmt::format("output '{}': data does not match its shape", t.name));
   };
+  std::vector<OutputEncoder> encs;
+  encs.reserve(outs.size());
+  for (const backends::Tensor* t : outs) encs.emplace_back(*t);
   if (format == TfPredictFormat::kColumnar) {
     body += "{\"outputs\":";
-    if (outs.size() == 1) {
-      OutputEncoder enc(*outs[0]);
-      if (!enc.write(body, 0)) return malformed(*outs[0]);
-    } else {
-      body += '{';
-      for (size_t i = 0; i < outs.size(); ++i) {
-        if (i) body += ',';
-        appendJsonString(body, outs[i]->name);
-        body += ':';
-        OutputEncoder enc(*outs[i]);
-        if (!enc.write(body, 0)) return malformed(*outs[i]);
-      }
-      body += '}';
+    if (const int bad = appendOutputValues(body, outs, encs, 0); bad >= 0) {
+      return malformed(*outs[bad]);
     }
     body += '}';
     return body;
@@ -558,23 +567,11 @@ absl::StatusOr<std::string> encodeTfPredictResponse(const backends::InferRespons
     }
     rows = t->shape[0];
   }
-  std::vector<OutputEncoder> encs;
-  encs.reserve(outs.size());
-  for (const backends::Tensor* t : outs) encs.emplace_back(*t);
   body += "{\"predictions\":[";
   for (int64_t r = 0; r < std::max<int64_t>(rows, 0); ++r) {
     if (r) body += ',';
-    if (outs.size() == 1) {
-      if (!encs[0].write(body, 1)) return malformed(*outs[0]);
-    } else {
-      body += '{';
-      for (size_t i = 0; i < outs.size(); ++i) {
-        if (i) body += ',';
-        appendJsonString(body, outs[i]->name);
-        body += ':';
-        if (!encs[i].write(body, 1)) return malformed(*outs[i]);
-      }
-      body += '}';
+    if (const int bad = appendOutputValues(body, outs, encs, 1); bad >= 0) {
+      return malformed(*outs[bad]);
     }
   }
   body += "]}";
