@@ -25,12 +25,10 @@
 #include "fmt/ranges.h"
 #include "spdlog/spdlog.h"
 
-#ifdef INFERGATE_HAVE_XDP
 #include "dataplane/afxdp_reactor.h"
 #include "dataplane/tcp/syncookie_jar.h"
 #include "dataplane/xsk/xsk_device.h"
 #include "xdp/xdp_filter.h"
-#endif
 
 namespace infergate::app {
 
@@ -85,25 +83,6 @@ void clearOverloadListeners(const backends::ModelRegistry& models) {
     m->setOverloadListener(nullptr);
   }
 }
-
-#ifndef INFERGATE_HAVE_XDP
-
-struct AfXdpMode::State {};
-AfXdpMode::AfXdpMode() = default;
-AfXdpMode::~AfXdpMode() = default;
-void AfXdpMode::serve() {}
-void AfXdpMode::stop(uint64_t) {}
-absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config&,
-                                                           const ListenerFactory&,
-                                                           common::MetricsRegistry&,
-                                                           const AfXdpModeOptions&,
-                                                           const backends::ModelRegistry*) {
-  return absl::UnimplementedError(
-      "mode 'afxdp' needs a build with the XDP program and libxdp (cmake -DINFERGATE_WITH_XDP=ON, "
-      "with libbpf-dev, libxdp-dev, bpftool and clang installed); use mode: socket");
-}
-
-#else
 
 namespace {
 
@@ -542,7 +521,5 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   }
   spdlog::info("afxdp: stopped; XDP program detached from {}", st.interface);
 }
-
-#endif  // INFERGATE_HAVE_XDP
 
 }  // namespace infergate::app

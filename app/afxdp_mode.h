@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
+#include "app/modes/mode.h"
 #include "config/config.h"
 #include "net/session.h"
 
@@ -50,8 +51,6 @@ void publishOverloadLevels(const backends::ModelRegistry& models,
                            std::function<absl::Status(int level)> publish);
 void clearOverloadListeners(const backends::ModelRegistry& models);
 
-// Makes the session factory of a listener (the same factories socket mode uses).
-using ListenerFactory = std::function<net::SessionFactory(const config::ListenerConfig&)>;
 
 // Knobs of afxdp mode that the config file does not carry yet. fromEnvironment() reads
 // INFERGATE_AFXDP_BUSY_POLL (0/1), INFERGATE_AFXDP_BUSY_POLL_USECS,

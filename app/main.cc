@@ -10,13 +10,11 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "app/modes/mode.h"
 #include "app/server.h"
 #include "common/logging.h"
 #include "config/config.h"
 #include "spdlog/spdlog.h"
-#ifdef INFERGATE_HAVE_XDP
-#include "xdp/xdp_filter.h"
-#endif
 
 namespace {
 
@@ -105,16 +103,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*stats) {
-#ifdef INFERGATE_HAVE_XDP
-    if (absl::Status st = infergate::xdp::printPinnedStats(pin_path, stdout); !st.ok()) {
+    if (absl::Status st = infergate::app::printXdpStats(pin_path, stdout); !st.ok()) {
       std::fprintf(stderr, "infergate: %s\n", std::string(st.message()).c_str());
       return 1;
     }
     return 0;
-#else
-    std::fprintf(stderr, "infergate: this build has no XDP support (cmake -DINFERGATE_WITH_XDP=ON)\n");
-    return 1;
-#endif
   }
   if (*print) {
     std::fputs(std::string(infergate::config::defaultConfigYaml()).c_str(), stdout);

@@ -1,6 +1,5 @@
 #include "app/server.h"
 
-#include "app/afxdp_mode.h"
 
 #include <linux/capability.h>
 #include <sys/stat.h>
@@ -10,42 +9,15 @@
 #include <cstring>
 #include <mutex>
 
+#include "app/modes/mode.h"
 #include "app/privileges.h"
 #include "backends/batched_model.h"
 #include "backends/identity_model.h"
 #include "common/metrics.h"
-#include "fmt/ranges.h"
 #include "frontend/sniffing_session.h"
 #include "spdlog/spdlog.h"
-#ifdef INFERGATE_HAVE_XDP
-#include "xdp/xdp_filter.h"
-#endif
 
 namespace infergate::app {
-
-#ifdef INFERGATE_HAVE_XDP
-struct Server::XdpState {
-  std::unique_ptr<xdp::XdpFilter> filter;
-  std::unique_ptr<AfXdpMode> afxdp;
-};
-#else
-struct Server::XdpState {
-  std::unique_ptr<AfXdpMode> afxdp;
-};
-#endif
-
-namespace {
-#ifdef INFERGATE_HAVE_XDP
-std::optional<net::IngressTag> lookupTag(const xdp::XdpFilter& f, const sockaddr_storage& peer,
-                                              const sockaddr_storage& local) {
-  const std::optional<xdp::Tag> t =
-      f.lookupFlowTag(xdp::FlowTuple::fromSockaddrs(reinterpret_cast<const sockaddr*>(&peer),
-                                                    reinterpret_cast<const sockaddr*>(&local)));
-  if (!t) return std::nullopt;
-  return net::IngressTag::fromProgram(t->cls, t->verdict, t->rx_ns);
-}
-#endif
-}  // namespace
 
 Server::Server(config::Config config) : config_(std::move(config)) {}
 
@@ -53,19 +25,9 @@ Server::~Server() { stop(0); }
 
 absl::Status Server::start() {
   const config::Config& c = config_;
-  if (c.mode == config::Mode::kDpdk) {
-    return absl::UnimplementedError("mode '" + std::string(config::modeName(c.mode)) +
-                                    "' is not available in this build yet; use mode: socket or "
-                                    "xdp-filter");
-  }
-#ifndef INFERGATE_HAVE_XDP
-  if (c.mode == config::Mode::kXdpFilter) {
-    return absl::UnimplementedError(
-        "mode 'xdp-filter' needs a build with the XDP program (cmake -DINFERGATE_WITH_XDP=ON, "
-        "with libbpf-dev, libxdp-dev, bpftool and clang installed); use mode: socket");
-  }
-#endif
-  xdp_ = std::make_unique<XdpState>();
+  absl::StatusOr<std::unique_ptr<ServingMode>> mode = makeServingMode(c.mode);
+  if (!mode.ok()) return mode.status();
+  mode_ = std::move(*mode);
 
   // Models.
   std::vector<std::string> names;
@@ -131,61 +93,20 @@ absl::Status Server::start() {
     if (protocol == "auto") return frontend::makeSniffingSessionFactory(h1, h2);
     return h1;
   };
-  if (c.mode == config::Mode::kAfXdp) {  // afxdp: userspace TCP on the interface's queues
-    auto m = startAfXdpMode(c, [sessionFactoryFor](const config::ListenerConfig& l) {
-      return sessionFactoryFor(l.protocol);
-    }, registry, &models_);  // &models_: overload publishing, as in xdp-filter mode
-    if (!m.ok()) return m.status();
-    xdp_->afxdp = std::move(*m);
-  }
-  // Reactors and their SO_REUSEPORT listeners. With port 0 the first socket picks the port and
-  // the other reactors bind the same one.
-  for (int i = 0; i < c.reactors && c.mode != config::Mode::kAfXdp; ++i) {
-    dataplane::ReactorOptions ro;
-    ro.index = i;
-    ro.cpu = c.cpus.empty() ? -1 : c.cpus[i];
-    ro.max_connections = c.limits.max_connections;
-    ro.connections = &connections_;
-    ro.metrics = connection_metrics_.get();
-    ro.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
-    ro.output.min_drain_bytes = c.limits.min_drain_bytes;
-    ro.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
-    ro.output.max_bytes = c.limits.max_output_bytes;
-    ro.output.used = &dataplane::outputBytesGauge(registry);
-#ifdef INFERGATE_HAVE_XDP
-    if (c.mode == config::Mode::kXdpFilter) {
-      XdpState* state = xdp_.get();
-      ro.tag_lookup = [state](const sockaddr_storage& peer, const sockaddr_storage& local) {
-        return state->filter ? lookupTag(*state->filter, peer, local) : std::nullopt;
-      };
-    }
-#endif
-    reactors_.push_back(std::make_unique<dataplane::SocketReactor>(ro));
-  }
-  std::vector<uint16_t> service_ports;
-  for (const config::ListenerConfig& l : c.listeners) {
-    if (c.mode == config::Mode::kAfXdp) break;
-    uint16_t port = l.port;
-    for (int i = 0; i < c.reactors; ++i) {
-      absl::StatusOr<int> fd = dataplane::openListener(l.address, port, &port);
-      if (!fd.ok()) {
-        reactors_.clear();
-        return absl::Status(fd.status().code(),
-                            "listener '" + l.name + "': " + std::string(fd.status().message()));
-      }
-      reactors_[i]->addListener(
-          *fd, sessionFactoryFor(l.protocol),
-          l.protocol == "http" ? dataplane::SocketReactor::kHttpRefusal : std::string());
-    }
-    service_ports.push_back(port);
-    spdlog::info("listener '{}' on {}:{} protocol {} ({} reactor(s), SO_REUSEPORT)", l.name,
-                 l.address, port, l.protocol, c.reactors);
+  ModeContext ctx{c, registry, models_,
+                  [sessionFactoryFor](const config::ListenerConfig& l) {
+                    return sessionFactoryFor(l.protocol);
+                  },
+                  connection_metrics_.get(), &connections_};
+  if (absl::Status st = mode_->start(ctx); !st.ok()) {
+    mode_->stop(0);
+    return st;
   }
   if (c.admin.enabled) {
     uint16_t port = c.admin.port;
     absl::StatusOr<int> fd = dataplane::openListener(c.admin.address, port, &port);
     if (!fd.ok()) {
-      reactors_.clear();
+      mode_->stop(0);
       return absl::Status(fd.status().code(), "admin listener: " + std::string(fd.status().message()));
     }
     dataplane::ReactorOptions ro;
@@ -195,35 +116,12 @@ absl::Status Server::start() {
     admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
     spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*)", c.admin.address, port);
   }
-#ifdef INFERGATE_HAVE_XDP
-  if (c.mode == config::Mode::kXdpFilter) {
-    xdp::XdpOptions opts = c.xdp;
-    opts.service_ports = service_ports;
-    absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(opts);
-    if (!filter.ok()) {
-      reactors_.clear();
-      return filter.status();
-    }
-    xdp_->filter = std::move(*filter);
-    xdp_->filter->registerMetrics(registry);
-    if (auto warning = xdp::kernelSynCookiesWarning()) spdlog::warn("{}", *warning);
-    // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes
-    // while a batched model's queues are full; the level is the highest over the models.
-    publishOverloadLevels(models_, [f = xdp_->filter.get()](int level) {
-      return f->setOverloadLevel(level);
-    });
-    spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
-                 xdp::attachModeName(c.xdp.attach), fmt::join(service_ports, ","),
-                 c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
-  }
-#endif
   // Every privileged step is done: give up what serving does not need (app/privileges.h).
   if (absl::Status st = dropPrivileges(registry); !st.ok()) {
     stop(0);
     return st;
   }
-  if (xdp_->afxdp) xdp_->afxdp->serve();
-  for (auto& r : reactors_) r->start();
+  mode_->serve();
   if (admin_) admin_->start();
   spdlog::info("infergate {} serving: mode {}, {} reactor(s)", INFERGATE_VERSION,
                config::modeName(c.mode), c.reactors);
@@ -238,7 +136,7 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
                  getuid(), currentCaps().effective);
     return absl::OkStatus();
   }
-  const bool xdp = config_.mode == config::Mode::kXdpFilter || config_.mode == config::Mode::kAfXdp;
+  const bool xdp = mode_->attachesXdp();
   PrivilegeOptions po;
   // xdp-filter and afxdp keep CAP_NET_ADMIN in the permitted set only, to detach the program
   // through netlink at shutdown (ScopedCapability in stop()); map reads and updates through
@@ -280,24 +178,12 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
 }
 
 void Server::stop(uint64_t drain_ms) {
-  if (xdp_ && xdp_->afxdp) xdp_->afxdp->stop(drain_ms);
-  for (auto& r : reactors_) r->stop(drain_ms * 1'000'000);
-  for (auto& r : reactors_) r->join();
+  if (mode_) mode_->stop(drain_ms);
   if (admin_) {
     admin_->stop(0);
     admin_->join();
   }
-  reactors_.clear();
   admin_.reset();
-#ifdef INFERGATE_HAVE_XDP
-  if (xdp_ && xdp_->filter) {
-    clearOverloadListeners(models_);
-    ScopedCapability net_admin(CAP_NET_ADMIN);  // netlink detach; kept for this (dropPrivileges)
-    xdp_->filter->detach();
-    spdlog::info("XDP program detached from {}", config_.xdp.interface);
-    xdp_->filter.reset();
-  }
-#endif
 }
 
 }  // namespace infergate::app

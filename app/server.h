@@ -21,6 +21,8 @@
 
 namespace infergate::app {
 
+class ServingMode;
+
 class Server {
  public:
   explicit Server(config::Config config);
@@ -47,10 +49,8 @@ class Server {
   frontend::Http1SessionOptions http_options_;
   frontend::Http1SessionOptions admin_options_;
   std::atomic<uint64_t> connections_{0};
-  std::vector<std::unique_ptr<dataplane::SocketReactor>> reactors_;
+  std::unique_ptr<ServingMode> mode_;  // chosen once from config.mode (app/modes/mode.h)
   std::unique_ptr<dataplane::SocketReactor> admin_;
-  struct XdpState;
-  std::unique_ptr<XdpState> xdp_;
 };
 
 }  // namespace infergate::app

@@ -11,6 +11,7 @@
 #include <memory>
 #include <utility>
 
+#include "common/check.h"
 #include "common/secret.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -222,11 +223,9 @@ uint8_t* SlabPool::acquire() {
 
 void SlabPool::release(uint8_t* slab) {
   const uint8_t* base = region_.data();
-  if (slab < base || slab >= base + slab_bytes_ * slabs_ ||
-      static_cast<size_t>(slab - base) % slab_bytes_ != 0) {
-    std::fprintf(stderr, "SlabPool::release: pointer not from this pool\n");
-    std::abort();
-  }
+  IG_CHECK(slab >= base && slab < base + slab_bytes_ * slabs_ &&
+               static_cast<size_t>(slab - base) % slab_bytes_ == 0,
+           "SlabPool::release: pointer not from this pool");
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(slab);
 }

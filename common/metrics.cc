@@ -11,16 +11,14 @@
 
 #include <fmt/format.h>
 
+#include "common/check.h"
+
 namespace infergate::common {
 
 namespace {
 
 // Release assert: a broken registration invariant is a programming error found at start-up.
-[[noreturn]] void metricsFatal(const std::string& msg) {
-  std::fprintf(stderr, "infergate metrics: %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
+[[noreturn]] void metricsFatal(const std::string& msg) { fatal("metrics: " + msg); }
 
 // Exposition bounds in ascending order without duplicates; +Inf is implicit, NaN meaningless.
 std::vector<double> normalizeBounds(std::vector<double> bounds) {

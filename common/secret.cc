@@ -3,9 +3,9 @@
 #include <sys/random.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "common/check.h"
 
 namespace infergate::common {
 
@@ -15,9 +15,7 @@ void randomBytes(void* p, size_t n) {
     const ssize_t got = getrandom(b, n, 0);
     if (got < 0) {
       if (errno == EINTR) continue;
-      std::fprintf(stderr, "infergate: getrandom() failed: %s; cannot create secrets\n",
-                   std::strerror(errno));
-      std::abort();
+      fatal(fmt::format("getrandom() failed: {}; cannot create secrets", std::strerror(errno)));
     }
     b += got;
     n -= static_cast<size_t>(got);

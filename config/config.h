@@ -16,8 +16,11 @@
 
 namespace infergate::config {
 
-enum class Mode { kSocket, kXdpFilter, kAfXdp, kDpdk };
-std::string_view modeName(Mode m);                    // "socket", "xdp-filter", "afxdp", "dpdk"
+// The serving modes (docs/ARCHITECTURE.md "Serving modes"; app/modes/). dpdk is not accepted
+// until its transport exists.
+enum class Mode { kSocket, kXdpFilter, kAfXdp };
+inline constexpr Mode kModes[] = {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp};
+std::string_view modeName(Mode m);                    // "socket", "xdp-filter", "afxdp"
 std::optional<Mode> parseMode(std::string_view name);
 
 struct ListenerConfig {

@@ -3,17 +3,17 @@
 namespace infergate::dataplane {
 
 ConnectionMetrics::ConnectionMetrics(common::MetricsRegistry& registry)
-    : connections_active(registry.gauge("infergate_connections_active",
-                                        "Client connections currently open.")),
-      connections_total(registry.counter("infergate_connections_total",
-                                         "Client connections accepted.")),
+    : connections_active(
+          registry.gauge("infergate_connections_active", "Client connections currently open.")),
+      connections_total(
+          registry.counter("infergate_connections_total", "Client connections accepted.")),
       connections_refused(registry.counter(
           "infergate_connections_refused_total",
           "Client connections refused because limits.max_connections was reached.")),
-      send_timeouts(registry.counter(
-          "infergate_send_timeouts_total",
-          "Connections closed because their queued output drained less than "
-          "limits.min_drain_bytes in limits.send_timeout_ms (socket mode).")),
+      send_timeouts(
+          registry.counter("infergate_send_timeouts_total",
+                           "Connections closed because their queued output drained less than "
+                           "limits.min_drain_bytes in limits.send_timeout_ms (socket mode).")),
       output_limit_closes(registry.counter(
           "infergate_output_limit_closes_total",
           "Connections closed because their queued output would exceed the limit (socket mode).",

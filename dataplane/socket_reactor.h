@@ -48,9 +48,9 @@ struct ReactorOptions {
   std::string name = "reactor";
   // xdp-filter mode: looks up the ingress tag of a connection (peer = client, local = us).
   // Called once per request start; empty = no ingress filter.
-  std::function<std::optional<net::IngressTag>(const sockaddr_storage& peer,
-                                                    const sockaddr_storage& local)>
-      tag_lookup;
+  using TagLookup = std::function<std::optional<net::IngressTag>(const sockaddr_storage& peer,
+                                                                 const sockaddr_storage& local)>;
+  TagLookup tag_lookup;
 };
 
 class SocketReactor final : public ReactorThread {

@@ -73,17 +73,8 @@ void Http1Session::dispatch(HttpRequest&& request) {
   request.tag = transport_->ingressTag();
   request.priority_trusted = priority_trusted_;
   const uint64_t seq = slots_.back().seq;
-  std::weak_ptr<Http1Session> weak = weak_from_this();
-  net::Loop* loop = &transport_->loop();
-  HttpRespond respond = [weak, seq, loop](HttpResponse response) {
-    if (loop->inLoopThread()) {
-      if (auto self = weak.lock()) self->deliver(seq, std::move(response));
-      return;
-    }
-    loop->post([weak, seq, response = std::move(response)]() mutable {
-      if (auto self = weak.lock()) self->deliver(seq, std::move(response));
-    });
-  };
+  HttpRespond respond =
+      net::answerOnLoop(transport_->loop(), weak_from_this(), seq, &Http1Session::deliver);
   // A handler that throws (out of memory decoding a hostile body, a bug) fails its own
   // request with 503/500; the connection and the process go on. deliver() ignores the
   // answer if the handler had already given one.

@@ -534,18 +534,8 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
     return;
   }
   ++s.outstanding;
-  std::weak_ptr<Http2Session> weak = weak_from_this();
-  net::Loop* loop = &transport_->loop();
-  const int32_t id = s.id;
-  GrpcRespond respond = [weak, id, loop](GrpcReply reply) {
-    if (loop->inLoopThread()) {
-      if (auto self = weak.lock()) self->deliver(id, std::move(reply));
-      return;
-    }
-    loop->post([weak, id, reply = std::move(reply)]() mutable {
-      if (auto self = weak.lock()) self->deliver(id, std::move(reply));
-    });
-  };
+  GrpcRespond respond = net::answerOnLoop(transport_->loop(), weak_from_this(), s.id,
+                                          &Http2Session::deliver);
   // We are inside an nghttp2 callback: no exception may cross it. A service that throws
   // (out of memory decoding a hostile message, a bug) fails its own stream, nothing else.
   try {

@@ -75,6 +75,25 @@ class Session {
   virtual void onDrain() {}
 };
 
+// The answer path from any thread back to a session: a callback that runs
+// `(owner->*deliver)(key, value)` on `loop`'s thread if the owner still exists (directly when
+// called on the loop thread, through Loop::post otherwise). Sessions hand one to the model per
+// request (key: the request's sequence number or stream id).
+template <class Owner, class Key, class Value>
+std::function<void(Value)> answerOnLoop(Loop& loop, std::weak_ptr<Owner> owner, Key key,
+                                        void (Owner::*deliver)(Key, Value&&)) {
+  Loop* l = &loop;
+  return [l, owner = std::move(owner), key, deliver](Value value) {
+    if (l->inLoopThread()) {
+      if (std::shared_ptr<Owner> self = owner.lock()) ((*self).*deliver)(key, std::move(value));
+      return;
+    }
+    l->post([owner, key, deliver, value = std::move(value)]() mutable {
+      if (std::shared_ptr<Owner> self = owner.lock()) ((*self).*deliver)(key, std::move(value));
+    });
+  };
+}
+
 // Creates the session for a newly accepted connection on a listener.
 using SessionFactory = std::function<std::shared_ptr<Session>(Transport& transport)>;
 

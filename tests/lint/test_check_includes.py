@@ -16,6 +16,7 @@ TABLE = """# arch
 | `net` | common | seams |
 | `frontend` | net, common, `backends/model.h` | codecs |
 | `backends` | net, common | models |
+| `backends/testing` | backends, common, tests | test support |
 <!-- include-rules:end -->
 """
 
@@ -27,7 +28,7 @@ def tree(files):
     for path, text in files.items():
         os.makedirs(os.path.join(root, os.path.dirname(path)), exist_ok=True)
         open(os.path.join(root, path), 'w').write(text)
-    for m in ('common', 'net', 'frontend', 'backends'):
+    for m in ('common', 'net', 'frontend', 'backends', 'backends/testing'):
         os.makedirs(os.path.join(root, m), exist_ok=True)
     return root
 
@@ -44,6 +45,7 @@ def main():
         'backends/model.h': '#include "common/clock.h"\n',
         'net/session.h': '#include "common/cidr.h"\n',
         'tests/x_test.cc': '#include "backends/batcher.h"\n',  # tests may include anything
+        'backends/testing/f.cc': '#include "tests/mocks/m.h"\n#include "backends/model.h"\n',
     })
     rc, out = run(ok)
     assert rc == 0, out
@@ -53,13 +55,15 @@ def main():
         'frontend/b.cc': '#include "net/session.h"\n\n#include "backends/batcher.h"\n',
         'net/session.h': '#include "frontend/http.h"\n',
         'common/x.h': '  #  include "net/session.h"\n',
+        'backends/y.cc': '#include "tests/mocks/m.h"\n',  # only backends/testing may
     })
     rc, out = run(bad)
     assert rc == 1, out
     assert 'frontend/b.cc:3: frontend/ may not include "backends/batcher.h"' in out, out
     assert 'net/session.h:1: net/ may not include "frontend/http.h"' in out, out
     assert 'common/x.h:1: common/ may not include "net/session.h"' in out, out
-    assert '3 violation' in out, out
+    assert 'backends/y.cc:1: backends/ may not include "tests/mocks/m.h"' in out, out
+    assert '4 violation' in out, out
 
     # A table that lost its markers is an error, not a pass.
     os.remove(os.path.join(bad, 'docs', 'ARCHITECTURE.md'))

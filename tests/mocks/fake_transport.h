@@ -1,6 +1,6 @@
 #pragma once
-// A fake loop and transport for driving protocol sessions in unit tests and fuzzers: what the session sends
-// accumulates in `out`; posted work waits in `posted` until runPosted().
+// A fake loop and transport for driving protocol sessions in unit tests and fuzzers: what the
+// session sends accumulates in `out`; posted work waits in `posted` until runPosted().
 
 #include <deque>
 #include <functional>

@@ -38,7 +38,7 @@ std::string oneModel(std::string_view model) {
 }
 
 TEST(ConfigTest, ModeNamesRoundTrip) {
-  for (Mode m : {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp, Mode::kDpdk}) {
+  for (Mode m : kModes) {
     ASSERT_TRUE(parseMode(modeName(m)).has_value()) << modeName(m);
     EXPECT_EQ(*parseMode(modeName(m)), m);
   }
@@ -368,9 +368,9 @@ std::vector<BadCase> badCases() {
        "duplicate key 'reactors'"},
       // mode, reactors, cpus.
       {"unknown mode", withBase("mode: xdp\n"), "mode",
-       "unknown mode 'xdp' (expected one of socket, xdp-filter, afxdp, dpdk)"},
+       "unknown mode 'xdp' (expected one of socket, xdp-filter, afxdp)"},
       {"dpdk mode", withBase("mode: dpdk\n"), "mode",
-       "mode 'dpdk' needs a build with INFERGATE_WITH_DPDK"},
+       "no DPDK transport exists yet: mode 'dpdk' (expected one of socket, xdp-filter, afxdp)"},
       {"mode not a string", withBase("mode: [socket]\n"), "mode",
        "expected a string, got a sequence"},
       {"reactors zero", withBase("reactors: 0\n"), "reactors", "must be between 1 and 256, got 0"},
@@ -585,7 +585,8 @@ TEST(ConfigTest, FileErrorsNameThePath) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
-            path + ": mode: mode 'dpdk' needs a build with INFERGATE_WITH_DPDK");
+            path + ": mode: no DPDK transport exists yet: mode 'dpdk' (expected one of socket, "
+                   "xdp-filter, afxdp)");
 }
 
 // --- Remote backends (triton / tfserving) ---------------------------------------------------
