@@ -2,6 +2,7 @@
 
 #include <linux/bpf.h>
 
+#include "tests/mocks/h2_frame_header.h"
 #include "xdp/ingress_shared.h"
 
 namespace infergate::xdp::testing {
@@ -12,16 +13,7 @@ constexpr uint8_t kH2 = IG_TF_HTTP2;
 constexpr uint8_t kFirst = IG_TF_FIRST_SEGMENT;
 
 std::string h2Frame(uint32_t len, uint8_t type, uint8_t flags, uint32_t sid, size_t body = SIZE_MAX) {
-  std::string f;
-  f += static_cast<char>(len >> 16);
-  f += static_cast<char>(len >> 8);
-  f += static_cast<char>(len);
-  f += static_cast<char>(type);
-  f += static_cast<char>(flags);
-  f += static_cast<char>(sid >> 24);
-  f += static_cast<char>(sid >> 16);
-  f += static_cast<char>(sid >> 8);
-  f += static_cast<char>(sid);
+  std::string f = mocks::h2FrameHeader(len, type, flags, sid);
   f += std::string(body == SIZE_MAX ? len : body, '\0');
   return f;
 }

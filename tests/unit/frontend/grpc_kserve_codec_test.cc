@@ -8,19 +8,14 @@
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_kserve_codec.h"
 #include "grpc_service.pb.h"
+#include "tests/mocks/tensor_bytes.h"
 
 namespace infergate::frontend {
 namespace {
 
 using backends::DataType;
 
-template <typename T>
-std::vector<uint8_t> le(std::initializer_list<T> v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  size_t i = 0;
-  for (T x : v) std::memcpy(out.data() + sizeof(T) * i++, &x, sizeof(T));
-  return out;
-}
+using mocks::le;
 
 absl::Status decode(const inference::ModelInferRequest& m, backends::InferRequest& out) {
   return decodeModelInferRequest(m.SerializeAsString(), out);

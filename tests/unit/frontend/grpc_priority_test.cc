@@ -8,7 +8,6 @@
 
 #include <deque>
 #include <functional>
-#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +18,7 @@
 #include "backends/batcher.h"
 #include "backends/model.h"
 #include "tests/mocks/fake_transport.h"
+#include "tests/mocks/grpc_call.h"
 #include "tests/unit/frontend/h2_frames.h"
 #include "tests/unit/frontend/recording_model.h"
 #include "frontend/grpc_framing.h"
@@ -145,14 +145,10 @@ class GrpcPriorityTest : public ::testing::Test {
     call.priority_metadata = std::move(metadata);
     call.priority_class = tag_class;
     call.priority_trusted = trusted;
-    const GrpcMethod method = services_->resolve(
-        stream ? "/inference.GRPCInferenceService/ModelStreamInfer"
-               : "/inference.GRPCInferenceService/ModelInfer");
-    std::promise<GrpcReply> reply;
-    std::future<GrpcReply> f = reply.get_future();
-    services_->call(method, call, m.SerializeAsString(),
-                    [&](GrpcReply r) { reply.set_value(std::move(r)); });
-    return f.get();
+    return mocks::callAndWait(*services_,
+                              stream ? "/inference.GRPCInferenceService/ModelStreamInfer"
+                                     : "/inference.GRPCInferenceService/ModelInfer",
+                              call, m.SerializeAsString());
   }
 
   std::vector<uint32_t> levels_;

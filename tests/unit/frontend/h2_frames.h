@@ -5,21 +5,14 @@
 #include <string>
 #include <string_view>
 
+#include "tests/mocks/h2_frame_header.h"
+
 namespace infergate::frontend::testing {
 
 // One frame: 9-byte header (length, type, flags, stream) and the payload.
 inline std::string frame(uint8_t type, uint8_t flags, uint32_t stream, std::string_view payload) {
-  std::string f;
-  const uint32_t n = static_cast<uint32_t>(payload.size());
-  f += static_cast<char>(n >> 16);
-  f += static_cast<char>(n >> 8);
-  f += static_cast<char>(n);
-  f += static_cast<char>(type);
-  f += static_cast<char>(flags);
-  f += static_cast<char>(stream >> 24);
-  f += static_cast<char>(stream >> 16);
-  f += static_cast<char>(stream >> 8);
-  f += static_cast<char>(stream);
+  std::string f =
+      mocks::h2FrameHeader(static_cast<uint32_t>(payload.size()), type, flags, stream);
   f.append(payload);
   return f;
 }

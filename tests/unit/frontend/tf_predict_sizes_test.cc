@@ -4,13 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <future>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backends/model.h"
 #include "frontend/grpc_inference_service.h"
+#include "tests/mocks/grpc_call.h"
 #include "tests/unit/frontend/recording_model.h"
 #include "tf_predict.pb.h"
 
@@ -33,13 +33,8 @@ class TfPredictSizes : public ::testing::Test {
     for (int64_t d : dims) t.mutable_tensor_shape()->add_dim()->set_size(d);
     for (int32_t v : values) t.add_int_val(v);
     GrpcCall call;
-    const GrpcMethod method =
-        services_->resolve("/tensorflow.serving.PredictionService/Predict");
-    std::promise<GrpcReply> reply;
-    std::future<GrpcReply> f = reply.get_future();
-    services_->call(method, call, pr.SerializeAsString(),
-                    [&](GrpcReply r) { reply.set_value(std::move(r)); });
-    return f.get();
+    return mocks::callAndWait(*services_, "/tensorflow.serving.PredictionService/Predict", call,
+                              pr.SerializeAsString());
   }
   std::vector<uint32_t> levels_;
   backends::ModelRegistry registry_;

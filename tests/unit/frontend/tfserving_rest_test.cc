@@ -9,6 +9,7 @@
 #include "backends/identity_model.h"
 #include "common/metrics.h"
 #include "frontend/http.h"
+#include "tests/mocks/model_config.h"
 
 namespace infergate::frontend {
 namespace {
@@ -17,23 +18,13 @@ using backends::DataType;
 
 backends::ModelConfig oneInput(DataType dt = DataType::kFp32, int max_batch = 8,
                                std::vector<int64_t> shape = {3}) {
-  backends::ModelConfig c;
-  c.name = "m";
-  c.version = "1";
-  c.max_batch_size = max_batch;
-  c.inputs = {{"x", dt, shape}};
-  c.outputs = {{"y", dt, shape}};
-  return c;
+  return mocks::modelConfig("m", "1", max_batch, {{"x", dt, shape}}, {{"y", dt, shape}});
 }
 
 backends::ModelConfig twoInputs() {
-  backends::ModelConfig c;
-  c.name = "two";
-  c.version = "2";
-  c.max_batch_size = 4;
-  c.inputs = {{"a", DataType::kInt32, {2}}, {"s", DataType::kBytes, {1}}};
-  c.outputs = {{"a_out", DataType::kInt32, {2}}, {"s_out", DataType::kBytes, {1}}};
-  return c;
+  return mocks::modelConfig("two", "2", 4,
+                            {{"a", DataType::kInt32, {2}}, {"s", DataType::kBytes, {1}}},
+                            {{"a_out", DataType::kInt32, {2}}, {"s_out", DataType::kBytes, {1}}});
 }
 
 std::vector<float> floats(const backends::Tensor& t) {
