@@ -48,7 +48,7 @@
 namespace {
 
 using namespace infergate::dataplane::tcp;  // NOLINT: a test harness over one namespace
-namespace frontend = infergate::frontend;
+namespace net = infergate::net;
 
 #define FUZZ_CHECK(cond)                                                                     \
   do {                                                                                       \
