@@ -19,6 +19,9 @@
 // SYN); keep-alive probes; software checksums. See docs/TCP.md.
 //
 // Threading: everything on the reactor thread that owns the stack, except loop().post().
+//
+// The class is defined across dataplane/tcp/tcp_*.cc, one file per part (input, handshake,
+// output, timers, connection; the table in conn_table.h): docs/TCP.md "Where the code is".
 
 #include <array>
 #include <cstdint>
@@ -34,6 +37,7 @@
 #include "dataplane/packet_io.h"
 #include "common/clock.h"
 #include "dataplane/tcp/buffer.h"
+#include "dataplane/tcp/conn_table.h"
 #include "dataplane/tcp/counters.h"
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/syncookie_jar.h"
@@ -127,7 +131,7 @@ class TcpStack {
   net::Loop& loop() { return *loop_; }
   void bindThread();
   const TcpCounters& counters() const { return counters_; }
-  size_t connectionCount() const { return used_; }
+  size_t connectionCount() const { return conns_.used(); }
   size_t bufferBytes() const { return pool_.bytesInUse(); }
   uint64_t now() const { return now_; }
 
@@ -139,55 +143,60 @@ class TcpStack {
     net::SessionFactory factory;
   };
 
+  // Each group is defined in the file named (docs/TCP.md "Where the code is").
+  // tcp_input.cc: segments in.
   void handleFrame(const uint8_t* frame, size_t len);
   void handleSegment(const Segment& seg);
-  void handleListen(const Segment& seg);
-  void handleSynReceived(Conn& c, const Segment& seg);
+  bool rejectFlagApplies(const Conn& c, const Segment& seg) const;
   void handleSynchronized(Conn& c, const Segment& seg);
+  void sendChallengeAck(Conn& c);
   bool processAck(Conn& c, const Segment& seg);  // false: connection freed or segment dropped
   void processData(Conn& c, const Segment& seg);
   void processPeerFin(Conn& c);
+  void enterTimeWait(Conn& c);
   void deliver(Conn& c);
-  void establish(Conn& c);
-  void output(Conn& c);
-  void onTimer(Conn& c);
-  void rtoExpired(Conn& c);
-  void armTimer(Conn& c);
-  void updateOutputPause(Conn& c);
-  void publishOutput();  // tx_freed_ into options_.output.used
-  void markDirty(Conn& c);
-  void flushDirty();
-  void flushTx();
-  void queueTx(const Frame& f);  // into the tx batch; a full batch goes to the device
-  void enterRecovery(Conn& c);
-  void retransmitHead(Conn& c);
-  void rttSample(Conn& c, uint64_t rtt_ns);
-  void setState(Conn& c, TcpState s);
-  void sendChallengeAck(Conn& c);
-  void sendSynAck(Conn& c);
-  bool sendSegment(Conn& c, uint32_t seq, uint32_t len, uint8_t flags);
-  void sendRstFor(const Segment& seg);
-  void resetConn(Conn& c, bool send_rst);
-  void freeConn(Conn& c);
-  void detachSession(Conn& c);
-  uint16_t advertisedWindow(Conn& c);
-  uint32_t tsNow(const Conn& c) const;
+
+  // tcp_handshake.cc: passive open, SYN cookies, SYN_RECEIVED.
+  const Listener* findListener(uint16_t port, uint16_t* index) const;
   uint32_t makeIsn(const Segment& syn);
-  void sendCookieSynAck(const Segment& syn);
-  bool acceptCookie(const Segment& seg, uint16_t listener);
-  bool checkCookie(const Segment& seg, ig_cookie_opts* out) const;
-  Conn* allocOrRefuse(const Segment& seg);
+  void handleListen(const Segment& seg);
   void initConn(Conn& c, const Segment& syn_or_ack, uint16_t listener, uint32_t client_isn,
                 uint32_t iss, uint32_t peer_mss, int peer_wscale, bool sack, bool ts,
                 uint32_t ts_val);
-  const Listener* findListener(uint16_t port, uint16_t* index) const;
-  bool rejectFlagApplies(const Conn& c, const Segment& seg) const;
-  Conn* lookup(const FlowKey& k);
-  void hashInsert(Conn& c);
-  void hashErase(Conn& c);
-  uint64_t hashKey(const FlowKey& k) const;
+  void sendCookieSynAck(const Segment& syn);
+  Conn* allocOrRefuse(const Segment& seg);
+  bool checkCookie(const Segment& seg, ig_cookie_opts* out) const;
+  bool acceptCookie(const Segment& seg, uint16_t listener);
+  void sendSynAck(Conn& c);
+  void handleSynReceived(Conn& c, const Segment& seg);
+
+  // tcp_output.cc: segments out (markDirty and tsNow: inline in tcp_connection.h).
+  void markDirty(Conn& c);
+  void flushDirty();
+  void queueTx(const Frame& f);  // into the tx batch; a full batch goes to the device
+  void flushTx();
+  void publishOutput();  // tx_freed_ into options_.output.used
+  void updateOutputPause(Conn& c);
+  uint16_t advertisedWindow(Conn& c);
+  uint32_t tsNow(const Conn& c) const;
+  bool sendSegment(Conn& c, uint32_t seq, uint32_t len, uint8_t flags);
+  void sendRstFor(const Segment& seg);
+  void retransmitHead(Conn& c);
+  void output(Conn& c);
+
+  // tcp_timers.cc.
+  void armTimer(Conn& c);
+  void onTimer(Conn& c);
+  void rtoExpired(Conn& c);
+  void rttSample(Conn& c, uint64_t rtt_ns);
+
+  // tcp_connection.cc: a connection's life in the stack.
   Conn* allocConn();
-  Conn* evictTimeWait();  // TIME_WAIT first, then half-open (see tcp_stack.cc)
+  Conn* evictTimeWait();  // TIME_WAIT first, then half-open
+  void setState(Conn& c, TcpState s);
+  void detachSession(Conn& c);
+  void freeConn(Conn& c);
+  void resetConn(Conn& c, bool send_rst);
 
   TcpOptions options_;
   PacketDevice& device_;
@@ -200,11 +209,6 @@ class TcpStack {
   TcpCounters counters_;
   ChunkPool pool_;
   TimerWheel wheel_;
-  std::vector<Conn> conns_;
-  std::vector<uint32_t> free_list_;
-  std::vector<uint32_t> table_;  // open addressing: conn index + 1, 0 = empty
-  uint64_t table_mask_;
-  uint32_t used_ = 0;
   uint32_t syn_received_ = 0;
   struct EvictList {
     uint32_t head = 0xffffffffu;
@@ -223,7 +227,9 @@ class TcpStack {
   uint32_t challenge_count_ = 0;
   uint32_t challenge_limit_now_ = 0;  // this second's random global limit
   std::shared_ptr<SynCookieJar> cookies_;
-  ig_sipkey hash_key_{};   // connection table (getrandom)
+  // Every connection slot and the FlowKey index (keyed from getrandom; declared here so the
+  // keys are drawn in the same order as before: the jar's, the table's, misc_key_).
+  ConnTable<Conn> conns_;
   ig_sipkey misc_key_{};   // timestamp offsets, challenge-ACK limits (getrandom)
   uint64_t misc_counter_ = 0;
 };
