@@ -225,34 +225,6 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::s
 }
 
 // tensorflow.DataType numbers (frontend/proto/tf_tensor.proto).
-int tfDataType(DataType t) {
-  switch (t) {
-    case DataType::kFp32: return 1;
-    case DataType::kFp64: return 2;
-    case DataType::kInt32: return 3;
-    case DataType::kUint8: return 4;
-    case DataType::kInt16: return 5;
-    case DataType::kInt8: return 6;
-    case DataType::kInt64: return 9;
-    case DataType::kBool: return 10;
-    case DataType::kBf16: return 14;
-    case DataType::kUint16: return 17;
-    case DataType::kFp16: return 19;
-    case DataType::kUint32: return 22;
-    case DataType::kUint64: return 23;
-    case DataType::kBytes: return 7;  // DT_STRING (string_val)
-  }
-  return 0;
-}
-
-std::optional<DataType> fromTfDataType(int tf) {
-  for (int k = 0; k < kNumDataTypes; ++k) {
-    DataType t = static_cast<DataType>(k);
-    if (tf != 0 && tfDataType(t) == tf) return t;
-  }
-  return std::nullopt;
-}
-
 std::string tfDataTypeName(int tf) {
   // Indexed by number (frontend/proto/tf_tensor.proto).
   static constexpr const char* kNames[] = {

@@ -117,10 +117,7 @@ absl::StatusOr<std::vector<InferResponseOutput>> decodeModelInferResponse(std::s
 
 // --- TF Serving ---------------------------------------------------------------------------------
 
-// tensorflow.DataType of a KServe datatype (BYTES: DT_STRING = 7, carried as string_val, not
-// tensor_content); 0 (DT_INVALID) when TF has none.
-int tfDataType(DataType t);
-std::optional<DataType> fromTfDataType(int tf);
+// (tfDataType / fromTfDataType, the datatype mapping, are in backends/tensor.h.)
 // "DT_FLOAT", "DT_STRING", ...; "DT_<n>" for a number this file does not name.
 std::string tfDataTypeName(int tf);
 

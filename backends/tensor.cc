@@ -20,6 +20,13 @@ size_t dataTypeSize(DataType t) {
   return visitDataType(t, [](auto tag) { return tag.kSize; });
 }
 
+std::optional<DataType> fromTfDataType(int tf) {
+  for (int k = 0; k < kNumDataTypes; ++k) {
+    if (tf != 0 && kTfDataTypes[k] == tf) return static_cast<DataType>(k);
+  }
+  return std::nullopt;
+}
+
 std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape) {
   uint64_t n = 1;
   for (int64_t d : shape) {

@@ -103,6 +103,13 @@ std::optional<DataType> parseDataType(std::string_view name);
 std::string_view dataTypeName(DataType t);
 // Bytes per element; 0 for BYTES (variable length).
 size_t dataTypeSize(DataType t);
+// TF Serving's tensorflow.DataType of a KServe datatype (tensorflow/core/framework/types.proto;
+// BYTES is DT_STRING = 7, carried as string_val), used by the TF Serving frontend and backend
+// alike; 0 (DT_INVALID) never maps. fromTfDataType: nullopt for a DT_* with no KServe datatype.
+inline constexpr std::array<int, kNumDataTypes> kTfDataTypes = {10, 4, 17, 22, 23, 6, 5,
+                                                                3,  9, 19, 14, 1,  2,  7};
+inline int tfDataType(DataType t) { return kTfDataTypes[static_cast<size_t>(t)]; }
+std::optional<DataType> fromTfDataType(int tf);
 
 // Number of elements of a shape; nullopt when a dimension is negative or the product overflows.
 std::optional<uint64_t> elementCount(const std::vector<int64_t>& shape);

@@ -45,10 +45,10 @@ void compareTfTensors(const ModelConfig& config, std::string_view signature,
           s.name, std::string(signature), one, aliases(have)));
       continue;
     }
-    if (m->dtype != wire::tfDataType(s.dtype)) {
+    if (m->dtype != tfDataType(s.dtype)) {
       diffs.push_back(fmt::format("{}[{}] '{}': datatype {} ({}) configured, the backend has {}",
                                   kind, i, s.name, dataTypeName(s.dtype),
-                                  wire::tfDataTypeName(wire::tfDataType(s.dtype)),
+                                  wire::tfDataTypeName(tfDataType(s.dtype)),
                                   wire::tfDataTypeName(m->dtype)));
     }
     const std::vector<int64_t> want = config.fullShape(s);
@@ -225,7 +225,7 @@ absl::StatusOr<std::unique_ptr<BatchBackend>> createTfServingBackend(
         fmt::format("model '{}': backend tfserving needs tfserving.endpoints", config.name));
   }
   for (const TensorSpec& t : config.inputs) {
-    if (wire::tfDataType(t.dtype) == 0) {
+    if (tfDataType(t.dtype) == 0) {
       return absl::InvalidArgumentError(fmt::format(
           "model '{}': input '{}' is {}, which the tfserving backend cannot send", config.name,
           t.name, dataTypeName(t.dtype)));

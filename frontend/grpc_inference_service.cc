@@ -53,43 +53,11 @@ std::string unknownModel(std::string_view name, std::string_view version) {
 // --- TF Serving tensors -----------------------------------------------------------------------
 
 std::optional<DataType> fromTf(tensorflow::DataType t) {
-  switch (t) {
-    case tensorflow::DT_FLOAT: return DataType::kFp32;
-    case tensorflow::DT_DOUBLE: return DataType::kFp64;
-    case tensorflow::DT_INT32: return DataType::kInt32;
-    case tensorflow::DT_UINT8: return DataType::kUint8;
-    case tensorflow::DT_INT16: return DataType::kInt16;
-    case tensorflow::DT_INT8: return DataType::kInt8;
-    case tensorflow::DT_STRING: return DataType::kBytes;
-    case tensorflow::DT_INT64: return DataType::kInt64;
-    case tensorflow::DT_BOOL: return DataType::kBool;
-    case tensorflow::DT_BFLOAT16: return DataType::kBf16;
-    case tensorflow::DT_UINT16: return DataType::kUint16;
-    case tensorflow::DT_HALF: return DataType::kFp16;
-    case tensorflow::DT_UINT32: return DataType::kUint32;
-    case tensorflow::DT_UINT64: return DataType::kUint64;
-    default: return std::nullopt;
-  }
+  return backends::fromTfDataType(static_cast<int>(t));
 }
 
 tensorflow::DataType toTf(DataType t) {
-  switch (t) {
-    case DataType::kFp32: return tensorflow::DT_FLOAT;
-    case DataType::kFp64: return tensorflow::DT_DOUBLE;
-    case DataType::kInt32: return tensorflow::DT_INT32;
-    case DataType::kUint8: return tensorflow::DT_UINT8;
-    case DataType::kInt16: return tensorflow::DT_INT16;
-    case DataType::kInt8: return tensorflow::DT_INT8;
-    case DataType::kBytes: return tensorflow::DT_STRING;
-    case DataType::kInt64: return tensorflow::DT_INT64;
-    case DataType::kBool: return tensorflow::DT_BOOL;
-    case DataType::kBf16: return tensorflow::DT_BFLOAT16;
-    case DataType::kUint16: return tensorflow::DT_UINT16;
-    case DataType::kFp16: return tensorflow::DT_HALF;
-    case DataType::kUint32: return tensorflow::DT_UINT32;
-    case DataType::kUint64: return tensorflow::DT_UINT64;
-  }
-  return tensorflow::DT_INVALID;
+  return static_cast<tensorflow::DataType>(backends::tfDataType(t));
 }
 
 // A single value broadcast over a shape (TF's version-0 rule) makes data that was never on the

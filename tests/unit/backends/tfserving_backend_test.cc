@@ -234,8 +234,19 @@ TEST(TfServingWire, BytesRoundTripThroughEncoderAndDecoder) {
 }
 
 TEST(TfServingWire, DataTypeNames) {
-  EXPECT_EQ(wire::tfDataType(DataType::kBytes), 7);
-  EXPECT_EQ(wire::fromTfDataType(7), DataType::kBytes);
+  EXPECT_EQ(tfDataType(DataType::kBytes), 7);
+  EXPECT_EQ(fromTfDataType(7), DataType::kBytes);
+  // Every KServe datatype has its DT_*, and the mapping goes both ways.
+  for (int k = 0; k < kNumDataTypes; ++k) {
+    const DataType t = static_cast<DataType>(k);
+    EXPECT_NE(tfDataType(t), 0) << dataTypeName(t);
+    EXPECT_EQ(fromTfDataType(tfDataType(t)), t) << dataTypeName(t);
+  }
+  EXPECT_EQ(tfDataType(DataType::kFp16), 19);   // DT_HALF
+  EXPECT_EQ(tfDataType(DataType::kBf16), 14);   // DT_BFLOAT16
+  EXPECT_EQ(tfDataType(DataType::kUint64), 23);
+  EXPECT_EQ(fromTfDataType(0), std::nullopt);   // DT_INVALID
+  EXPECT_EQ(fromTfDataType(8), std::nullopt);   // DT_COMPLEX64: no KServe datatype
   EXPECT_EQ(wire::tfDataTypeName(1), "DT_FLOAT");
   EXPECT_EQ(wire::tfDataTypeName(7), "DT_STRING");
   EXPECT_EQ(wire::tfDataTypeName(19), "DT_HALF");
