@@ -40,6 +40,19 @@ int inChild(const std::function<int()>& body) {
   return status;
 }
 
+// Runs `body` in a forked child; passes when the child exits with 0 (every check held).
+::testing::AssertionResult passesInChild(const std::function<int()>& body) {
+  const int status = inChild(body);
+  if (!WIFEXITED(status)) return ::testing::AssertionFailure() << "child status " << status;
+  if (WEXITSTATUS(status) != 0) {
+    return ::testing::AssertionFailure() << "child check " << WEXITSTATUS(status) << " failed";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+#define SKIP_WITHOUT_SECCOMP() \
+  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)"
+
 // The child's exit codes: 0 all as expected, otherwise the number of the failed check.
 #define CHECK_OR_EXIT(cond, code)                                                    \
   do {                                                                               \
@@ -64,8 +77,8 @@ std::string statusField(const char* name) {
 }
 
 TEST(SeccompFilter, RefusesWhatTheGatewayNeverCallsWithEperm) {
-  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
-  const int status = inChild([] {
+  SKIP_WITHOUT_SECCOMP();
+  EXPECT_TRUE(passesInChild([] {
     SeccompOptions o;  // socket mode: errno action, no bpf, no capset
     absl::StatusOr<size_t> n = installSeccompFilter(o);
     CHECK_OR_EXIT(n.ok(), 1);
@@ -116,14 +129,12 @@ TEST(SeccompFilter, RefusesWhatTheGatewayNeverCallsWithEperm) {
     CHECK_OR_EXIT(read(fd, buf, sizeof buf) > 0, 33);
     close(fd);
     return 0;
-  });
-  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  }));
 }
 
 TEST(SeccompFilter, XdpModesMayUseBpfMapCommandsAndCapsetButNotLoadPrograms) {
-  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
-  const int status = inChild([] {
+  SKIP_WITHOUT_SECCOMP();
+  EXPECT_TRUE(passesInChild([] {
     SeccompOptions o;
     o.bpf_maps = true;
     o.raise_caps = true;
@@ -140,14 +151,12 @@ TEST(SeccompFilter, XdpModesMayUseBpfMapCommandsAndCapsetButNotLoadPrograms) {
     errno = 0;
     CHECK_OR_EXIT(syscall(SYS_bpf, 0 /*BPF_MAP_CREATE*/, &attr, 64) == -1 && errno == EPERM, 4);
     return 0;
-  });
-  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  }));
 }
 
 TEST(SeccompFilter, CudaBuildsMayUseIoctlAndOpenForWriting) {
-  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
-  const int status = inChild([] {
+  SKIP_WITHOUT_SECCOMP();
+  EXPECT_TRUE(passesInChild([] {
     SeccompOptions o;
     o.cuda = true;
     CHECK_OR_EXIT(installSeccompFilter(o).ok(), 1);
@@ -161,13 +170,11 @@ TEST(SeccompFilter, CudaBuildsMayUseIoctlAndOpenForWriting) {
     errno = 0;
     CHECK_OR_EXIT(ptrace(PTRACE_TRACEME, 0, nullptr, nullptr) == -1 && errno == EPERM, 5);
     return 0;
-  });
-  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  }));
 }
 
 TEST(SeccompFilter, KillActionKillsTheProcess) {
-  if (!haveSeccompSupport()) GTEST_SKIP() << "this build has no libseccomp (libseccomp-dev)";
+  SKIP_WITHOUT_SECCOMP();
   const int status = inChild([] {
     SeccompOptions o;
     o.action = SeccompAction::kKill;
@@ -181,7 +188,7 @@ TEST(SeccompFilter, KillActionKillsTheProcess) {
 
 TEST(DropPrivileges, EveryThreadEndsWithNothingButWhatIsKept) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root (capabilities to drop)";
-  const int status = inChild([] {
+  EXPECT_TRUE(passesInChild([] {
     // A thread that exists before the drop must drop too (it runs the broadcast handler).
     std::atomic<bool> stop{false};
     std::string worker_caps;
@@ -213,9 +220,7 @@ TEST(DropPrivileges, EveryThreadEndsWithNothingButWhatIsKept) {
     }
     CHECK_OR_EXIT(statusField("CapEff") == "0000000000000000", 13);
     return 0;
-  });
-  ASSERT_TRUE(WIFEXITED(status)) << "child status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  }));
 }
 
 TEST(DropPrivileges, UnknownUserIsAStartUpErrorNamingTheFix) {

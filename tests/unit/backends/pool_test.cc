@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <thread>
 
@@ -143,6 +144,17 @@ struct Fixture {
     std::lock_guard<std::mutex> l(st[i]->mu);
     return st[i]->sends;
   }
+  // Probes every endpoint (healthy) and has them hold their calls until drain().
+  void probeAndHold() {
+    pool->probeAll();
+    for (auto& s : st) s->hold = true;
+  }
+  // with_depth: endpoint i reports queue depth `d[i]` at the scrape that follows.
+  void scrapeDepths(std::initializer_list<double> d) {
+    size_t i = 0;
+    for (double v : d) depth[i++]->set(std::optional<double>(v));
+    pool->scrapeAll();
+  }
 };
 
 struct Result {
@@ -172,6 +184,11 @@ BatchDone collect(Result& r) {
     r.status = o.status();
     r.calls.fetch_add(1);
   };
+}
+
+// `n` batches whose (held) calls answer into `held` at drain().
+void executeHeld(Fixture& f, const Batch& b, std::deque<Result>& held, int n) {
+  for (int i = 0; i < n; ++i) f.pool->execute(b, collect(held.emplace_back()));
 }
 
 TEST(Pool, StartRefusesWhenNothingIsReadyAndNamesEachEndpoint) {
@@ -337,11 +354,8 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
   RemoteBackendConfig cfg;
   cfg.max_concurrency = 100;
   Fixture f(2, cfg, /*with_depth=*/true);
-  f.pool->probeAll();
-  for (auto& s : f.st) s->hold = true;
-  f.depth[0]->set(std::optional<double>(5));
-  f.depth[1]->set(std::optional<double>(0));
-  f.pool->scrapeAll();
+  f.probeAndHold();
+  f.scrapeDepths({5, 0});
   EXPECT_EQ(f.pool->status()[0].queue_depth, 5);
   EXPECT_EQ(f.pool->status()[1].queue_depth, 0);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_queue_depth", {{"model", "m"}, {"endpoint", "ep0"}}), 5);
@@ -357,15 +371,10 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
   EXPECT_LE(f.sends(0), 4);
   EXPECT_EQ(f.sends(0) + f.sends(1), 12);
   // The server's queue moves to the other endpoint: new batches follow it.
-  f.depth[0]->set(std::optional<double>(0));
-  f.depth[1]->set(std::optional<double>(40));
-  f.pool->scrapeAll();
+  f.scrapeDepths({0, 40});
   const int before0 = f.sends(0);
   std::deque<Result> held;  // the held calls answer into these at drain()
-  for (int i = 0; i < 10; ++i) {
-    Result& x = held.emplace_back();
-    f.pool->execute(b, collect(x));
-  }
+  executeHeld(f, b, held, 10);
   EXPECT_EQ(f.sends(0), before0 + 10);
   f.drain();
   for (auto& x : r) EXPECT_TRUE(x.status.ok()) << x.status;
@@ -375,18 +384,11 @@ TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
   RemoteBackendConfig cfg;
   cfg.max_concurrency = 1000;
   Fixture f(3, cfg, true);
-  f.pool->probeAll();
-  for (auto& s : f.st) s->hold = true;
-  f.depth[0]->set(std::optional<double>(500));
-  f.depth[1]->set(std::optional<double>(0));
-  f.depth[2]->set(std::optional<double>(3));
-  f.pool->scrapeAll();
+  f.probeAndHold();
+  f.scrapeDepths({500, 0, 3});
   Batch b;
   std::deque<Result> held;  // the held calls answer into these at drain()
-  for (int i = 0; i < 200; ++i) {
-    Result& x = held.emplace_back();
-    f.pool->execute(b, collect(x));
-  }
+  executeHeld(f, b, held, 200);
   // Power of two choices: whichever pair is drawn, ep0 (500 + 0) loses to ep1/ep2 (<= 203).
   EXPECT_EQ(f.sends(0), 0);
   EXPECT_EQ(f.sends(1) + f.sends(2), 200);
@@ -398,11 +400,8 @@ TEST(PoolQueueDepth, ConcurrencyLimitStillHolds) {
   RemoteBackendConfig cfg;
   cfg.max_concurrency = 2;
   Fixture f(2, cfg, true);
-  f.pool->probeAll();
-  for (auto& s : f.st) s->hold = true;
-  f.depth[0]->set(std::optional<double>(100));
-  f.depth[1]->set(std::optional<double>(0));
-  f.pool->scrapeAll();
+  f.probeAndHold();
+  f.scrapeDepths({100, 0});
   Batch b;
   std::vector<Result> r(5);
   for (auto& x : r) f.pool->execute(b, collect(x));
@@ -419,19 +418,13 @@ TEST(PoolQueueDepth, StaleReadingsAreIgnored) {
   cfg.max_concurrency = 100;
   cfg.metrics_interval_ms = 20;  // a reading is fresh for 60 ms
   Fixture f(2, cfg, true);
-  f.pool->probeAll();
-  for (auto& s : f.st) s->hold = true;
-  f.depth[0]->set(std::optional<double>(100));
-  f.depth[1]->set(std::optional<double>(0));
-  f.pool->scrapeAll();
+  f.probeAndHold();
+  f.scrapeDepths({100, 0});
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
   Batch b;
   std::deque<Result> held;  // the held calls answer into these at drain()
-  for (int i = 0; i < 8; ++i) {
-    Result& x = held.emplace_back();
-    f.pool->execute(b, collect(x));
-  }
+  executeHeld(f, b, held, 8);
   // In-flight batches alone: power of two choices over two endpoints keeps them level.
   EXPECT_EQ(f.sends(0), 4);
   EXPECT_EQ(f.sends(1), 4);
@@ -442,8 +435,7 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   RemoteBackendConfig cfg;
   cfg.max_concurrency = 100;
   Fixture f(2, cfg, true);
-  f.pool->probeAll();
-  for (auto& s : f.st) s->hold = true;
+  f.probeAndHold();
   // A reading, then a failing scrape: the last reading stays in use while fresh.
   f.depth[0]->set(std::optional<double>(50));
   f.pool->scrapeAll();
@@ -456,10 +448,7 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
   Batch b;
   std::deque<Result> held;  // the held calls answer into these at drain()
-  {
-    Result& x = held.emplace_back();
-    f.pool->execute(b, collect(x));
-  }
+  executeHeld(f, b, held, 1);
   EXPECT_EQ(f.sends(1), 1);
   // Health stays with the probes.
   EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
@@ -473,10 +462,7 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_queue_depth", {{"model", "m"}, {"endpoint", "ep0"}}), -1);
   EXPECT_EQ(f.pool->status()[1].scrape_errors, 1u);
   const int s0 = f.sends(0), s1 = f.sends(1);
-  for (int i = 0; i < 8; ++i) {
-    Result& x = held.emplace_back();
-    f.pool->execute(b, collect(x));
-  }
+  executeHeld(f, b, held, 8);
   EXPECT_EQ(f.sends(0) - s0, 4);
   EXPECT_EQ(f.sends(1) - s1, 4);
   EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);

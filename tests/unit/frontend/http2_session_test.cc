@@ -83,6 +83,11 @@ struct Fixture : ::testing::Test {
   ~Fixture() override { nghttp2_hd_inflate_del(inflater); }
   void feed(std::string_view s) { session->onData(s.data(), s.size()); }
   void start() { feed(std::string(kPreface) + frame(kSettings, 0, 0, "")); }
+  // `ns` pass on the loop's clock, then the session's timer tick.
+  void advance(uint64_t ns) {
+    transport.loop_.now += ns;
+    session->onTick(transport.loop_.now);
+  }
   // Parses everything sent so far (and consumes it).
   std::vector<Frame> frames() {
     std::vector<Frame> fs;
@@ -129,6 +134,14 @@ struct Fixture : ::testing::Test {
       if (f.type == type && f.stream == stream && nth-- == 0) return &f;
     }
     return nullptr;
+  }
+  // What was sent so far (consumed) ends the call on `stream` with trailers (its second HEADERS)
+  // saying grpc-status 0.
+  void expectOkTrailers(uint32_t stream) {
+    const std::vector<Frame> fs = frames();
+    const Frame* t = find(fs, kHeaders, stream, 1);
+    ASSERT_TRUE(t) << "no trailers on stream " << stream;
+    EXPECT_EQ(t->headers.at("grpc-status"), "0");
   }
   static std::string grpc(std::string_view m) {
     std::string s;
@@ -220,10 +233,7 @@ TEST_F(Fixture, ServiceExceptionFailsOnlyItsStream) {
   EXPECT_EQ(h->headers.at("grpc-status"), "8");  // RESOURCE_EXHAUSTED
   EXPECT_EQ(session->stats().service_exceptions, 1u);
   feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
-  fs = frames();
-  const Frame* t = find(fs, kHeaders, 3, 1);
-  ASSERT_TRUE(t);
-  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  expectOkTrailers(3);
 }
 
 // Issue 13: the flood limits are ours, not the linked nghttp2's defaults (burst 1000 there).
@@ -278,10 +288,7 @@ TEST_F(Fixture, HeadersOnAnEndedStreamAreNoConnectionError) {
   EXPECT_EQ(find(fs, kGoaway, 0), nullptr);
   EXPECT_EQ(session->stats().stream_id_errors, 0u);
   feed(frame(kHeaders, 4, 5, requestHeaders("/t.S/Echo")) + frame(kData, 1, 5, grpc("b")));
-  fs = frames();
-  const Frame* t = find(fs, kHeaders, 5, 1);
-  ASSERT_TRUE(t);
-  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  expectOkTrailers(5);
 }
 
 // Issue 13: a HEADERS frame without END_STREAM and then silence must not hold a stream (and
@@ -293,15 +300,12 @@ TEST_F(Fixture, SilentStreamTimesOut) {
   start();
   frames();
   feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")));  // no END_STREAM, no DATA
-  transport.loop_.now += 1'500'000'000;
-  session->onTick(transport.loop_.now);
+  advance(1'500'000'000);
   EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);  // not yet
   feed(frame(kData, 0, 1, grpc("partial").substr(0, 6)));  // progress restarts the clock
-  transport.loop_.now += 1'500'000'000;
-  session->onTick(transport.loop_.now);
+  advance(1'500'000'000);
   EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);
-  transport.loop_.now += 1'000'000'000;
-  session->onTick(transport.loop_.now);
+  advance(1'000'000'000);
   auto fs = frames();
   const Frame* h = find(fs, kHeaders, 1);
   ASSERT_TRUE(h) << "a silent stream was never ended";
@@ -311,10 +315,7 @@ TEST_F(Fixture, SilentStreamTimesOut) {
   EXPECT_TRUE(session->idle());
   EXPECT_FALSE(transport.closed);
   feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
-  const auto fs3 = frames();  // find() points into it
-  const Frame* t = find(fs3, kHeaders, 3, 1);
-  ASSERT_TRUE(t);
-  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  expectOkTrailers(3);
 }
 
 // A call waiting for its reply is ours to time out (grpc-timeout), not the client's.
@@ -324,14 +325,10 @@ TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
   start();
   frames();
   feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 0, 1, grpc("x")));
-  transport.loop_.now += 5'000'000'000;
-  session->onTick(transport.loop_.now);
+  advance(5'000'000'000);
   EXPECT_EQ(session->stats().stream_timeouts, 0u);
   services.later[0].first(std::move(services.later[0].second));
-  const auto fs1 = frames();  // find() points into it
-  const Frame* t = find(fs1, kHeaders, 1, 1);
-  ASSERT_TRUE(t);
-  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+  expectOkTrailers(1);
 }
 
 // A header block left open (HEADERS without END_HEADERS, no CONTINUATION) blocks every other
@@ -342,11 +339,9 @@ TEST_F(Fixture, UnfinishedHeaderBlockEndsTheConnection) {
   start();
   frames();
   feed(frame(kHeaders, 0, 1, requestHeaders("/t.S/Echo")));  // END_HEADERS not set
-  transport.loop_.now += 900'000'000;
-  session->onTick(transport.loop_.now);
+  advance(900'000'000);
   EXPECT_EQ(find(frames(), kGoaway, 0), nullptr);
-  transport.loop_.now += 200'000'000;
-  session->onTick(transport.loop_.now);
+  advance(200'000'000);
   auto fs = frames();
   const Frame* g = find(fs, kGoaway, 0);
   ASSERT_TRUE(g) << "an unfinished header block held the connection";
@@ -460,11 +455,9 @@ TEST_F(Fixture, DeadlineExceededThenLateReplyDropped) {
        frame(kData, 1, 1, grpc("x")));
   EXPECT_EQ(services.last_call.timeout_ns, 100'000'000u);
   EXPECT_EQ(services.last_call.deadline_ns, transport.loop_.now + 100'000'000u);
-  transport.loop_.now += 50'000'000;
-  session->onTick(transport.loop_.now);
+  advance(50'000'000);
   EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);
-  transport.loop_.now += 60'000'000;
-  session->onTick(transport.loop_.now);
+  advance(60'000'000);
   auto fs = frames();
   const Frame* h = find(fs, kHeaders, 1);
   ASSERT_TRUE(h);
@@ -569,8 +562,7 @@ TEST_F(Fixture, ShutdownSendsGoawayAndFinishesInFlight) {
 TEST_F(Fixture, IdleTimeoutSendsGoawayAndCloses) {
   start();
   frames();
-  transport.loop_.now += 6'000'000'000;
-  session->onTick(transport.loop_.now);
+  advance(6'000'000'000);
   auto fs = frames();
   ASSERT_TRUE(find(fs, kGoaway, 0));
   EXPECT_TRUE(transport.closed);
