@@ -7,6 +7,10 @@
 // enqueue()/cancel() from any thread; one dispatcher calls poll() to expire requests and take
 // the next due batch, hands the batch to a BatchBackend, and calls complete() with its
 // outputs, which slices them back per request and answers each request exactly once.
+// The parts: PriorityQueues (backends/priority_queues.h: levels, policies, deadlines, shedding,
+// the overload level), SlotArena (backends/slot_arena.h: the batch buffers and one-copy slots),
+// BatchAssembler (backends/batch_assembler.h: forming a batch, its inputs, slicing its outputs)
+// and BatchMetrics (backends/batch_metrics.h); the Batcher holds the lock and answers requests.
 // BatchedModel (backends/batched_model.h) is that dispatcher; tests drive poll() directly
 // with a ManualClock.
 //
@@ -18,98 +22,23 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "backends/batch.h"
+#include "backends/batch_assembler.h"
+#include "backends/batch_metrics.h"
 #include "backends/batching_config.h"
 #include "backends/model.h"
 #include "backends/pinned_memory.h"
-#include "backends/tensor.h"
+#include "backends/priority_queues.h"
+#include "backends/slot_arena.h"
 #include "common/clock.h"
-#include "common/priority.h"
-
-namespace infergate::common {
-class MetricsRegistry;
-class Counter;
-class Gauge;
-class Histogram;
-}  // namespace infergate::common
 
 namespace infergate::backends {
-
-// infergate's priority classes (the XDP program's tag): 0 (high), 1 (normal), 2 (low),
-// 3 (background). See docs/BATCHING.md "Priority" for the mapping to Triton levels.
-inline constexpr int kPriorityClasses = common::kPriorityClasses;
-// The most classes the overload level sheds at the NIC: class 0 is never shed there.
-inline constexpr int kMaxShedClasses = kPriorityClasses - 1;
-
-// levelOfPriorityClass (a class's Triton level) is in backends/model.h.
-// The overload level (how many of the lowest classes the NIC sheds) that stops every class
-// whose Triton level is `level` or lower priority: the count of classes c with
-// levelOfPriorityClass(c, levels) >= level, clamped to 1..kMaxShedClasses.
-int shedClassesForLevel(uint32_t level, uint32_t levels);
-
-// A view of one tensor of a whole batch: `data` points into a pinned batch buffer (inputs) or
-// into memory the backend owns (outputs). With max_batch_size > 0 the leading dimension is the
-// batch size.
-struct BatchTensor {
-  std::string name;
-  DataType dtype = DataType::kFp32;
-  std::vector<int64_t> shape;
-  uint8_t* data = nullptr;
-  size_t bytes = 0;
-};
-
-// One request inside the batcher. Owned by the batcher while queued, by its Batch once
-// dispatched.
-struct QueuedRequest {
-  enum class State : uint8_t { kQueued, kDelayed, kInFlight };
-  InferRequest request;  // inputs in the model's configured order
-  InferCallback done;
-  uint64_t ticket = 0;
-  uint32_t level = 1;
-  uint64_t enqueue_ns = 0;
-  uint64_t deadline_ns = 0;  // 0 = none
-  int64_t rows = 1;          // leading (batch) dimension; 1 when max_batch_size == 0
-  State state = State::kQueued;
-  bool cancelled = false;    // guarded by the batcher's mutex
-  bool placed = false;       // request.slots is this batcher's reservation (one-copy path)
-  std::list<std::unique_ptr<QueuedRequest>>::iterator pos;
-};
-
-// An input's batch buffer pool in POSIX shared memory: a co-located server that maps `key`
-// reads a batch's input i at offset (inputs[i].data - base) when the data lies within it.
-struct SharedBuffer {
-  size_t input;
-  std::string key;
-  const uint8_t* base;
-  size_t bytes;
-};
-
-// A batch handed to a backend. The backend reads inputs (and may read the requests, e.g. to
-// forward ids); everything else is the batcher's.
-struct Batch {
-  uint64_t id = 0;
-  int64_t size = 0;                // rows: sum of the requests' leading dimensions
-  std::vector<BatchTensor> inputs; // in the model's configured input order, contiguous
-  std::vector<std::unique_ptr<QueuedRequest>> requests;  // batch order
-  // Buffers: per input, the pinned slab the batch holds a reference on (inputs[i].data points
-  // into it: the requests' own slots when they are one contiguous run, else a slab the batch
-  // was gathered into), or nullptr with a heap buffer when the batch is larger than a slab
-  // (counted as unpinned).
-  std::vector<uint8_t*> slabs;
-  std::vector<std::vector<uint8_t>> heap;
-  uint64_t dispatch_ns = 0;
-};
-
-// Backend outputs of a batch (views valid until complete() returns), or an error every
-// request of the batch gets.
-using BatchOutputs = absl::StatusOr<std::vector<BatchTensor>>;
 
 class Batcher {
  public:
@@ -191,76 +120,31 @@ class Batcher {
   static constexpr size_t kSpareBuffers = 6;
 
  private:
-  struct Level {
-    QueuePolicy policy;
-    std::list<std::unique_ptr<QueuedRequest>> queue;    // unexpired, FIFO
-    std::list<std::unique_ptr<QueuedRequest>> delayed;  // expired with DELAY, FIFO
-    common::Gauge* depth = nullptr;
-    common::Histogram* queue_time = nullptr;
-    common::Counter* timeouts = nullptr;
-    common::Counter* delayed_count = nullptr;
-    common::Counter* rejected_full = nullptr;
-    common::Counter* rejected_overload = nullptr;
-    common::Counter* shed = nullptr;
-    common::Counter* cancelled = nullptr;
-    size_t size() const { return queue.size() + delayed.size(); }
-  };
-  struct Arena;
-  class Slots;
-  struct Answer {
-    InferCallback done;
-    absl::StatusOr<InferResponse> result;
-  };
-
-  Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock);
-  absl::Status init(common::MetricsRegistry* metrics, const PinnedOptions* pinned);
-  absl::Status overloadStatus(std::string message) const;
-  bool compatible(const QueuedRequest& a, const QueuedRequest& b) const;
-  size_t inputBytes(const QueuedRequest& r, size_t input) const;
-  void expireLocked(uint64_t now, std::vector<Answer>& answers);
-  void recomputeDeadlineLocked();
-  std::unique_ptr<QueuedRequest> removeLocked(QueuedRequest* r);
-  void flush(std::vector<Answer>& answers);
+  Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock,
+          std::unique_ptr<common::MetricsRegistry> own_registry,
+          std::unique_ptr<BatchMetrics> metrics, std::shared_ptr<SlotArena> arena);
   void notify();
-  // Recomputes the overload level (and the overloaded gauge) after a change of queued_;
+  // Recomputes the overload level (and the overloaded gauges) after a change of the queues;
   // `refused_level`: the level of a request just refused or shed for overload (0: none).
   void updateOverloadLocked(uint32_t refused_level);
   void publishOverload();
 
-  ModelConfig model_;
-  BatchingConfig config_;
+  const ModelConfig model_;
+  const BatchingConfig config_;
   common::Clock* clock_;
-  std::function<void()> notify_;
+  std::function<void()> notify_;  // guarded by mu_
+
+  std::unique_ptr<common::MetricsRegistry> own_registry_;  // when created without one
+  std::unique_ptr<BatchMetrics> metrics_;
+  // Shared with the reservations, so a reservation never outlives its memory.
+  std::shared_ptr<SlotArena> arena_;
+  BatchAssembler assembler_;
 
   mutable std::mutex mu_;
-  std::vector<Level> levels_;  // index level-1
-  std::unordered_map<uint64_t, QueuedRequest*> tickets_;
-  size_t queued_ = 0;
+  PriorityQueues queues_;  // guarded by mu_
   uint32_t inflight_ = 0;
-  uint64_t next_ticket_ = 1;
   uint64_t next_batch_ = 1;
-  uint64_t next_deadline_ns_ = UINT64_MAX;
   bool shutdown_ = false;
-
-  // Per input: the slab size; the buffers (pools, filling state, reference counts) live in the
-  // arena, shared with the reservations so a reservation never outlives its memory.
-  std::vector<size_t> slab_bytes_;
-  std::shared_ptr<Arena> arena_;
-
-  // Model-wide metrics (nullptr when none).
-  common::Histogram* batch_size_ = nullptr;
-  common::Histogram* fill_ratio_ = nullptr;
-  common::Counter* batches_ = nullptr;
-  common::Counter* bytes_copied_ = nullptr;
-  common::Counter* bytes_received_ = nullptr;
-  common::Counter* slot_bytes_ = nullptr;
-  common::Counter* staged_bytes_ = nullptr;
-  common::Counter* compacted_bytes_ = nullptr;
-  common::Counter* unpinned_batches_ = nullptr;
-  common::Counter* backend_errors_ = nullptr;
-  common::Gauge* inflight_gauge_ = nullptr;
-  common::Gauge* overloaded_ = nullptr;
-  common::Gauge* overload_level_gauge_ = nullptr;
 
   // Overload level: written under mu_, published under publish_mu_.
   std::atomic<int> overload_level_{0};
