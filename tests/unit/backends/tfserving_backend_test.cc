@@ -324,25 +324,18 @@ TEST(TfServingSignature, SaysPreciselyWhatDiffers) {
   absl::Status st = compareTfSignature(tfModel(), "serving_default", sigs);
   ASSERT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   const std::string m(st.message());
-  EXPECT_NE(m.find("inputs[0] 'x': datatype FP32 (DT_FLOAT) configured, the backend has DT_HALF"),
-            std::string::npos)
-      << m;
-  EXPECT_NE(m.find("inputs[0] 'x': shape [-1,4] configured (with the batch dimension), the "
-                   "backend has [-1,8]"),
-            std::string::npos)
-      << m;
-  EXPECT_NE(m.find("inputs[1] 's' is configured but signature 'serving_default' has no such "
-                   "input (it has: x, mask)"),
-            std::string::npos)
-      << m;
-  EXPECT_NE(m.find("signature 'serving_default' also needs input 'mask' (DT_BOOL [-1,4]), which "
-                   "is not configured"),
-            std::string::npos)
-      << m;
-  EXPECT_NE(m.find("outputs[0] 'y' is configured but signature 'serving_default' has no such "
-                   "output (it has: z)"),
-            std::string::npos)
-      << m;
+  for (const char* want :
+       {"inputs[0] 'x': datatype FP32 (DT_FLOAT) configured, the backend has DT_HALF",
+        "inputs[0] 'x': shape [-1,4] configured (with the batch dimension), the "
+        "backend has [-1,8]",
+        "inputs[1] 's' is configured but signature 'serving_default' has no such "
+        "input (it has: x, mask)",
+        "signature 'serving_default' also needs input 'mask' (DT_BOOL [-1,4]), which "
+        "is not configured",
+        "outputs[0] 'y' is configured but signature 'serving_default' has no such "
+        "output (it has: z)"}) {
+    EXPECT_NE(m.find(want), std::string::npos) << "missing: " << want << "\nin: " << m;
+  }
 }
 
 TEST(TfServingSignature, ShapeRules) {
