@@ -1,10 +1,18 @@
 #include "backends/model.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "common/priority.h"
 #include "fmt/format.h"
 
 namespace infergate::backends {
+
+uint32_t levelOfPriorityClass(int priority_class, uint32_t levels) {
+  if (levels == 0) levels = 1;
+  const int c = std::clamp(priority_class, 0, common::kPriorityClasses - 1);
+  return 1 + static_cast<uint32_t>(c) * levels / common::kPriorityClasses;
+}
 
 std::vector<int64_t> ModelConfig::fullShape(const TensorSpec& spec) const {
   std::vector<int64_t> s;
