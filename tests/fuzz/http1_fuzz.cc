@@ -24,6 +24,7 @@
 #include "frontend/http1_session.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/mocks/fake_transport.h"
+#include "tests/mocks/session_events.h"
 
 namespace fz = infergate::fuzz;
 namespace fe = infergate::frontend;
@@ -91,14 +92,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 1:
-        transport.loop_.now += uint64_t(h >> 2) * 250'000'000;
-        session->onTick(transport.loop_.now);
+        infergate::mocks::advanceAndTick(transport, *session, h >> 2);
         break;
       case 2:
-        if (!peer_closed && held.empty()) {
-          peer_closed = true;
-          session->onPeerClosed();
-        }
+        if (held.empty()) infergate::mocks::peerClosesOnce(peer_closed, *session);
         break;
       case 3: {
         const std::string_view bytes = in.bytes(h >> 2);

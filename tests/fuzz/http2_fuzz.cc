@@ -32,6 +32,7 @@
 #include "frontend/http2_session.h"
 #include "tests/fuzz/fuzz_common.h"
 #include "tests/mocks/fake_transport.h"
+#include "tests/mocks/session_events.h"
 #include "tests/unit/frontend/h2_frames.h"
 
 namespace fz = infergate::fuzz;
@@ -172,14 +173,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       case 4:
-        transport.loop_.now += uint64_t(h >> 3) * 250'000'000;
-        session->onTick(transport.loop_.now);
+        infergate::mocks::advanceAndTick(transport, *session, h >> 3);
         break;
       case 5:
-        if (!peer_closed) {
-          peer_closed = true;
-          session->onPeerClosed();
-        }
+        infergate::mocks::peerClosesOnce(peer_closed, *session);
         break;
       case 6:
         session->onDrain();

@@ -10,17 +10,16 @@ namespace infergate::bench {
 namespace {
 
 RunReport sampleRun() {
-  RunReport r;
-  r.label = "ig-socket";
-  r.target = "127.0.0.1:8000";
-  r.protocol = "rest/json";
-  r.mode = LoadMode::kOpen;
-  r.target_rate = 100;
-  r.connections = 4;
-  r.threads = 1;
-  r.warmup_s = 1;
-  r.duration_s = 10;
-  r.lag_threshold_ns = 1000000;
+  RunReport r{.label = "ig-socket",
+              .target = "127.0.0.1:8000",
+              .protocol = "rest/json",
+              .mode = LoadMode::kOpen,
+              .target_rate = 100,
+              .connections = 4,
+              .threads = 1,
+              .warmup_s = 1,
+              .duration_s = 10,
+              .lag_threshold_ns = 1000000};
   RunStats& s = r.result.stats;
   for (int i = 0; i < 990; ++i) s.recordOk(i % 2 ? 1 : 2, 1000000 + i * 1000, i / 100);  // 1-2 ms
   s.recordOk(1, 1500000000, 5);  // one 1.5 s stall
