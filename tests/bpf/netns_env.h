@@ -37,6 +37,10 @@ inline std::string enterPrivateNetns(const std::string& needs_root, const char* 
   return "";
 }
 
+// The veth pair igx0 <-> igx1 the XDP attach and AF_XDP tests run on.
+inline constexpr char kIgxVethPair[] =
+    "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && ip link set igx1 up";
+
 // What a test binary's namespace holds, as enterPrivateNetns takes it.
 struct NetnsSpec {
   std::string needs_root;  // the skip message for a non-root run

@@ -210,9 +210,7 @@ TEST(XdpAttach, RstReachesAVethPeerWithoutXdp) {
 }  // namespace infergate::xdp::testing
 
 int main(int argc, char** argv) {
+  using infergate::testing::kIgxVethPair;
   return infergate::testing::runInPrivateNetns(
-      argc, argv,
-      {"needs root (network namespace, veth, XDP attach)",
-       "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && ip link set igx1 up",
-       true});
+      argc, argv, {"needs root (network namespace, veth, XDP attach)", kIgxVethPair, true});
 }

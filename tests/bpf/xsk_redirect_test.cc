@@ -60,6 +60,14 @@ XskOptions deviceOptions(int xskmap_fd) {
   return so;
 }
 
+// `f`: the filter loaded with `opts`; `dev`: an AF_XDP socket bound on igx0 queue 0 through its
+// map, so the program's redirects have somewhere to go. Fails the test when either is refused.
+#define LOAD_WITH_SOCKET(f, dev, opts)                            \
+  auto f = XdpFilter::load(opts);                                 \
+  ASSERT_TRUE(f.ok()) << f.status();                              \
+  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));    \
+  ASSERT_TRUE(dev.ok()) << dev.status()
+
 int expectedWithSocket(const Fixture& f) {
   const bool service_pass = f.action == XDP_PASS &&
                             (f.reason == IG_R_SEGMENT || f.reason == IG_R_SYN || f.reason == IG_R_REQUEST);
@@ -130,10 +138,7 @@ TEST(XskRedirect, RedirectOffByDefault) {
   SKIP_WITHOUT_NETNS();
   XdpOptions o = redirectOptions();
   o.redirect_xsk = false;
-  auto f = XdpFilter::load(o);
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
-  ASSERT_TRUE(dev.ok()) << dev.status();
+  LOAD_WITH_SOCKET(f, dev, o);
   for (const Fixture& fx : fixtures()) {
     if (fx.packet.size() < 14 || fx.first_segment) continue;
     EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), fx.packet).retval), fx.action) << fx.name;
@@ -152,10 +157,7 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
     XdpOptions o = redirectOptions();
     o.track_flows = true;
     o.reject_mid_stream = reject;
-    auto f = XdpFilter::load(o);
-    ASSERT_TRUE(f.ok()) << f.status();
-    auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
-    ASSERT_TRUE(dev.ok()) << dev.status();
+    LOAD_WITH_SOCKET(f, dev, o);
     // Both ways the frame goes to the socket; rejected, it carries IG_TF_REJECTED (the
     // stack resets the connection) instead of being answered with a RST here.
     for (const PacketSpec& spec : {mid, path}) {
@@ -189,10 +191,7 @@ TEST(XskRedirect, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
   SKIP_WITHOUT_NETNS();
   XdpOptions o = redirectOptions();
   o.track_flows = true;
-  auto f = XdpFilter::load(o);
-  ASSERT_TRUE(f.ok()) << f.status();
-  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
-  ASSERT_TRUE(dev.ok()) << dev.status();
+  LOAD_WITH_SOCKET(f, dev, o);
   const int prog = (*f)->programFd();
   // A new connection whose first data segment is not a request start.
   PacketSpec syn;
@@ -402,9 +401,7 @@ TEST(XskDevice, RxQueueCount) {
 }  // namespace infergate::xdp::testing
 
 int main(int argc, char** argv) {
+  using infergate::testing::kIgxVethPair;
   return infergate::testing::runInPrivateNetns(
-      argc, argv,
-      {"needs root (network namespace, veth, XDP, AF_XDP)",
-       "ip link add igx0 type veth peer name igx1 && ip link set igx0 up && ip link set igx1 up",
-       false});
+      argc, argv, {"needs root (network namespace, veth, XDP, AF_XDP)", kIgxVethPair, false});
 }

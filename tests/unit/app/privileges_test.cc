@@ -63,6 +63,15 @@ int inChild(const std::function<int()>& body) {
     }                                                                                \
   } while (0)
 
+// In a forked child: installs the seccomp filter `o` (check 1), then runs `body` under it.
+::testing::AssertionResult passesUnderFilter(const SeccompOptions& o,
+                                             const std::function<int()>& body) {
+  return passesInChild([&] {
+    CHECK_OR_EXIT(installSeccompFilter(o).ok(), 1);
+    return body();
+  });
+}
+
 std::string statusField(const char* name) {
   std::ifstream f("/proc/self/status");
   std::string line;
@@ -134,11 +143,7 @@ TEST(SeccompFilter, RefusesWhatTheGatewayNeverCallsWithEperm) {
 
 TEST(SeccompFilter, XdpModesMayUseBpfMapCommandsAndCapsetButNotLoadPrograms) {
   SKIP_WITHOUT_SECCOMP();
-  EXPECT_TRUE(passesInChild([] {
-    SeccompOptions o;
-    o.bpf_maps = true;
-    o.raise_caps = true;
-    CHECK_OR_EXIT(installSeccompFilter(o).ok(), 1);
+  EXPECT_TRUE(passesUnderFilter({.bpf_maps = true, .raise_caps = true}, [] {
     // A map lookup on a bad fd reaches the kernel (EBADF), a program load is refused.
     union {
       char raw[128];
@@ -156,10 +161,7 @@ TEST(SeccompFilter, XdpModesMayUseBpfMapCommandsAndCapsetButNotLoadPrograms) {
 
 TEST(SeccompFilter, CudaBuildsMayUseIoctlAndOpenForWriting) {
   SKIP_WITHOUT_SECCOMP();
-  EXPECT_TRUE(passesInChild([] {
-    SeccompOptions o;
-    o.cuda = true;
-    CHECK_OR_EXIT(installSeccompFilter(o).ok(), 1);
+  EXPECT_TRUE(passesUnderFilter({.cuda = true}, [] {
     int fds[2];
     CHECK_OR_EXIT(pipe2(fds, O_CLOEXEC) == 0, 2);
     int avail = -1;
