@@ -351,9 +351,7 @@ TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
 // thread runs: readings change only when the test calls scrapeAll().
 
 TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
-  RemoteBackendConfig cfg;
-  cfg.max_concurrency = 100;
-  Fixture f(2, cfg, /*with_depth=*/true);
+  Fixture f(2, {.max_concurrency = 100}, /*with_depth=*/true);
   f.probeAndHold();
   f.scrapeDepths({5, 0});
   EXPECT_EQ(f.pool->status()[0].queue_depth, 5);
@@ -381,9 +379,7 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
 }
 
 TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
-  RemoteBackendConfig cfg;
-  cfg.max_concurrency = 1000;
-  Fixture f(3, cfg, true);
+  Fixture f(3, {.max_concurrency = 1000}, /*with_depth=*/true);
   f.probeAndHold();
   f.scrapeDepths({500, 0, 3});
   Batch b;
@@ -397,9 +393,7 @@ TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
 }
 
 TEST(PoolQueueDepth, ConcurrencyLimitStillHolds) {
-  RemoteBackendConfig cfg;
-  cfg.max_concurrency = 2;
-  Fixture f(2, cfg, true);
+  Fixture f(2, {.max_concurrency = 2}, /*with_depth=*/true);
   f.probeAndHold();
   f.scrapeDepths({100, 0});
   Batch b;
@@ -432,9 +426,7 @@ TEST(PoolQueueDepth, StaleReadingsAreIgnored) {
 }
 
 TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
-  RemoteBackendConfig cfg;
-  cfg.max_concurrency = 100;
-  Fixture f(2, cfg, true);
+  Fixture f(2, {.max_concurrency = 100}, /*with_depth=*/true);
   f.probeAndHold();
   // A reading, then a failing scrape: the last reading stays in use while fresh.
   f.depth[0]->set(std::optional<double>(50));

@@ -83,6 +83,12 @@ struct Fixture : ::testing::Test {
   ~Fixture() override { nghttp2_hd_inflate_del(inflater); }
   void feed(std::string_view s) { session->onData(s.data(), s.size()); }
   void start() { feed(std::string(kPreface) + frame(kSettings, 0, 0, "")); }
+  // A new session with the test's `options`, its preface and SETTINGS exchanged (consumed).
+  void restartWithOptions() {
+    session = std::make_shared<Http2Session>(transport, services, options, nullptr);
+    start();
+    frames();
+  }
   // `ns` pass on the loop's clock, then the session's timer tick.
   void advance(uint64_t ns) {
     transport.loop_.now += ns;
@@ -240,9 +246,7 @@ TEST_F(Fixture, ServiceExceptionFailsOnlyItsStream) {
 TEST_F(Fixture, RapidResetTripsOurLimit) {
   options.stream_reset_burst = 5;
   options.stream_reset_rate = 0;
-  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
-  start();
-  frames();
+  restartWithOptions();
   std::string flood;
   for (uint32_t i = 0; i < 10; ++i) {
     const uint32_t id = 1 + 2 * i;
@@ -296,9 +300,7 @@ TEST_F(Fixture, HeadersOnAnEndedStreamAreNoConnectionError) {
 // RST_STREAM, and the connection serves the next call.
 TEST_F(Fixture, SilentStreamTimesOut) {
   options.stream_timeout_ns = 2'000'000'000;
-  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
-  start();
-  frames();
+  restartWithOptions();
   feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")));  // no END_STREAM, no DATA
   advance(1'500'000'000);
   EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);  // not yet
@@ -321,9 +323,7 @@ TEST_F(Fixture, SilentStreamTimesOut) {
 // A call waiting for its reply is ours to time out (grpc-timeout), not the client's.
 TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
   options.stream_timeout_ns = 1'000'000'000;
-  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
-  start();
-  frames();
+  restartWithOptions();
   feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 0, 1, grpc("x")));
   advance(5'000'000'000);
   EXPECT_EQ(session->stats().stream_timeouts, 0u);
@@ -335,9 +335,7 @@ TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
 // frame of the connection: after header_timeout_ns the connection ends with GOAWAY.
 TEST_F(Fixture, UnfinishedHeaderBlockEndsTheConnection) {
   options.header_timeout_ns = 1'000'000'000;
-  session = std::make_shared<Http2Session>(transport, services, options, nullptr);
-  start();
-  frames();
+  restartWithOptions();
   feed(frame(kHeaders, 0, 1, requestHeaders("/t.S/Echo")));  // END_HEADERS not set
   advance(900'000'000);
   EXPECT_EQ(find(frames(), kGoaway, 0), nullptr);
