@@ -1,6 +1,10 @@
-// backends/queue_metrics.h: the Prometheus text parser on Triton-format pages, URL parsing, and
-// the blocking HTTP/1.1 GET against a tiny server on loopback (content-length, chunked and
-// close-delimited bodies, error statuses, truncation, caps, refused connections, timeouts).
+// The queue-depth scrape: the Prometheus text parser on Triton-format pages
+// (backends/prometheus_text.h), URL parsing and the blocking HTTP/1.1 GET against a tiny server
+// on loopback (backends/http_client.h: content-length, chunked and close-delimited bodies, error
+// statuses, truncation, caps, refused connections, timeouts), and the Triton queue-depth source
+// (backends/queue_metrics.h).
+#include "backends/http_client.h"
+#include "backends/prometheus_text.h"
 #include "backends/queue_metrics.h"
 #include "tests/unit/backends/test_util.h"
 
