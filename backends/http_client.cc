@@ -12,13 +12,13 @@
 #include <cstring>
 #include <optional>
 
-#include "backends/ascii_text.h"
+#include "common/ascii.h"
 #include "common/clock.h"
 
 namespace infergate::backends {
 namespace {
 
-using namespace ascii;  // isDigit, isAlpha, iequals, trim, printable
+using namespace common::ascii;  // isDigit, isAlpha, iequals, trim, printable
 
 constexpr size_t kMaxHeadBytes = 64 * 1024;
 

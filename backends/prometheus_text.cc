@@ -5,12 +5,12 @@
 #include <charconv>
 #include <cmath>
 
-#include "backends/ascii_text.h"
+#include "common/ascii.h"
 
 namespace infergate::backends {
 namespace {
 
-using namespace ascii;  // isDigit, isAlpha, iequals, trim, printable
+using namespace common::ascii;  // isDigit, isAlpha, iequals, trim, printable
 
 bool isNameStart(char c) { return isAlpha(c) || c == '_' || c == ':'; }
 bool isNameChar(char c) { return isNameStart(c) || isDigit(c); }

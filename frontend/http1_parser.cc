@@ -9,6 +9,8 @@
 #include <limits>
 #include <utility>
 
+#include "common/ascii.h"
+
 // How the parser stays strict on top of llhttp 8.1 (built without LLHTTP_STRICT_MODE):
 //
 // llhttp alone accepts several things a front door must refuse (verified by the unit tests):
@@ -136,19 +138,9 @@ constexpr std::array<bool, 256> kTargetChar = makeTargetChar();
 
 inline unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
-inline bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
-
-inline std::string_view trimOws(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
+using common::ascii::iequals;
+// Optional whitespace (RFC 9110: SP / HTAB) around a field value.
+inline std::string_view trimOws(std::string_view s) { return common::ascii::trim(s); }
 
 inline int hexVal(unsigned char c) {
   if (c >= '0' && c <= '9') return c - '0';

@@ -1,5 +1,6 @@
 #pragma once
-// Small ASCII helpers for parsing untrusted text: the URL parser and the HTTP/1.1 response reader
+// Small ASCII helpers for parsing untrusted text: the HTTP/1.1 request parser
+// (frontend/http1_parser.cc), the URL parser and HTTP/1.1 response reader
 // (backends/http_client.cc) and the Prometheus text parser (backends/prometheus_text.cc).
 // Locale-free, no allocation except printable(). Thread-safe (no state).
 
@@ -7,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace infergate::backends::ascii {
+namespace infergate::common::ascii {
 
 inline bool isDigit(char c) { return c >= '0' && c <= '9'; }
 inline bool isAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -39,4 +40,4 @@ inline std::string printable(std::string_view s) {
   return out;
 }
 
-}  // namespace infergate::backends::ascii
+}  // namespace infergate::common::ascii
