@@ -81,28 +81,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(out_bytes <= 65536 + 16 * in_bytes);
   };
   bool peer_closed = false;
+  auto arrive = [&](size_t n) {  // counted as input even after the FIN, when nothing follows
+    const std::string_view bytes = in.bytes(n);
+    in_bytes += bytes.size();
+    if (!peer_closed) held.append(bytes);
+  };
   while (!in.empty() && !transport.closed) {
     const uint8_t h = in.u8();
     switch (h & 3) {
-      case 0: {
-        const std::string_view bytes = in.bytes(in.u16());
-        in_bytes += bytes.size();
-        if (peer_closed) break;  // nothing follows a FIN
-        held.append(bytes);
+      case 0:
+        arrive(in.u16());
         break;
-      }
       case 1:
         infergate::mocks::advanceAndTick(transport, *session, h >> 2);
         break;
       case 2:
         if (held.empty()) infergate::mocks::peerClosesOnce(peer_closed, *session);
         break;
-      case 3: {
-        const std::string_view bytes = in.bytes(h >> 2);
-        in_bytes += bytes.size();
-        if (!peer_closed) held.append(bytes);
+      case 3:
+        arrive(h >> 2);
         break;
-      }
     }
     // A resumed transport delivers what it held, as one read.
     if (!transport.paused && !held.empty() && !transport.closed) {

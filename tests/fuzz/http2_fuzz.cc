@@ -115,6 +115,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (peer_closed || transport.closed || bytes.empty()) return;
     session->onData(bytes.data(), bytes.size());
   };
+  auto send = [&](std::string_view bytes) {  // counted as input even when not read
+    in_bytes += bytes.size();
+    read(bytes);
+  };
   auto settle = [&] {
     transport.loop_.runPosted();
     out_bytes += transport.out.size();
@@ -126,12 +130,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   while (!in.empty() && !transport.closed) {
     const uint8_t h = in.u8();
     switch (h & 7) {
-      case 0: {
-        const std::string_view b = in.bytes(in.u16());
-        in_bytes += b.size();
-        read(b);
+      case 0:
+        send(in.bytes(in.u16()));
         break;
-      }
       case 1: {
         const uint8_t type = in.u8(), flags = in.u8(), stream = in.u8();
         const std::string_view payload = in.bytes(in.u16());
@@ -157,9 +158,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (path & 0x20) block += literal("x-infergate-priority", "1");
         if (path & 0x40) block += literal("grpc-encoding", "gzip");
         block.append(extra);
-        const std::string f = frame(1, flags, stream, block);
-        in_bytes += f.size();
-        read(f);
+        send(frame(1, flags, stream, block));
         break;
       }
       case 3: {
@@ -167,9 +166,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const std::string_view message = in.bytes(in.u16());
         std::string payload;
         fe::appendGrpcMessage(payload, message);
-        const std::string f = frame(0, flags, stream, payload);
-        in_bytes += f.size();
-        read(f);
+        send(frame(0, flags, stream, payload));
         break;
       }
       case 4:
@@ -181,12 +178,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 6:
         session->onDrain();
         break;
-      case 7: {
-        const std::string_view b = in.bytes(h >> 3);
-        in_bytes += b.size();
-        read(b);
+      case 7:
+        send(in.bytes(h >> 3));
         break;
-      }
     }
     settle();
   }
