@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/metrics.h"
 #include "app/modes/mode.h"
+#include "app/modes/overload.h"
 #include "config/config.h"
 #include "net/session.h"
 
@@ -40,17 +41,6 @@ class ModelRegistry;
 }
 
 namespace infergate::app {
-
-// Overload publishing (docs/BATCHING.md "Overload level"), shared by xdp-filter and afxdp mode:
-// every BatchedModel in `models` gets an overload listener; on any change the highest level
-// over the models is passed to `publish` (XdpFilter::setOverloadLevel: the NIC sheds the
-// lowest classes while a model's queues are full). A failed publish is logged. Called from
-// the batchers' threads, serialised here. clearOverloadListeners() removes the listeners
-// (call it before whatever `publish` uses goes away).
-void publishOverloadLevels(const backends::ModelRegistry& models,
-                           std::function<absl::Status(int level)> publish);
-void clearOverloadListeners(const backends::ModelRegistry& models);
-
 
 // Knobs of afxdp mode that the config file does not carry yet. fromEnvironment() reads
 // INFERGATE_AFXDP_BUSY_POLL (0/1), INFERGATE_AFXDP_BUSY_POLL_USECS,

@@ -32,7 +32,6 @@ class ManualClock final : public Clock {
   uint64_t nowNs() const override { return now_.load(std::memory_order_relaxed); }
   void advanceNs(uint64_t ns) { now_.fetch_add(ns, std::memory_order_relaxed); }
   void advanceUs(uint64_t us) { advanceNs(us * 1000); }
-  void advanceMs(uint64_t ms) { advanceNs(ms * 1'000'000); }
   void setNs(uint64_t ns) { now_.store(ns, std::memory_order_relaxed); }
 
  private:

@@ -1,7 +1,7 @@
 // xdp-filter mode: socket mode with the XDP program in front (built with the XDP program only).
 #include <linux/capability.h>
 
-#include "app/afxdp_mode.h"
+#include "app/modes/overload.h"
 #include "app/modes/socket_mode.h"
 #include "app/privileges.h"
 #include "fmt/ranges.h"
