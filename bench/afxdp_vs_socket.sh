@@ -33,17 +33,7 @@ YAML
 config afxdp 8000 9100 "xdp: {interface: $GIF, attach: native}
 " >"$WORK/afxdp.yaml"
 config socket 8001 9101 >"$WORK/socket.yaml"
-BODY='{"model_name":"identity","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[1,16],"data":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0,11.0,12.0,13.0,14.0,15.0,16.0]}]}'
-{ nginx_conf_head "$SCPU" 18000 "worker_rlimit_nofile 19000;"; cat <<NGX
-  keepalive_requests 1000000;
-  keepalive_timeout 600s;
-  server {
-    listen $GW_IP:8002 reuseport;
-    location / { default_type application/json; return 200 '$BODY'; }
-  }
-}
-NGX
-} >"$WORK/nginx.conf"
+nginx_return200_conf "$SCPU" "$GW_IP:8002" 18000 "worker_rlimit_nofile 19000;" >"$WORK/nginx.conf"
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 ns_exec "$GW" "$BIN" run -c "$WORK/afxdp.yaml" >"$WORK/afxdp.log" 2>&1 & PIDS+=($!); AF_PID=$!
 ns_exec "$GW" "$BIN" run -c "$WORK/socket.yaml" >"$WORK/socket.log" 2>&1 & PIDS+=($!); SO_PID=$!
@@ -54,14 +44,11 @@ for u in "http://$GW_IP:8000/v2/health/ready" "http://$GW_IP:8001/v2/health/read
 done
 grep -h "afxdp:\|bound in" "$WORK/afxdp.log" | sed 's/^/# /'
 
-run_wrk() {  # name url script
-  ip netns exec "$CL" taskset -c "$CCPU" wrk -t 1 -c "$CONNS" -d "${DURATION}s" -s "$3" "$2" | grep WRK_JSON | sed "s/^WRK_JSON /$1 /"
-}
 echo "# $(date -u +%F) $(nproc) cores, $(uname -r); veth pair; servers on CPU $SCPU, wrk -t1 -c$CONNS on CPU $CCPU; ${DURATION}s x $ROUNDS rounds"
 for r in $(seq "$ROUNDS"); do
-  run_wrk afxdp "http://$GW_IP:8000/" bench/wrk/infer.lua | tee -a "$WORK/results"
-  run_wrk socket "http://$GW_IP:8001/" bench/wrk/infer.lua | tee -a "$WORK/results"
-  run_wrk nginx "http://$GW_IP:8002/" bench/wrk/get.lua | tee -a "$WORK/results"
+  run_wrk afxdp "$CL" "$CCPU" "$CONNS" "$DURATION" "http://$GW_IP:8000/" bench/wrk/infer.lua | tee -a "$WORK/results"
+  run_wrk socket "$CL" "$CCPU" "$CONNS" "$DURATION" "http://$GW_IP:8001/" bench/wrk/infer.lua | tee -a "$WORK/results"
+  run_wrk nginx "$CL" "$CCPU" "$CONNS" "$DURATION" "http://$GW_IP:8002/" bench/wrk/get.lua | tee -a "$WORK/results"
 done
 print_medians "$WORK/results" <<'PY'
 med = medians(("rps", "p50_us", "p99_us"))

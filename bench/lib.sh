@@ -121,3 +121,124 @@ def medians(keys):
     return {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in rows.items()}
 exec(sys.stdin.read())' "$1"
 }
+
+#   write_infer_request FILE
+# FILE gets a framed gRPC ModelInferRequest (5-byte prefix + protobuf) for the identity model:
+# FP32 [1,16] as raw_input_contents (64 bytes), written by hand from the field numbers of
+# Triton's grpc_service.proto: model_name=1, inputs=5 {name=1, datatype=2, shape=3},
+# raw_input_contents=7.
+write_infer_request() {
+  /usr/bin/python3 - "$1" <<'PY'
+import struct, sys
+def ld(field, b): return bytes([field << 3 | 2, len(b)]) + b
+tensor = ld(1, b"INPUT0") + ld(2, b"FP32") + ld(3, bytes([1, 16]))
+msg = ld(1, b"identity") + ld(5, tensor) + ld(7, struct.pack("<16f", *range(16)))
+open(sys.argv[1], "wb").write(b"\0" + struct.pack(">I", len(msg)) + msg)
+PY
+}
+
+GRPC_INFER_PATH=/inference.GRPCInferenceService/ModelInfer
+
+#   grpc_infer_check NAME PORT REQUEST
+# One ModelInfer call (REQUEST: write_infer_request's file) with nghttp to 127.0.0.1:PORT; exits
+# 1 unless it ends with grpc-status 0. Does nothing when nghttp is not installed.
+grpc_infer_check() {
+  command -v nghttp >/dev/null || return 0
+  local out
+  out=$(nghttp -v -H 'content-type: application/grpc' -H 'te: trailers' -d "$3" \
+        "http://127.0.0.1:$2$GRPC_INFER_PATH" 2>&1 | tr -d '\0' || true)
+  echo "$out" | grep -q 'grpc-status: 0' || { echo "$1: ModelInfer did not return grpc-status 0:"; echo "$out" | tail -20; exit 1; }
+}
+
+#   h2load_infer NAME PORT CPU CLIENTS STREAMS DURATION REQUEST TAG
+# h2load (pinned to CPU) sending REQUEST as ModelInfer to 127.0.0.1:PORT for DURATION s after a
+# 1 s warm-up; appends "NAME {rps, failed, p50_us, p99_us, n}" (latencies from h2load's
+# --log-file) to $WORK/results and prints it. TAG names the round's files in WORK.
+h2load_infer() {
+  local log="$WORK/$1.$8.log"
+  taskset -c "$3" h2load -c "$4" -m "$5" -t 1 -D "$6" --warm-up-time=1 \
+    -d "$7" -H 'content-type: application/grpc' -H 'te: trailers' \
+    --log-file="$log" "http://127.0.0.1:$2$GRPC_INFER_PATH" >"$WORK/$1.$8.out" 2>&1 || true
+  /usr/bin/python3 - "$1" "$WORK/$1.$8.out" "$log" <<'PY' | tee -a "$WORK/results"
+import json, re, sys
+name, out, log = sys.argv[1:]
+text = open(out).read()
+m = re.search(r"finished in ([\d.]+)s, ([\d.]+) req/s", text)
+ok = re.search(r"requests: .*?(\d+) succeeded, (\d+) failed, (\d+) errored", text)
+lat = sorted(int(l.split()[2]) for l in open(log) if l.strip())
+pct = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] if lat else 0
+print(name, json.dumps({"rps": float(m.group(2)) if m else 0.0,
+                        "failed": int(ok.group(2)) + int(ok.group(3)) if ok else -1,
+                        "p50_us": pct(0.50), "p99_us": pct(0.99), "n": len(lat)}))
+PY
+}
+
+#   nginx_grpc_pass_conf CPU PORT UPSTREAM_PORT
+# An NGINX config (one worker on CPU) proxying gRPC from 127.0.0.1:PORT (h2c) to
+# 127.0.0.1:UPSTREAM_PORT with grpc_pass over keep-alive upstream connections.
+nginx_grpc_pass_conf() {
+  nginx_conf_head "$1" 4096
+  cat <<NGX
+  upstream backend { server 127.0.0.1:$3; keepalive 64; }
+  server {
+    listen 127.0.0.1:$2 http2;
+    http2_max_concurrent_streams 1024;
+    keepalive_requests 1000000;
+    location / { grpc_pass grpc://backend; }
+  }
+}
+NGX
+}
+
+#   nginx_usable CONF WHAT
+# True when nginx is installed and accepts CONF (`nginx -t`); otherwise says that the nginx
+# leg (needing WHAT) is skipped, with nginx's complaint, and returns 1.
+nginx_usable() {
+  if ! command -v nginx >/dev/null || ! nginx -t -c "$1" -p "$WORK" >"$WORK/nginx.t" 2>&1; then
+    echo "# nginx with $2 not available: skipping the nginx leg"; cat "$WORK/nginx.t" 2>/dev/null || true
+    return 1
+  fi
+}
+
+# The answer NGINX gives in place of the identity model's (same size as infergate's reply to
+# bench/wrk/infer.lua), and a complete NGINX config serving it:
+#   nginx_return200_conf CPU ADDRESS:PORT WORKER_CONNECTIONS [MAIN_DIRECTIVE...]
+# one worker pinned to CPU, keep-alive without limits, `return 200` of the body on every path.
+NGINX_INFER_BODY='{"model_name":"identity","model_version":"1","outputs":[{"name":"OUTPUT0","datatype":"FP32","shape":[1,16],"data":[1.0,2.0,3.0,4.0,5.0,6.0,7.0,8.0,9.0,10.0,11.0,12.0,13.0,14.0,15.0,16.0]}]}'
+nginx_return200_conf() {
+  nginx_conf_head "$1" "$3" "${@:4}"
+  cat <<NGX
+  keepalive_requests 1000000;
+  keepalive_timeout 600s;
+  server {
+    listen $2 reuseport;
+    location / { default_type application/json; return 200 '$NGINX_INFER_BODY'; }
+  }
+}
+NGX
+}
+
+#   run_wrk NAME NS CPU CONNECTIONS SECONDS URL SCRIPT [SCRIPT_ARG...]
+# wrk -t1 pinned to CPU in namespace NS; prints "NAME {json}" (the WRK_JSON line of
+# bench/wrk/report.lua). Fails (prints wrk's output) when wrk prints no figures.
+run_wrk() {
+  local out
+  out=$(ip netns exec "$2" taskset -c "$3" wrk -t 1 -c "$4" -d "${5}s" -s "$7" "$6" ${8:+--} "${@:8}" 2>&1) || true
+  grep -q '^WRK_JSON ' <<<"$out" || { echo "wrk against $6 printed no figures:" >&2; echo "$out" >&2; return 1; }
+  grep '^WRK_JSON ' <<<"$out" | sed "s/^WRK_JSON /$1 /"
+}
+
+#   wait_http NS URL PID LOG [SECONDS]
+# Waits (default 20 s) until URL answers 2xx from namespace NS; if process PID ends first or
+# time runs out, prints LOG (and says which) and exits 1.
+wait_http() {
+  local t
+  for t in $(seq $(( ${5:-20} * 10 ))); do
+    ip netns exec "$1" curl -sf -o /dev/null --max-time 1 "$2" 2>/dev/null && return 0
+    if ! kill -0 "$3" 2>/dev/null; then
+      echo "server for $2 exited before answering; its log ($4):" >&2; sed 's/^/   | /' "$4" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+  echo "no answer from $2 in ${5:-20} s; log ($4):" >&2; sed 's/^/   | /' "$4" >&2; exit 1
+}
