@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <future>
+#include <thread>
 
 namespace infergate::backends {
 
@@ -13,14 +14,24 @@ struct GrpcEndpoint::Chan {
   std::unique_ptr<grpc::GenericStub> stub;
 };
 
+// The completion queue every call of the endpoint finishes on, and the one thread that polls
+// it: gRPC reads the responses on that thread (it is the poller) and the call's `done` runs
+// there directly, so a response costs one thread wake-up. gRPC's callback API instead reads on
+// one of its own "nexting" threads and hands the completion to another (two wake-ups).
+struct GrpcEndpoint::Completions {
+  grpc::CompletionQueue cq;
+  std::thread thread;
+};
+
 namespace {
 
 struct Call {
   grpc::ClientContext ctx;
-  std::string method;
   std::string owned;  // request bytes for the copying overload
   grpc::ByteBuffer request;
   grpc::ByteBuffer response;
+  grpc::Status status;
+  std::unique_ptr<grpc::GenericClientAsyncResponseReader> reader;
   std::function<void(GrpcResult)> done;
 };
 
@@ -36,7 +47,8 @@ bool neverSent(const grpc::Status& s) {
          m.find("DNS resolution failed") != std::string::npos;
 }
 
-void finish(Call* c, const grpc::Status& s) {
+void finish(Call* c) {
+  const grpc::Status& s = c->status;
   GrpcResult r;
   if (s.ok()) {
     auto slice = std::make_shared<grpc::Slice>();
@@ -63,7 +75,7 @@ absl::Status fromGrpcStatus(int code, const std::string& message) {
 }
 
 GrpcEndpoint::GrpcEndpoint(std::string address, int channels, int max_message_bytes)
-    : address_(std::move(address)) {
+    : address_(std::move(address)), completions_(std::make_unique<Completions>()) {
   if (channels < 1) channels = 1;
   for (int i = 0; i < channels; ++i) {
     grpc::ChannelArguments args;
@@ -82,47 +94,66 @@ GrpcEndpoint::GrpcEndpoint(std::string address, int channels, int max_message_by
     c->stub = std::make_unique<grpc::GenericStub>(c->channel);
     channels_.push_back(std::move(c));
   }
+  completions_->thread = std::thread([cq = &completions_->cq] {
+    void* tag = nullptr;
+    bool ok = false;
+    // `ok` is always true for a unary Finish (a failed call reports it in its status).
+    while (cq->Next(&tag, &ok)) finish(static_cast<Call*>(tag));
+  });
 }
 
-GrpcEndpoint::~GrpcEndpoint() = default;
+GrpcEndpoint::~GrpcEndpoint() {
+  // Calls still in flight finish (or fail) first: Next() returns false only once the queue is
+  // shut down and drained.
+  completions_->cq.Shutdown();
+  completions_->thread.join();
+}
 
 void GrpcEndpoint::call(const char* method, const wire::ModelInferEncoding& request,
                         uint64_t timeout_ms, std::function<void(GrpcResult)> done) {
   Call* c = new Call;
-  c->method = method;
   c->done = std::move(done);
   // Slices over existing memory: STATIC_SLICE takes no reference and copies nothing; `request`
   // and the tensor memory outlive the call (the caller's contract).
-  std::vector<grpc::Slice> slices;
-  slices.reserve(request.pieces.size());
-  for (const wire::ModelInferEncoding::Piece& p : request.pieces) {
+  constexpr size_t kInline = 16;
+  grpc::Slice inline_slices[kInline];
+  std::vector<grpc::Slice> more;
+  grpc::Slice* slices = inline_slices;
+  if (request.pieces.size() > kInline) {
+    more.resize(request.pieces.size());
+    slices = more.data();
+  }
+  for (size_t i = 0; i < request.pieces.size(); ++i) {
+    const wire::ModelInferEncoding::Piece& p = request.pieces[i];
     const void* data = p.external ? static_cast<const void*>(p.data)
                                   : static_cast<const void*>(request.meta.data() + p.offset);
-    slices.emplace_back(data, p.size, grpc::Slice::STATIC_SLICE);
+    slices[i] = grpc::Slice(data, p.size, grpc::Slice::STATIC_SLICE);
   }
-  c->request = grpc::ByteBuffer(slices.data(), slices.size());
-  if (timeout_ms > 0) {
-    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-  }
-  Chan& ch = *channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
-  ch.stub->UnaryCall(&c->ctx, c->method, grpc::StubOptions(), &c->request, &c->response,
-                     [c](grpc::Status s) { finish(c, s); });
+  c->request = grpc::ByteBuffer(slices, request.pieces.size());
+  start(c, method, timeout_ms);
 }
 
 void GrpcEndpoint::call(const char* method, std::string request, uint64_t timeout_ms,
                         std::function<void(GrpcResult)> done) {
   Call* c = new Call;
-  c->method = method;
   c->owned = std::move(request);
   c->done = std::move(done);
   grpc::Slice s(c->owned.data(), c->owned.size(), grpc::Slice::STATIC_SLICE);
   c->request = grpc::ByteBuffer(&s, 1);
+  start(c, method, timeout_ms);
+}
+
+void GrpcEndpoint::start(void* call, const char* method, uint64_t timeout_ms) {
+  Call* c = static_cast<Call*>(call);
   if (timeout_ms > 0) {
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   }
   Chan& ch = *channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()];
-  ch.stub->UnaryCall(&c->ctx, c->method, grpc::StubOptions(), &c->request, &c->response,
-                     [c](grpc::Status st) { finish(c, st); });
+  // The request is written from this thread (gRPC flushes the write before StartCall returns
+  // when the connection is idle); the response completes on the endpoint's completion thread.
+  c->reader = ch.stub->PrepareUnaryCall(&c->ctx, method, c->request, &completions_->cq);
+  c->reader->StartCall();
+  c->reader->Finish(&c->response, &c->status, c);
 }
 
 GrpcResult GrpcEndpoint::callSync(const char* method, std::string request, uint64_t timeout_ms) {

@@ -4,7 +4,9 @@
 // with requests given as pieces of existing memory (wire::ModelInferEncoding) so that tensor
 // bytes are referenced by gRPC slices, not copied.
 //
-// Threading: every method is safe from any thread. Completions run on gRPC's callback threads.
+// Threading: every method is safe from any thread. call() writes the request from the calling
+// thread and never blocks on the network; completions run on the endpoint's one completion
+// thread (the poller of its completion queue), so `done` must not block for long.
 
 #include <atomic>
 #include <cstdint>
@@ -60,7 +62,7 @@ class GrpcEndpoint {
 
   const std::string& address() const { return address_; }
 
-  // Starts a call; `done` runs exactly once on a gRPC thread. `request` must stay valid until
+  // Starts a call; `done` runs exactly once on the completion thread. `request` must stay valid until
   // `done` runs (its external pieces are referenced, not copied). `timeout_ms` 0 = none.
   void call(const char* method, const wire::ModelInferEncoding& request, uint64_t timeout_ms,
             std::function<void(GrpcResult)> done);
@@ -76,7 +78,11 @@ class GrpcEndpoint {
 
  private:
   struct Chan;
+  struct Completions;
+  // Sets the deadline and starts `call` (a Call, grpc_client.cc) on the next channel.
+  void start(void* call, const char* method, uint64_t timeout_ms);
   std::string address_;
+  std::unique_ptr<Completions> completions_;
   std::vector<std::unique_ptr<Chan>> channels_;
   std::atomic<uint32_t> next_{0};
 };
