@@ -1,9 +1,17 @@
 #include "backends/batched_model.h"
 
+#include <sys/prctl.h>
+
 #include <chrono>
 #include <utility>
 
 namespace infergate::backends {
+namespace {
+
+// The model whose dispatchDue() runs on this thread (re-entry guard).
+thread_local const BatchedModel* t_dispatching = nullptr;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
     ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
@@ -20,19 +28,21 @@ absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
 
 BatchedModel::BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
                            common::Clock* clock)
-    : batcher_(std::move(batcher)), backend_(std::move(backend)), clock_(clock) {
-  batcher_->setNotify([this] {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++wakeups_;
-    }
-    cv_.notify_one();
-  });
+    : batcher_(std::move(batcher)),
+      backend_(std::move(backend)),
+      clock_(clock),
+      burst_(std::make_shared<BurstDispatch>()) {
+  burst_->model = this;
+  batcher_->setNotify([this] { onNotify(); });
   dispatcher_ = std::thread([this] { dispatchLoop(); });
 }
 
 BatchedModel::~BatchedModel() {
   batcher_->setOverloadListener(nullptr);  // the listener's target may be gone first
+  {
+    std::lock_guard<std::mutex> lock(burst_->mu);  // waits for a reactor dispatching now
+    burst_->model = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -42,6 +52,13 @@ BatchedModel::~BatchedModel() {
   batcher_->shutdown();            // queued requests: UNAVAILABLE
   backend_.reset();                // completes every batch it accepted
   batcher_->setNotify(nullptr);
+}
+
+void BatchedModel::BurstDispatch::runAtBurstEnd() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (model == nullptr) return;
+  const uint64_t wake = model->dispatchDue();
+  if (wake != UINT64_MAX) model->armDispatcher(wake);
 }
 
 void BatchedModel::infer(InferRequest request, InferCallback done) {
@@ -62,7 +79,53 @@ uint64_t BatchedModel::submit(InferRequest request, InferCallback done) {
 
 bool BatchedModel::cancel(uint64_t ticket) { return batcher_->cancel(ticket); }
 
+void BatchedModel::onNotify() {
+  if (t_dispatching == this) return;  // the dispatching loop on this thread polls again
+  if (net::deferToBurstEnd(burst_)) return;
+  wakeDispatcher();
+}
+
+uint64_t BatchedModel::dispatchDue() {
+  if (t_dispatching == this) return UINT64_MAX;
+  const BatchedModel* outer = t_dispatching;
+  t_dispatching = this;
+  uint64_t wake = UINT64_MAX;
+  while (std::unique_ptr<Batch> batch = batcher_->poll(&wake)) execute(std::move(batch));
+  t_dispatching = outer;
+  return wake;
+}
+
+void BatchedModel::execute(std::unique_ptr<Batch> batch) {
+  Batch* raw = batch.release();
+  backend_->execute(*raw, [this, raw](BatchOutputs outputs) {
+    // The next due batch starts on the completing thread before this one's answers go out.
+    batcher_->complete(std::unique_ptr<Batch>(raw), std::move(outputs), [this] {
+      const uint64_t wake = dispatchDue();
+      if (wake != UINT64_MAX) armDispatcher(wake);
+    });
+  });
+}
+
+void BatchedModel::armDispatcher(uint64_t wake_ns) {
+  // Asleep until no later than wake_ns: it polls in time. Awake (0): it may have polled before
+  // our change and be about to sleep, so it is woken.
+  const uint64_t until = dispatcher_sleep_until_.load();
+  if (until != 0 && until <= wake_ns) return;
+  wakeDispatcher();
+}
+
+void BatchedModel::wakeDispatcher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++wakeups_;
+  }
+  cv_.notify_one();
+}
+
 void BatchedModel::dispatchLoop() {
+  // Timed waits (max_queue_delay_us, deadlines) end within microseconds, not the default
+  // 50 us of timer slack.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   for (;;) {
     uint64_t seen;
     {
@@ -70,24 +133,20 @@ void BatchedModel::dispatchLoop() {
       if (stopping_) return;
       seen = wakeups_;
     }
-    uint64_t wake = UINT64_MAX;
-    std::unique_ptr<Batch> batch = batcher_->poll(&wake);
-    if (batch) {
-      Batch* raw = batch.release();
-      backend_->execute(*raw, [this, raw](BatchOutputs outputs) {
-        batcher_->complete(std::unique_ptr<Batch>(raw), std::move(outputs));
-      });
-      continue;
-    }
+    const uint64_t wake = dispatchDue();
     std::unique_lock<std::mutex> lock(mu_);
     auto woken = [&] { return stopping_ || wakeups_ != seen; };
+    if (woken()) continue;
     if (wake == UINT64_MAX) {
+      dispatcher_sleep_until_.store(UINT64_MAX);
       cv_.wait(lock, woken);
     } else {
       const uint64_t now = clock_->nowNs();
       if (wake <= now) continue;
+      dispatcher_sleep_until_.store(wake);
       cv_.wait_for(lock, std::chrono::nanoseconds(wake - now), woken);
     }
+    dispatcher_sleep_until_.store(0);
   }
 }
 

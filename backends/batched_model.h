@@ -3,10 +3,16 @@
 // batching) and whole batches run on a BatchBackend. The identity model's batch backend lives
 // in backends/identity_model.h; the Triton / TF Serving adapters implement BatchBackend too.
 //
-// Threading: infer()/submit()/cancel() from any thread (reactors). One dispatcher thread per
-// model polls the batcher and hands batches to the backend; results are answered from
-// whichever thread the backend completes on (InferCallback may run on any thread).
+// Threading: infer()/submit()/cancel() from any thread (reactors). Who dispatches
+// (docs/BATCHING.md "Who dispatches"): a reactor that enqueued requests dispatches the due
+// batches itself at the end of its loop iteration (net/burst.h), so a burst of requests
+// becomes one batch with no thread hop; a backend that completes on its own thread starts the
+// next due batch there before answering the finished one; the model's dispatcher thread only
+// handles what is due later (max_queue_delay_us, deadlines) and enqueues from non-reactor
+// threads. Results are answered from whichever thread the backend completes on
+// (InferCallback may run on any thread).
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -16,6 +22,7 @@
 
 #include "backends/batcher.h"
 #include "backends/model.h"
+#include "net/burst.h"
 
 namespace infergate::backends {
 
@@ -74,9 +81,29 @@ class BatchedModel : public Model {
   const Batcher& batcher() const { return *batcher_; }
 
  private:
+  // The model's end-of-burst task; `model` is cleared (under `mu`) by the destructor, so a
+  // reactor holding the task after the model is gone does nothing.
+  struct BurstDispatch : net::BurstTask {
+    void runAtBurstEnd() override;
+    std::mutex mu;
+    BatchedModel* model = nullptr;
+  };
+
   BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
                common::Clock* clock);
   void dispatchLoop();
+  // The batcher's notify: something may be due. Deferred to the end of the burst on a reactor,
+  // nothing inside dispatchDue() on this thread (its loop polls again), the dispatcher
+  // thread's wake-up otherwise.
+  void onNotify();
+  // Polls and executes every due batch on the calling thread; returns when poll() has
+  // something to do next (UINT64_MAX: nothing). Re-entry on the same thread (a backend that
+  // completes inline) returns UINT64_MAX at once.
+  uint64_t dispatchDue();
+  void execute(std::unique_ptr<Batch> batch);
+  // Makes sure the dispatcher thread polls by `wake_ns`.
+  void armDispatcher(uint64_t wake_ns);
+  void wakeDispatcher();
 
   std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<BatchBackend> backend_;
@@ -85,6 +112,10 @@ class BatchedModel : public Model {
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;  // guarded by mu_; bumped by the batcher's notify
   bool stopping_ = false;
+  // When the sleeping dispatcher wakes on its own (UINT64_MAX: only when woken); 0 while it
+  // is awake (it polls again before sleeping).
+  std::atomic<uint64_t> dispatcher_sleep_until_{0};
+  std::shared_ptr<BurstDispatch> burst_;
   std::thread dispatcher_;
 };
 

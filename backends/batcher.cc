@@ -160,18 +160,26 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
         fmt::format("model '{}' expects {} input(s), got {}", model_.name, model_.inputs.size(),
                     request.inputs.size())));
   }
-  std::vector<Tensor> ordered;
-  ordered.reserve(model_.inputs.size());
-  for (const TensorSpec& spec : model_.inputs) {
-    auto it = std::find_if(request.inputs.begin(), request.inputs.end(),
-                           [&](const Tensor& t) { return t.name == spec.name; });
-    if (it == request.inputs.end()) {
-      return refuse(absl::InvalidArgumentError(
-          fmt::format("expected input '{}' for model '{}'", spec.name, model_.name)));
-    }
-    ordered.push_back(std::move(*it));
+  // Already in order (the usual case: one input, or a client that follows the model's
+  // order): nothing to move.
+  bool in_order = true;
+  for (size_t i = 0; i < model_.inputs.size() && in_order; ++i) {
+    in_order = request.inputs[i].name == model_.inputs[i].name;
   }
-  request.inputs = std::move(ordered);
+  if (!in_order) {
+    std::vector<Tensor> ordered;
+    ordered.reserve(model_.inputs.size());
+    for (const TensorSpec& spec : model_.inputs) {
+      auto it = std::find_if(request.inputs.begin(), request.inputs.end(),
+                             [&](const Tensor& t) { return t.name == spec.name; });
+      if (it == request.inputs.end()) {
+        return refuse(absl::InvalidArgumentError(
+            fmt::format("expected input '{}' for model '{}'", spec.name, model_.name)));
+      }
+      ordered.push_back(std::move(*it));
+    }
+    request.inputs = std::move(ordered);
+  }
   int64_t rows = 1;
   if (model_.max_batch_size > 0) {
     rows = -1;
@@ -291,7 +299,8 @@ std::unique_ptr<Batch> Batcher::poll(uint64_t* next_wake_ns) {
   return batch;
 }
 
-void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs) {
+void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs,
+                       const std::function<void()>& before_answers) {
   const size_t n = batch->requests.size();
   absl::StatusOr<std::vector<std::vector<Tensor>>> sliced =
       outputs.ok() ? assembler_.slice(*batch, *outputs) : outputs.status();
@@ -312,6 +321,7 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs) {
     }
   }
   if (!sliced.ok()) metrics_->backend_errors.inc();
+  if (before_answers) before_answers();
   for (size_t k = 0; k < n; ++k) {
     QueuedRequest& r = *batch->requests[k];
     if (cancelled[k]) {
@@ -331,7 +341,7 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs) {
     resp.outputs = std::move((*sliced)[k]);
     r.done(std::move(resp));
   }
-  notify();
+  if (!before_answers) notify();
 }
 
 void Batcher::shutdown() {

@@ -79,8 +79,13 @@ class Batcher {
   std::unique_ptr<Batch> poll(uint64_t* next_wake_ns = nullptr);
 
   // The backend finished `batch`: slices outputs per request and answers every request, frees
-  // the batch buffers and the in-flight slot.
-  void complete(std::unique_ptr<Batch> batch, BatchOutputs outputs);
+  // the batch buffers and the in-flight slot. `before_answers` (optional) runs once the
+  // in-flight slot and the buffers are free and before any request is answered: the
+  // dispatcher starts the next batch there, so the device is not idle while this batch's
+  // answers go out; with it, complete() does not call the notify callback (the caller has
+  // just polled).
+  void complete(std::unique_ptr<Batch> batch, BatchOutputs outputs,
+                const std::function<void()>& before_answers = nullptr);
 
   // Answers every queued request UNAVAILABLE "Model is shutting down" (in-flight batches are
   // still completed normally). Later enqueues are refused the same way.

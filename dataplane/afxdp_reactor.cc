@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/clock.h"
+#include "net/burst.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
@@ -68,6 +69,7 @@ void AfXdpReactor::run() {
 
     const size_t n = stack_->processRx(options_.burst);
     const bool posted = runPosted();
+    net::runBurstEnd();  // models dispatch what this iteration enqueued (net/burst.h)
     now_ns_ = common::monotonicNs();
     if (posted || now_ns_ - last_poll >= granularity) {
       stack_->poll(now_ns_);
@@ -96,6 +98,7 @@ void AfXdpReactor::run() {
   device_->kick();
   sessions_.clear();
   runPosted();  // completions that raced the close find their sessions gone
+  net::runBurstEnd();
 }
 
 }  // namespace infergate::dataplane

@@ -3,12 +3,14 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "net/burst.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
 
 void ReactorThread::enterLoopThread(const std::string& name, int cpu) {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  net::markBurstThread();  // the loop calls net::runBurstEnd() after every iteration
   if (cpu < 0) return;
   cpu_set_t set;
   CPU_ZERO(&set);

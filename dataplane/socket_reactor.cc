@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "common/clock.h"
+#include "net/burst.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
@@ -221,6 +222,7 @@ void SocketReactor::run() {
       if (!c.dead && (e & EPOLLOUT)) onWritable(c);
     }
     runPosted();
+    net::runBurstEnd();  // models dispatch what this iteration enqueued (net/burst.h)
     flushDirty();
     if (now_ns_ - last_tick_ >= options_.tick_ns) tick();
     reapDestroyed();
@@ -232,6 +234,7 @@ void SocketReactor::run() {
   dirty_.clear();
   reapDestroyed();
   runPosted();  // completions that raced the close find their sessions gone
+  net::runBurstEnd();
 }
 
 void SocketReactor::acceptAll(Listener& l) {
