@@ -1,14 +1,18 @@
 #pragma once
 // A gRPC client for one endpoint (host:port): a small fixed set of channels (each its own HTTP/2
-// connection) used round-robin, and unary calls through gRPC's generic stub and callback API,
-// with requests given as pieces of existing memory (wire::ModelInferEncoding) so that tensor
-// bytes are referenced by gRPC slices, not copied.
+// connection, nghttp2, TCP_NODELAY) used round-robin, and unary calls with requests given as
+// pieces of existing memory (wire::ModelInferEncoding), written to the socket from the calling
+// thread. It does only what the remote backends need (unary calls, deadlines sent as
+// grpc-timeout and enforced here, max message sizes, reconnection with back-off 100 ms..1 s,
+// GOAWAY), so that a call costs one system call to send and one thread wake-up to complete:
+// the gRPC C++ library spent two more wake-ups (its executor and callback threads) and about
+// 50 us of CPU per call on this path (issue 15, bench/gateway_hop.sh).
 //
-// Threading: every method is safe from any thread. call() writes the request from the calling
-// thread and never blocks on the network; completions run on the endpoint's one completion
-// thread (the poller of its completion queue), so `done` must not block for long.
+// Threading: every method is safe from any thread. call() never blocks on the network (a
+// connection being set up queues the call); `done` runs on the endpoint's I/O thread, or on the
+// calling thread when the call fails at once (no connection, shut down), and must not block
+// for long.
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -49,7 +53,7 @@ inline constexpr char kMethodTfModelStatus[] = "/tensorflow.serving.ModelService
 // elsewhere.
 struct GrpcResult {
   absl::Status status;
-  std::string_view body;             // valid while `owner` lives
+  std::string_view body;  // valid while `owner` lives
   std::shared_ptr<const void> owner;
   bool not_sent = false;
 };
@@ -60,9 +64,9 @@ class GrpcEndpoint {
   GrpcEndpoint(std::string address, int channels, int max_message_bytes);
   ~GrpcEndpoint();
 
-  const std::string& address() const { return address_; }
+  const std::string& address() const;
 
-  // Starts a call; `done` runs exactly once on the completion thread. `request` must stay valid until
+  // Starts a call; `done` runs exactly once (see Threading). `request` must stay valid until
   // `done` runs (its external pieces are referenced, not copied). `timeout_ms` 0 = none.
   void call(const char* method, const wire::ModelInferEncoding& request, uint64_t timeout_ms,
             std::function<void(GrpcResult)> done);
@@ -77,14 +81,8 @@ class GrpcEndpoint {
   bool reachable();
 
  private:
-  struct Chan;
-  struct Completions;
-  // Sets the deadline and starts `call` (a Call, grpc_client.cc) on the next channel.
-  void start(void* call, const char* method, uint64_t timeout_ms);
-  std::string address_;
-  std::unique_ptr<Completions> completions_;
-  std::vector<std::unique_ptr<Chan>> channels_;
-  std::atomic<uint32_t> next_{0};
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 // gRPC status -> absl status (same numeric codes).

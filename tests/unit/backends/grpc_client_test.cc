@@ -1,0 +1,202 @@
+// backends::GrpcEndpoint (the remote backends' HTTP/2 gRPC client) against a real gRPC C++
+// server in this process: responses, statuses and messages, deadlines, refused connections,
+// message limits, requests in pieces of external memory, and reconnection after a restart.
+#include "backends/grpc_client.h"
+
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "tests/unit/backends/test_util.h"
+
+namespace infergate::backends {
+namespace {
+
+// /t/Echo answers the request; /t/Fail answers FAILED_PRECONDITION with a message that needs
+// percent-encoding; /t/Big answers 2 MiB; /t/Slow answers only when cancelled; any other
+// method UNIMPLEMENTED.
+class TestService : public grpc::CallbackGenericService {
+ public:
+  std::atomic<int> cancelled{0};
+
+  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
+    class Reactor : public grpc::ServerGenericBidiReactor {
+     public:
+      Reactor(TestService* svc, grpc::GenericCallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
+        StartRead(&req_);
+      }
+      void OnReadDone(bool ok) override {
+        if (!ok) return finishOnce(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
+        const std::string& m = ctx_->method();
+        if (m == "/t/Echo") {
+          resp_ = req_;
+          StartWriteAndFinish(&resp_, grpc::WriteOptions(), grpc::Status::OK);
+          finished_ = true;
+        } else if (m == "/t/Big") {
+          std::string big(2 << 20, 'b');
+          grpc::Slice s(big);
+          resp_ = grpc::ByteBuffer(&s, 1);
+          StartWriteAndFinish(&resp_, grpc::WriteOptions(), grpc::Status::OK);
+          finished_ = true;
+        } else if (m == "/t/Fail") {
+          finishOnce(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "bad: 100% \xc3\xbc"));
+        } else if (m != "/t/Slow") {  // /t/Slow: nothing until OnCancel
+          finishOnce(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));
+        }
+      }
+      void OnCancel() override {
+        svc_->cancelled.fetch_add(1);
+        finishOnce(grpc::Status::CANCELLED);
+      }
+      void OnDone() override { delete this; }
+
+     private:
+      void finishOnce(const grpc::Status& s) {
+        if (finished_) return;
+        finished_ = true;
+        Finish(s);
+      }
+      TestService* svc_;
+      grpc::GenericCallbackServerContext* ctx_;
+      grpc::ByteBuffer req_, resp_;
+      bool finished_ = false;
+    };
+    return new Reactor(this, ctx);
+  }
+};
+
+class GrpcServer {
+ public:
+  explicit GrpcServer(int port = 0) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
+                       &port_);
+    b.RegisterCallbackGenericService(&svc_);
+    server_ = b.BuildAndStart();
+  }
+  ~GrpcServer() { stop(); }
+  void stop() {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+  }
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  TestService& service() { return svc_; }
+
+ private:
+  TestService svc_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+std::string text(const GrpcResult& r) { return std::string(r.body); }
+
+TEST(GrpcEndpoint, EchoesRequestsInPiecesOfExternalMemory) {
+  GrpcServer server;
+  ASSERT_GT(server.port(), 0);
+  GrpcEndpoint ep(server.address(), 2, 64 << 20);
+  std::string tensor(1 << 20, '\0');  // 1 MiB: several DATA frames and window updates
+  for (size_t i = 0; i < tensor.size(); ++i) tensor[i] = static_cast<char>(i * 7);
+  wire::ModelInferEncoding enc;
+  enc.meta = "head|tail";
+  enc.pieces.push_back({false, 0, nullptr, 5});
+  enc.pieces.push_back({true, 0, reinterpret_cast<const uint8_t*>(tensor.data()), tensor.size()});
+  enc.pieces.push_back({false, 5, nullptr, 4});
+  for (int i = 0; i < 4; ++i) {  // both channels, twice
+    std::promise<GrpcResult> p;
+    ep.call("/t/Echo", enc, 5000, [&p](GrpcResult r) { p.set_value(std::move(r)); });
+    GrpcResult r = p.get_future().get();
+    ASSERT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(text(r), "head|" + tensor + "tail");
+  }
+  GrpcResult small = ep.callSync("/t/Echo", "hello", 5000);
+  ASSERT_TRUE(small.status.ok()) << small.status;
+  EXPECT_EQ(text(small), "hello");
+  GrpcResult empty = ep.callSync("/t/Echo", "", 5000);
+  ASSERT_TRUE(empty.status.ok()) << empty.status;
+  EXPECT_EQ(text(empty), "");
+  EXPECT_TRUE(ep.reachable());
+}
+
+TEST(GrpcEndpoint, ReportsTheServersStatusAndMessage) {
+  GrpcServer server;
+  GrpcEndpoint ep(server.address(), 1, 64 << 20);
+  GrpcResult r = ep.callSync("/t/Fail", "x", 5000);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(r.status.message(), "bad: 100% \xc3\xbc");
+  EXPECT_FALSE(r.not_sent);
+  GrpcResult u = ep.callSync("/t/NoSuchMethod", "x", 5000);
+  EXPECT_EQ(u.status.code(), absl::StatusCode::kUnimplemented) << u.status;
+}
+
+TEST(GrpcEndpoint, DeadlineExceededCancelsTheCallAtTheServer) {
+  GrpcServer server;
+  GrpcEndpoint ep(server.address(), 1, 64 << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  GrpcResult r = ep.callSync("/t/Slow", "x", 100);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kDeadlineExceeded) << r.status;
+  EXPECT_FALSE(r.not_sent);
+  EXPECT_GE(ms, 90);
+  EXPECT_LT(ms, 2000);
+  for (int i = 0; i < 100 && server.service().cancelled.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server.service().cancelled.load(), 1);
+  // The connection still serves.
+  EXPECT_TRUE(ep.callSync("/t/Echo", "ok", 5000).status.ok());
+}
+
+TEST(GrpcEndpoint, RefusedConnectionIsNotSentAndFailsFastDuringBackOff) {
+  const int port = test_util::unusedLoopbackPort();
+  GrpcEndpoint ep("127.0.0.1:" + std::to_string(port), 1, 64 << 20);
+  GrpcResult r = ep.callSync("/t/Echo", "x", 5000);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(r.not_sent);
+  EXPECT_NE(r.status.message().find("Connection refused"), std::string::npos) << r.status;
+  EXPECT_FALSE(ep.reachable());
+  GrpcResult again = ep.callSync("/t/Echo", "x", 5000);
+  EXPECT_EQ(again.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(again.not_sent);
+}
+
+TEST(GrpcEndpoint, ResponseOverTheLimitIsResourceExhausted) {
+  GrpcServer server;
+  GrpcEndpoint ep(server.address(), 1, 1 << 20);
+  GrpcResult r = ep.callSync("/t/Big", "x", 5000);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
+  GrpcResult big = ep.callSync("/t/Echo", std::string(2 << 20, 'x'), 5000);
+  EXPECT_EQ(big.status.code(), absl::StatusCode::kResourceExhausted) << big.status;
+  EXPECT_TRUE(big.not_sent);
+  EXPECT_TRUE(ep.callSync("/t/Echo", "ok", 5000).status.ok());
+}
+
+TEST(GrpcEndpoint, ReconnectsAfterTheServerRestarts) {
+  auto server = std::make_unique<GrpcServer>();
+  const int port = server->port();
+  GrpcEndpoint ep(server->address(), 1, 64 << 20);
+  ASSERT_TRUE(ep.callSync("/t/Echo", "one", 5000).status.ok());
+  server->stop();
+  GrpcResult down = ep.callSync("/t/Echo", "x", 5000);
+  EXPECT_EQ(down.status.code(), absl::StatusCode::kUnavailable) << down.status;
+  server = std::make_unique<GrpcServer>(port);
+  ASSERT_EQ(server->port(), port);
+  bool ok = false;
+  for (int i = 0; i < 60 && !ok; ++i) {  // back-off is at most 1 s
+    ok = ep.callSync("/t/Echo", "two", 5000).status.ok();
+    if (!ok) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(ok);
+}
+
+}  // namespace
+}  // namespace infergate::backends
