@@ -70,15 +70,17 @@ absl::Status checkInputShape(const ModelConfig& config, const TensorSpec& spec, 
         "input '", spec.name, "' has datatype ", dataTypeName(dtype), ", model '",
         config.name, "' expects ", dataTypeName(spec.dtype)));
   }
-  const std::vector<int64_t> want = config.fullShape(spec);
-  bool ok = shape.size() == want.size();
-  for (size_t d = 0; ok && d < want.size(); ++d) {
-    if (shape[d] < 0 || (want[d] >= 0 && shape[d] != want[d])) ok = false;
+  // Compared with fullShape(spec) in place (no vector built per request).
+  const size_t lead = config.max_batch_size > 0 ? 1 : 0;
+  bool ok = shape.size() == spec.shape.size() + lead;
+  for (size_t d = 0; ok && d < shape.size(); ++d) {
+    const int64_t want = d < lead ? -1 : spec.shape[d - lead];
+    if (shape[d] < 0 || (want >= 0 && shape[d] != want)) ok = false;
   }
   if (!ok) {
     return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",
         "input '", spec.name, "' has shape ", shapeToString(shape), ", model '", config.name,
-        "' expects ", shapeToString(want)));
+        "' expects ", shapeToString(config.fullShape(spec))));
   }
   if (config.max_batch_size > 0 && shape[0] > config.max_batch_size) {
     return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}{}{}{}",

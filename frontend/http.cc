@@ -49,24 +49,35 @@ std::string_view reasonPhrase(int status) {
 }
 
 void serializeResponse(const HttpResponse& resp, bool keep_alive, std::string& out) {
-  char num[32];
+  char status[16];
+  char length[24];
+  char* status_end = std::to_chars(status, status + sizeof status, resp.status).ptr;
+  char* length_end = std::to_chars(length, length + sizeof length, resp.body.size()).ptr;
+  const std::string_view reason = reasonPhrase(resp.status);
+  const bool content_type = !resp.content_type.empty() && !resp.body.empty();
+  const bool close = !keep_alive || resp.close;
+  // Sized once: the appends below never grow the buffer (a reused one often has room already).
+  size_t need = 9 + (status_end - status) + 1 + reason.size() + 2 + 16 + (length_end - length) +
+                2 + 2 + resp.body.size();
+  if (content_type) need += 14 + resp.content_type.size() + 2;
+  for (const HttpHeader& h : resp.headers) need += h.name.size() + 2 + h.value.size() + 2;
+  if (close) need += 19;
+  out.reserve(out.size() + need);
   out.append("HTTP/1.1 ");
-  auto r = std::to_chars(num, num + sizeof num, resp.status);
-  out.append(num, r.ptr);
+  out.append(status, static_cast<size_t>(status_end - status));
   out.push_back(' ');
-  out.append(reasonPhrase(resp.status));
+  out.append(reason);
   out.append("\r\n");
-  if (!resp.content_type.empty() && !resp.body.empty()) {
+  if (content_type) {
     out.append("Content-Type: ").append(resp.content_type).append("\r\n");
   }
   for (const HttpHeader& h : resp.headers) {
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   out.append("Content-Length: ");
-  r = std::to_chars(num, num + sizeof num, resp.body.size());
-  out.append(num, r.ptr);
+  out.append(length, static_cast<size_t>(length_end - length));
   out.append("\r\n");
-  if (!keep_alive || resp.close) out.append("Connection: close\r\n");
+  if (close) out.append("Connection: close\r\n");
   out.append("\r\n");
   out.append(resp.body);
 }

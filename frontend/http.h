@@ -44,7 +44,8 @@ struct HttpRequest {
 
 struct HttpResponse {
   int status = 200;
-  std::string content_type = "application/json";
+  // Static text (a string literal): not owned, so a response costs no allocation for it.
+  std::string_view content_type = "application/json";
   std::vector<HttpHeader> headers;  // extra headers (not Content-Length/Connection)
   std::string body;
   bool close = false;  // close the connection after sending

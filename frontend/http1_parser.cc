@@ -149,6 +149,25 @@ inline int hexVal(unsigned char c) {
   return -1;
 }
 
+// The first CR or LF in [p, end), or end: eight bytes per step (SWAR), as a header line is
+// scanned once here and once by llhttp.
+inline const char* findLineEnd(const char* p, const char* end) {
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  constexpr uint64_t kHighs = 0x8080808080808080ull;
+  while (end - p >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    const uint64_t cr = w ^ (kOnes * '\r');
+    const uint64_t lf = w ^ (kOnes * '\n');
+    // A zero byte in cr or lf: exact for the lowest one (borrows only run upwards).
+    const uint64_t hit = ((cr - kOnes) & ~cr & kHighs) | ((lf - kOnes) & ~lf & kHighs);
+    if (hit != 0) return p + (__builtin_ctzll(hit) >> 3);
+    p += 8;
+  }
+  while (p < end && *p != '\r' && *p != '\n') ++p;
+  return p;
+}
+
 // Header fields the parser interprets itself.
 enum class Special : uint8_t { kNone, kContentLength, kTransferEncoding, kHost, kExpect };
 
@@ -218,6 +237,11 @@ struct Http1Parser::Impl {
   bool te_unknown = false;
   bool expect_continue = false;
   bool expect_other = false;
+  // Entries of cur.headers in use: a recycled request's entries are overwritten in place
+  // (their strings keep their capacity) and the rest dropped when the headers are complete.
+  size_t used_headers = 0;
+
+  HttpHeader& lastHeader() { return cur.headers[used_headers - 1]; }
 
   Impl(Http1Parser* o, const Http1Limits& l) : owner(o), limits(l) {
     llhttp_init(&parser, HTTP_REQUEST, &settings());
@@ -285,8 +309,8 @@ struct Http1Parser::Impl {
   }
 
   void resetMessage() {
-    cur = HttpRequest{};
-    cur.headers.reserve(16);
+    cur = HttpRequest{};  // filled by onMessageBegin: nothing is held between requests
+    used_headers = 0;
     headers_done = false;
     in_field = false;
     field_len = 0;
@@ -369,8 +393,7 @@ struct Http1Parser::Impl {
               (line_idx > 0 || stage == Stage::kTrailers)) {
             return error(Err::kObsFold);
           }
-          const char* r = q + 1;
-          while (r < end && *r != '\r' && *r != '\n') ++r;
+          const char* r = findLineEnd(q + 1, end);
           size_t n = static_cast<size_t>(r - q);
           if (section_bytes + n > limits.max_header_bytes) {
             q += limits.max_header_bytes - section_bytes;
@@ -500,6 +523,8 @@ struct Http1Parser::Impl {
     Impl* s = self(p);
     s->owner->in_request_ = true;
     s->owner->headers_complete_ = false;
+    s->cur = Http1Parser::takeRecycledRequest();
+    s->used_headers = 0;
     s->cur.received_ns = s->now_ns;
     return 0;
   }
@@ -613,7 +638,16 @@ struct Http1Parser::Impl {
     if (!s->in_field) {
       s->in_field = true;
       s->field_len = 0;
-      if (!s->headers_done) s->cur.headers.emplace_back();
+      if (!s->headers_done) {
+        if (s->used_headers < s->cur.headers.size()) {
+          HttpHeader& h = s->cur.headers[s->used_headers];
+          h.name.clear();
+          h.value.clear();
+        } else {
+          s->cur.headers.emplace_back();
+        }
+        ++s->used_headers;
+      }
     }
     s->field_len += len;
     if (s->headers_done) {
@@ -622,7 +656,7 @@ struct Http1Parser::Impl {
       }
       return 0;
     }
-    std::string& name = s->cur.headers.back().name;
+    std::string& name = s->lastHeader().name;
     size_t old = name.size();
     name.resize(old + len);
     for (size_t i = 0; i < len; ++i) {
@@ -638,9 +672,9 @@ struct Http1Parser::Impl {
     s->in_field = false;
     if (s->field_len == 0) return s->fail(Err::kBadHeaderName);
     if (s->headers_done) return 0;
-    if (s->cur.headers.empty()) return s->fail(Err::kBadHeaderName);  // cannot happen
+    if (s->used_headers == 0) return s->fail(Err::kBadHeaderName);  // cannot happen
     if (++s->header_count > s->limits.max_headers) return s->fail(Err::kTooManyHeaders);
-    const std::string& name = s->cur.headers.back().name;
+    const std::string& name = s->lastHeader().name;
     s->special = Special::kNone;
     if (name == "content-length") {
       if (s->saw_cl) return s->fail(Err::kDupContentLength);
@@ -665,14 +699,14 @@ struct Http1Parser::Impl {
     for (size_t i = 0; i < len; ++i) {
       if (!kValueChar[static_cast<unsigned char>(at[i])]) return s->fail(Err::kBadHeaderValue);
     }
-    if (!s->headers_done && !s->cur.headers.empty()) s->cur.headers.back().value.append(at, len);
+    if (!s->headers_done && s->used_headers != 0) s->lastHeader().value.append(at, len);
     return 0;
   }
 
   static int onHeaderValueComplete(llhttp_t* p) {
     Impl* s = self(p);
-    if (s->headers_done || s->cur.headers.empty()) return 0;  // trailers: checked, not kept
-    std::string& value = s->cur.headers.back().value;
+    if (s->headers_done || s->used_headers == 0) return 0;  // trailers: checked, not kept
+    std::string& value = s->lastHeader().value;
     std::string_view v = trimOws(value);
     if (v.size() != value.size()) {
       size_t off = static_cast<size_t>(v.data() - value.data());
@@ -730,6 +764,7 @@ struct Http1Parser::Impl {
     Impl* s = self(p);
     s->headers_done = true;
     HttpRequest& r = s->cur;
+    r.headers.resize(s->used_headers);  // drops a recycled request's unused entries
     if (r.version_minor == 1 && s->host_count == 0) return s->fail(Err::kMissingHost);
     if (s->saw_te) {
       // RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 means faulty framing.
@@ -783,6 +818,7 @@ struct Http1Parser::Impl {
     o->expect_continue_ = false;
     o->in_request_ = false;
     o->headers_complete_ = false;
+    s->cur.headers.resize(s->used_headers);
     o->ready_.push_back(std::move(s->cur));
     s->completed = true;
     s->resetMessage();
@@ -842,8 +878,63 @@ Http1Parser::~Http1Parser() = default;
 void Http1Parser::failNextBodyAllocationForTesting() { impl_->throw_in_body = true; }
 
 HttpRequest Http1Parser::popRequest() {
-  HttpRequest r = std::move(ready_.front());
-  ready_.pop_front();
+  HttpRequest r = std::move(ready_[ready_head_++]);
+  if (ready_head_ == ready_.size()) {
+    ready_.clear();  // keeps the capacity: the next request is stored without an allocation
+    ready_head_ = 0;
+  }
+  return r;
+}
+
+// Per-thread recycling of request objects (a reactor thread's connections share them): the
+// strings and vectors of an answered request keep their capacity for the next one parsed on
+// the same thread, so a keep-alive request allocates nothing for its target, headers and
+// body. Bounded in count and in what a pooled request may hold, so an idle thread keeps
+// little and one large request does not stay pinned.
+namespace {
+constexpr size_t kMaxPooledRequests = 16;
+constexpr size_t kMaxPooledBody = 16 * 1024;
+constexpr size_t kMaxPooledHeaders = 32;
+constexpr size_t kMaxPooledString = 1024;
+constexpr size_t kInitialHeaders = 16;
+
+std::vector<HttpRequest>& requestPool() {
+  thread_local std::vector<HttpRequest> pool;
+  return pool;
+}
+}  // namespace
+
+void Http1Parser::recycle(HttpRequest&& request) {
+  std::vector<HttpRequest>& pool = requestPool();
+  if (pool.size() >= kMaxPooledRequests || request.body.capacity() > kMaxPooledBody ||
+      request.headers.size() > kMaxPooledHeaders || request.target.capacity() > kMaxPooledString) {
+    return;
+  }
+  for (const HttpHeader& h : request.headers) {
+    if (h.name.capacity() > kMaxPooledString || h.value.capacity() > kMaxPooledString) return;
+  }
+  HttpRequest& r = pool.emplace_back(std::move(request));
+  // Back to a fresh request's state; the header entries are overwritten by the next parse.
+  r.method.clear();
+  r.target.clear();
+  r.version_minor = 1;
+  r.body.clear();
+  r.keep_alive = true;
+  r.received_ns = 0;
+  r.tag.reset();
+  r.priority_trusted = true;
+  r.cancel.reset();
+}
+
+HttpRequest Http1Parser::takeRecycledRequest() {
+  std::vector<HttpRequest>& pool = requestPool();
+  if (pool.empty()) {
+    HttpRequest r;
+    r.headers.reserve(kInitialHeaders);
+    return r;
+  }
+  HttpRequest r = std::move(pool.back());
+  pool.pop_back();
   return r;
 }
 

@@ -13,7 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <vector>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -49,8 +49,13 @@ class Http1Parser {
   // Consumes `len` bytes. `now_ns` stamps HttpRequest::received_ns of requests that start here.
   Result feed(const char* data, size_t len, uint64_t now_ns = 0);
 
-  bool hasRequest() const { return !ready_.empty(); }
+  bool hasRequest() const { return ready_head_ < ready_.size(); }
   HttpRequest popRequest();  // precondition: hasRequest()
+
+  // Hands an answered request back for reuse by the next request parsed on this thread (its
+  // strings and vectors keep their capacity; see the .cc for the bounds). Optional: a request
+  // simply destroyed is fine. Call on the thread that parsed it.
+  static void recycle(HttpRequest&& request);
 
   const Http1Error& error() const { return error_; }
   bool failed() const { return failed_; }
@@ -75,7 +80,10 @@ class Http1Parser {
 
  private:
   std::unique_ptr<Impl> impl_;
-  std::deque<HttpRequest> ready_;
+  static HttpRequest takeRecycledRequest();
+
+  std::vector<HttpRequest> ready_;  // complete requests from ready_head_ on
+  size_t ready_head_ = 0;
   Http1Error error_;
   bool failed_ = false;
   bool in_request_ = false;

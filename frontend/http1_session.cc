@@ -8,6 +8,35 @@
 #include "spdlog/spdlog.h"
 
 namespace infergate::frontend {
+namespace {
+
+// Per-thread recycling of response buffers (a reactor thread's connections share them): a
+// response is serialised into a buffer that already has room, and the buffer goes back once
+// the transport has copied it. Bounded so an idle thread keeps little.
+constexpr size_t kMaxPooledBuffers = 16;
+constexpr size_t kMaxPooledBufferBytes = 16 * 1024;
+
+std::vector<std::string>& bufferPool() {
+  thread_local std::vector<std::string> pool;
+  return pool;
+}
+
+std::string takeBuffer() {
+  std::vector<std::string>& pool = bufferPool();
+  if (pool.empty()) return {};
+  std::string b = std::move(pool.back());
+  pool.pop_back();
+  return b;
+}
+
+void recycleBuffer(std::string&& b) {
+  std::vector<std::string>& pool = bufferPool();
+  if (pool.size() >= kMaxPooledBuffers || b.capacity() > kMaxPooledBufferBytes) return;
+  b.clear();
+  pool.push_back(std::move(b));
+}
+
+}  // namespace
 
 Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
                            const Http1SessionOptions& options, ServerMetrics* metrics)
@@ -49,6 +78,8 @@ void Http1Session::dispatchReady() {
     HttpRequest req = parser_.popRequest();
     if (!req.keep_alive) stop_parsing_ = true;
     dispatch(std::move(req));
+    // The handler is done with it (it took what it keeps): its buffers serve the next request.
+    Http1Parser::recycle(std::move(req));
     if (transport_ == nullptr) return;
   }
   dispatching_ = false;
@@ -117,6 +148,7 @@ void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
   slot.cancel.reset();
   slot.status = response.status;
   if (response.close) slot.keep_alive = false;
+  slot.bytes = takeBuffer();
   serializeResponse(response, slot.keep_alive, slot.bytes);
   flush();
 }
@@ -151,6 +183,7 @@ void Http1Session::flush() {
                    s.start_ns ? (now - s.start_ns) / 1000 : 0);
     }
     const bool keep = s.keep_alive;
+    recycleBuffer(std::move(s.bytes));  // the transport has copied it
     slots_.pop_front();
     last_activity_ns_ = transport_->loop().nowNs();
     if (!keep) {

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "common/checked.h"
 #include "fmt/format.h"
@@ -307,6 +308,9 @@ struct PendingInput {
   array data;             // JSON "data"
   uint64_t count = 0;
 };
+// Per input, in input order; inline for the usual few inputs (no allocation).
+using PendingInputs = absl::InlinedVector<PendingInput, 4>;
+
 
 // Header pass of one input: name, datatype, shape, the source of its elements and their size
 // (Tensor::slot_bytes). Nothing is written yet.
@@ -467,7 +471,7 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t,
 
 // Placement and write pass: asks `place` (when given) for slots, else sizes Tensor::data, then
 // writes every input's elements once, into wherever they now live.
-absl::Status placeAndWrite(InferRequest& req, std::vector<PendingInput>& pending,
+absl::Status placeAndWrite(InferRequest& req, PendingInputs& pending,
                            const backends::InputPlacer* place) {
   const bool placed = place != nullptr && *place && (*place)(req);
   for (size_t k = 0; k < req.inputs.size(); ++k) {
@@ -593,7 +597,7 @@ absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& re
   array inputs;
   if (inputs_el.get_array().get(inputs)) return invalid("request 'inputs' must be an array");
   req.inputs.resize(arraySize(inputs));
-  std::vector<PendingInput> pending(req.inputs.size());
+  PendingInputs pending(req.inputs.size());
   size_t i = 0;
   for (element in : inputs) {
     absl::Status s = decodeInput(in, i, bin, req.inputs[i], pending[i]);
@@ -671,7 +675,7 @@ absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig&
   t.slot_bytes = body.size();
   req.inputs.push_back(std::move(t));
   req.binary_data_output = true;
-  std::vector<PendingInput> pending(1);
+  PendingInputs pending(1);
   pending[0].binary = true;
   pending[0].part = body;
   return placeAndWrite(req, pending, place);
@@ -698,7 +702,12 @@ inline char* writeFloat(char* p, F v) {
     std::memcpy(p, "-0.0", 4);  // "-0" reads back as the integer 0 in most parsers (simdjson too)
     return p + 4;
   }
-  char* end = std::to_chars(p, p + kMaxChars, v).ptr;  // shortest round-trip
+  char* end;
+  if constexpr (std::is_same_v<F, float>) {
+    end = toCharsShortest(p, v);  // the bytes of std::to_chars, faster
+  } else {
+    end = std::to_chars(p, p + kMaxChars, v).ptr;  // shortest round-trip
+  }
   // The shortest form may be a long integer ("18446744073709552000"): beyond 2^53 a reader may
   // take it as an integer and round it twice, beyond 2^64 simdjson rejects it. Use exponent form.
   if (end - p > 16 && std::find_if(p, end, [](char c) { return c == '.' || c == 'e'; }) == end) {
@@ -863,7 +872,7 @@ EncodedInferResponse encodeInferResponse(const backends::InferResponse& response
     const Tensor* tensor;
     bool binary;
   };
-  std::vector<Selected> selected;
+  absl::InlinedVector<Selected, 4> selected;  // no allocation for up to 4 outputs
   if (!response.requested.empty()) {
     selected.reserve(response.requested.size());
     for (const backends::RequestedOutput& ro : response.requested) {

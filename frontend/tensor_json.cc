@@ -1,5 +1,10 @@
 #include "frontend/tensor_json.h"
 
+#include <charconv>
+#include <cmath>
+
+#include "fmt/format.h"
+
 namespace infergate::frontend::tensor_json {
 
 ValueError readNumber(element e, double& out) {
@@ -29,6 +34,99 @@ ValueError readBool(element e, bool& out) {
     case element_type::ARRAY: return ValueError::kNesting;
     default: return ValueError::kWrongType;
   }
+}
+
+namespace {
+
+constexpr char kDigitPairs[] =
+    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+    "8081828384858687888990919293949596979899";
+
+int decimalDigits(uint32_t v) {
+  int n = 1;
+  while (v >= 10) {
+    v /= 10;
+    ++n;
+  }
+  return n;
+}
+
+// Writes the n decimal digits of v ending at `end`.
+void writeDigitsBackwards(char* end, uint32_t v) {
+  while (v >= 100) {
+    const uint32_t r = v % 100;
+    v /= 100;
+    end -= 2;
+    std::memcpy(end, kDigitPairs + 2 * r, 2);
+  }
+  if (v >= 10) {
+    end -= 2;
+    std::memcpy(end, kDigitPairs + 2 * v, 2);
+  } else {
+    *--end = static_cast<char>('0' + v);
+  }
+}
+
+}  // namespace
+
+char* toCharsShortest(char* p, float v) {
+  if (!std::isfinite(v) || v == 0) return std::to_chars(p, p + 32, v).ptr;
+  char* const start = p;
+  const float orig = v;
+  if (std::signbit(v)) {
+    *p++ = '-';
+    v = -v;
+  }
+  // v = sig x 10^exp, sig the shortest digits that read back as v (no trailing zeros).
+  const auto dec = fmt::detail::dragonbox::to_decimal(v);
+  const uint32_t sig = dec.significand;
+  const int exp = dec.exponent;
+  const int n = decimalDigits(sig);
+  const int sci_exp = exp + n - 1;
+  const int abs_sci = sci_exp < 0 ? -sci_exp : sci_exp;
+  const int sci_len = n + (n > 1 ? 1 : 0) + 2 + (abs_sci >= 100 ? 3 : 2);
+  const int fixed_len = exp >= 0 ? n + exp : (n + exp > 0 ? n + 1 : 2 - exp);
+  if (fixed_len <= sci_len) {
+    if (exp >= 0) {
+      // Integer: sig then zeros is v's exact value only below 2^24; beyond, to_chars picks
+      // the fixed digits closest to v, which may not end in zeros.
+      if (v >= 16777216.0f) return std::to_chars(start, start + 32, orig).ptr;
+      writeDigitsBackwards(p + n, sig);
+      std::memset(p + n, '0', static_cast<size_t>(exp));
+      return p + n + exp;
+    }
+    if (n + exp > 0) {  // d.ddd
+      const int int_digits = n + exp;
+      writeDigitsBackwards(p + n + 1, sig);
+      std::memmove(p, p + 1, static_cast<size_t>(int_digits));
+      p[int_digits] = '.';
+      return p + n + 1;
+    }
+    // 0.000ddd
+    const int zeros = -exp - n;
+    p[0] = '0';
+    p[1] = '.';
+    std::memset(p + 2, '0', static_cast<size_t>(zeros));
+    writeDigitsBackwards(p + 2 + zeros + n, sig);
+    return p + 2 + zeros + n;
+  }
+  // d[.ddd]e[+-]XX
+  if (n > 1) {
+    writeDigitsBackwards(p + n + 1, sig);
+    p[0] = p[1];
+    p[1] = '.';
+    p += n + 1;
+  } else {
+    *p++ = static_cast<char>('0' + sig);
+  }
+  *p++ = 'e';
+  *p++ = sci_exp < 0 ? '-' : '+';
+  if (abs_sci >= 100) {
+    *p++ = static_cast<char>('0' + abs_sci / 100);
+  }
+  std::memcpy(p, kDigitPairs + 2 * (abs_sci % 100), 2);
+  return p + 2;
 }
 
 uint8_t* writeBytesElement(uint8_t* dst, std::string_view s) {

@@ -109,6 +109,14 @@ auto widenFloat(typename Tag::Storage v) { return FloatElement<Tag::value>::wide
 template <class Tag>
 bool isInfinite(typename Tag::Storage v) { return FloatElement<Tag::value>::isInfinite(v); }
 
+// The bytes std::to_chars(p, p + 32, v) writes for a float (plain format: the shortest
+// round-trip digits, fixed or scientific, whichever is shorter, fixed on a tie), written at `p`
+// (at least 32 bytes available); returns the end. A few times cheaper than libstdc++'s
+// to_chars: the digits come from Dragonbox ({fmt}), only the rare values whose fixed form needs
+// padding beyond 2^24 go to std::to_chars. Verified against std::to_chars on every float
+// (tests/unit/frontend/float_format_test.cc).
+char* toCharsShortest(char* p, float v);
+
 // One BYTES element (4-byte little-endian length, then the bytes): written at `dst` (returns the
 // end) or appended to `out`.
 uint8_t* writeBytesElement(uint8_t* dst, std::string_view s);

@@ -765,5 +765,55 @@ TEST(Http1Parser, SplitsNeverChangeTheOutcome) {
   }
 }
 
+
+// A request handed back with Http1Parser::recycle is reused for the next one parsed on the
+// thread: nothing of the earlier request (headers, target, body, flags) shows through.
+TEST(Http1ParserRecycle, ReusedRequestCarriesNothingOver) {
+  Http1Parser p{Http1Limits{}};
+  const std::string first =
+      "POST /first/target/that/is/long?x=1 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+      "X-One: 1\r\nX-Two: two-two-two-two-two\r\nX-Three: 3\r\nContent-Length: 5\r\n\r\nhello";
+  ASSERT_EQ(p.feed(first.data(), first.size()), Http1Parser::Result::kOk);
+  ASSERT_TRUE(p.hasRequest());
+  HttpRequest a = p.popRequest();
+  EXPECT_EQ(a.headers.size(), 6u);
+  EXPECT_EQ(a.body, "hello");
+  a.cancel = std::make_shared<net::CancelToken>();
+  a.priority_trusted = false;
+  Http1Parser::recycle(std::move(a));
+
+  const std::string second = "GET /b HTTP/1.0\r\nHost: b\r\n\r\n";
+  ASSERT_EQ(p.feed(second.data(), second.size()), Http1Parser::Result::kOk);
+  ASSERT_TRUE(p.hasRequest());
+  HttpRequest b = p.popRequest();
+  EXPECT_EQ(b.method, "GET");
+  EXPECT_EQ(b.target, "/b");
+  EXPECT_EQ(b.version_minor, 0);
+  ASSERT_EQ(b.headers.size(), 1u);
+  EXPECT_EQ(b.headers[0].name, "host");
+  EXPECT_EQ(b.headers[0].value, "b");
+  EXPECT_EQ(b.header("x-two"), nullptr);
+  EXPECT_EQ(b.header("content-type"), nullptr);
+  EXPECT_TRUE(b.body.empty());
+  EXPECT_FALSE(b.keep_alive);
+  EXPECT_EQ(b.cancel, nullptr);
+  EXPECT_TRUE(b.priority_trusted);
+  Http1Parser::recycle(std::move(b));
+
+  // More headers than the recycled request had: entries are added after the reused ones.
+  Http1Parser p2{Http1Limits{}};
+  const std::string third =
+      "PUT /c HTTP/1.1\r\nHost: c\r\nA: 1\r\nB: 2\r\nContent-Length: 2\r\n\r\nhi";
+  ASSERT_EQ(p2.feed(third.data(), third.size()), Http1Parser::Result::kOk);
+  ASSERT_TRUE(p2.hasRequest());
+  HttpRequest c = p2.popRequest();
+  ASSERT_EQ(c.headers.size(), 4u);
+  EXPECT_EQ(c.headers[1].name, "a");
+  EXPECT_EQ(c.headers[2].value, "2");
+  EXPECT_EQ(*c.header("content-length"), "2");
+  EXPECT_EQ(c.body, "hi");
+  EXPECT_TRUE(c.keep_alive);
+}
+
 }  // namespace
 }  // namespace infergate::frontend

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <charconv>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -647,6 +649,35 @@ TEST(KserveJsonEncode, EveryDatatypeAsJson) {
   simdjson::dom::parser p;
   simdjson::dom::element root;
   EXPECT_FALSE(p.parse(enc.body).get(root));
+}
+
+// FP32 "data" is written with the bytes of std::to_chars (shortest round trip), whatever
+// formatter the encoder uses: integers, fractions, both signs, both fixed and scientific forms,
+// subnormals, the largest and smallest values.
+TEST(KserveJsonEncode, Fp32DataMatchesToChars) {
+  std::vector<float> values = {1.0f, 16.0f, -3.0f, 0.5f, 0.1f, 100.0f, 1e4f, 1e5f, 123456.0f,
+                               1e6f, 16777216.0f, 123456792.0f, 1e-4f, 1.5e-5f, 3.14159265f,
+                               -2.71828175f, 1e-45f, 1.17549435e-38f, 3.4028235e38f, 0.0f};
+  uint32_t bits = 0x3F800000u;
+  for (int i = 0; i < 2000; ++i) {  // a spread of patterns (deterministic)
+    bits = bits * 1664525u + 1013904223u;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    if (std::isfinite(f)) values.push_back(f);
+  }
+  const size_t n = values.size();
+  std::vector<uint8_t> data(n * 4);
+  std::memcpy(data.data(), values.data(), data.size());
+  InferResponse r = response({tensor("f", DataType::kFp32, {static_cast<int64_t>(n)}, data)});
+  std::string want = R"({"model_name":"m","model_version":"1","outputs":[{"name":"f","datatype":"FP32","shape":[)" +
+                     std::to_string(n) + R"(],"data":[)";
+  for (size_t i = 0; i < n; ++i) {
+    if (i) want += ',';
+    char buf[64];
+    want.append(buf, std::to_chars(buf, buf + sizeof buf, values[i]).ptr);
+  }
+  want += "]}]}";
+  EXPECT_EQ(encodeInferResponse(r).body, want);
 }
 
 TEST(KserveJsonEncode, NoIdWhenEmptyAndNonFiniteIsNull) {
