@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -17,6 +18,12 @@
 #include "spdlog/spdlog.h"
 
 namespace infergate::dataplane {
+
+namespace {
+// epoll_event.data: a connection's Conn* (never below 4096), or one of these keys.
+constexpr uint64_t kPostedKey = 0;  // the post queue's eventfd
+constexpr uint64_t kListenerKey = 1;  // kListenerKey + i: listeners_[i]
+}  // namespace
 
 absl::StatusOr<int> openListener(const std::string& address, uint16_t port, uint16_t* bound_port) {
   sockaddr_storage ss{};
@@ -82,6 +89,9 @@ struct SocketReactor::Conn final : net::Transport {
   bool dead = false;
   uint32_t events = 0;
   uint64_t linger_deadline = 0;
+  uint64_t next_tick_ns = 0;  // in the reactor's tick FIFO until destroyed
+  Conn* tick_prev = nullptr;
+  Conn* tick_next = nullptr;
   // Send timeout: the queue must drain min_drain_bytes every send_timeout_ns. `drain_mark_ns`
   // starts a period, `drained` counts what the kernel took since.
   uint64_t drain_mark_ns = 0;
@@ -139,10 +149,11 @@ struct SocketReactor::Conn final : net::Transport {
 
 SocketReactor::SocketReactor(ReactorOptions options)
     : ReactorThread(options.index), options_(std::move(options)) {
+  options_.tick_ns = std::max<uint64_t>(options_.tick_ns, 1);
   epfd_ = epoll_create1(EPOLL_CLOEXEC);
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = posted_.fd();
+  ev.data.u64 = kPostedKey;
   epoll_ctl(epfd_, EPOLL_CTL_ADD, posted_.fd(), &ev);
   now_ns_ = common::monotonicNs();
 }
@@ -164,7 +175,7 @@ const std::string SocketReactor::kHttpRefusal =
 void SocketReactor::addListener(int fd, net::SessionFactory factory, std::string refusal) {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = fd;
+  ev.data.u64 = kListenerKey + listeners_.size();
   epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev);
   listeners_.push_back(Listener{fd, std::move(factory), std::move(refusal)});
 }
@@ -175,7 +186,6 @@ void SocketReactor::run() {
   enterLoopThread(options_.name, options_.cpu);
   constexpr int kMaxEvents = 256;
   epoll_event events[kMaxEvents];
-  last_tick_ = common::monotonicNs();
   for (;;) {
     now_ns_ = common::monotonicNs();
     if (stop_requested_.load(std::memory_order_relaxed) && !draining_) {
@@ -189,31 +199,38 @@ void SocketReactor::run() {
       for (auto& [fd, c] : conns_) {
         if (!c->dead && !c->lingering) c->session->onDrain();
       }
-      tick();
+      for (auto& [fd, c] : conns_) {  // idle ones close now, not at their next tick
+        if (!c->dead) tickConn(*c);
+      }
     }
     if (draining_ && (conns_.empty() || now_ns_ >= drain_deadline_)) break;
-    const uint64_t next_tick = last_tick_ + options_.tick_ns;
-    const int timeout_ms =
-        dirty_.empty() ? static_cast<int>(next_tick > now_ns_ ? (next_tick - now_ns_) / 1000000 + 1 : 0) : 0;
+    // Sleep until the first connection's tick, at most one period (the output budget is looked
+    // at by the loop at least that often) and not past the end of a drain.
+    uint64_t wait_ns = options_.tick_ns;
+    if (tick_head_ != nullptr) {
+      wait_ns = tick_head_->next_tick_ns > now_ns_ ? std::min(wait_ns, tick_head_->next_tick_ns - now_ns_) : 0;
+    }
+    if (draining_) wait_ns = std::min(wait_ns, drain_deadline_ - now_ns_);
+    // Connections the drain just closed are reaped at the end of this iteration; the next one
+    // then finds none left and ends the loop without waiting.
+    const bool busy = !dirty_.empty() || !to_destroy_.empty();
+    const int timeout_ms = !busy && wait_ns > 0 ? static_cast<int>(wait_ns / 1000000 + 1) : 0;
     const int n = epoll_wait(epfd_, events, kMaxEvents, timeout_ms);
     now_ns_ = common::monotonicNs();
     for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == posted_.fd()) {
+      const uint64_t key = events[i].data.u64;
+      if (key == kPostedKey) {
         posted_.clearWakeup();
         continue;
       }
-      bool is_listener = false;
-      for (Listener& l : listeners_) {
-        if (l.fd == fd) {
-          is_listener = true;
-          acceptAll(l);
-        }
+      if (key < kListenerKey + listeners_.size()) {
+        if (Listener& l = listeners_[key - kListenerKey]; l.fd >= 0) acceptAll(l);
+        continue;
       }
-      if (is_listener) continue;
-      auto it = conns_.find(fd);
-      if (it == conns_.end() || it->second->dead) continue;
-      Conn& c = *it->second;
+      // A Conn is freed only by reapDestroyed(), after this batch, and leaves epoll when it is
+      // destroyed: the pointer is valid here, possibly dead.
+      Conn& c = *static_cast<Conn*>(events[i].data.ptr);
+      if (c.dead) continue;
       const uint32_t e = events[i].events;
       // While paused, EPOLLIN and EPOLLRDHUP are not asked for; a stale one from this batch is
       // ignored (reading would hand the session data it paused). Errors are always handled.
@@ -224,7 +241,7 @@ void SocketReactor::run() {
     runPosted();
     net::runBurstEnd();  // models dispatch what this iteration enqueued (net/burst.h)
     flushDirty();
-    if (now_ns_ - last_tick_ >= options_.tick_ns) tick();
+    runDueTicks();
     reapDestroyed();
   }
   // Drained or out of time: close what is left.
@@ -277,6 +294,8 @@ void SocketReactor::acceptAll(Listener& l) {
       options_.metrics->connections_active.add(1);
     }
     c.session = l.factory(c);
+    c.next_tick_ns = nextTick();
+    tickPush(c);
     updateEvents(c);
   }
 }
@@ -293,7 +312,7 @@ void SocketReactor::updateEvents(Conn& c) {
   if ((ev == 0 ? static_cast<uint32_t>(EPOLLET) : ev) == c.events) return;
   epoll_event e{};
   e.events = ev;
-  e.data.fd = c.fd;
+  e.data.ptr = &c;
   epoll_ctl(epfd_, c.events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, c.fd, &e);
   c.events = ev == 0 ? EPOLLET : ev;  // keep "registered" distinguishable from 0
 }
@@ -396,6 +415,7 @@ void SocketReactor::destroy(Conn& c) {
     c.out_off = 0;
   }
   if (!c.lingering && c.session) c.session->onClosed();
+  tickUnlink(c);
   epoll_ctl(epfd_, EPOLL_CTL_DEL, c.fd, nullptr);
   // close() waits for the end of the loop iteration (reapDestroyed) so that the fd number is
   // not reused while this Conn may still be referenced (dirty list, event batch).
@@ -413,26 +433,62 @@ void SocketReactor::reapDestroyed() {
   to_destroy_.clear();
 }
 
-void SocketReactor::tick() {
-  last_tick_ = now_ns_;
-  for (auto& [fd, c] : conns_) {
-    if (c->dead) continue;
-    if (c->lingering) {
-      if (now_ns_ >= c->linger_deadline) destroy(*c);
-      continue;
+void SocketReactor::runDueTicks() {
+  // Deadlines in the FIFO only grow (nextTick() of a clock that only grows): the due ones are
+  // at its head. A ticked connection goes back to the tail, due one period later.
+  while (tick_head_ != nullptr && tick_head_->next_tick_ns <= now_ns_) {
+    Conn& c = *tick_head_;
+    tickUnlink(c);
+    tickConn(c);
+    if (!c.dead) {
+      c.next_tick_ns = nextTick();
+      tickPush(c);
     }
-    if (draining_ && c->session->idle() && c->out_off == c->out.size()) {
-      destroy(*c);
-      continue;
-    }
-    if (c->pendingBytes() > 0 && options_.output.send_timeout_ns != 0 &&
-        now_ns_ - c->drain_mark_ns >= options_.output.send_timeout_ns) {
-      closeForOutput(*c, OutputCloseReason::kSendTimeout);
-      continue;
-    }
-    updateOutputPause(*c);  // the process budget may have changed
-    c->session->onTick(now_ns_);
   }
+}
+
+uint64_t SocketReactor::nextTick() const {
+  // One period from now, rounded up to an eighth of it: connections accepted or ticked close
+  // together share a wake-up, so the loop wakes at most 8 times per period for ticks however
+  // many connections it holds; each is ticked every tick_ns to tick_ns * 9/8.
+  const uint64_t gran = std::max<uint64_t>(1, options_.tick_ns / 8);
+  const uint64_t at = now_ns_ + options_.tick_ns;
+  return (at + gran - 1) / gran * gran;
+}
+
+void SocketReactor::tickPush(Conn& c) {
+  c.tick_next = nullptr;
+  c.tick_prev = tick_tail_;
+  if (tick_tail_ != nullptr) tick_tail_->tick_next = &c;
+  else tick_head_ = &c;
+  tick_tail_ = &c;
+}
+
+void SocketReactor::tickUnlink(Conn& c) {
+  if (c.tick_prev == nullptr && tick_head_ != &c) return;  // not in the FIFO
+  if (c.tick_prev != nullptr) c.tick_prev->tick_next = c.tick_next;
+  else tick_head_ = c.tick_next;
+  if (c.tick_next != nullptr) c.tick_next->tick_prev = c.tick_prev;
+  else tick_tail_ = c.tick_prev;
+  c.tick_prev = c.tick_next = nullptr;
+}
+
+void SocketReactor::tickConn(Conn& c) {
+  if (c.lingering) {
+    if (now_ns_ >= c.linger_deadline) destroy(c);
+    return;
+  }
+  if (draining_ && c.session->idle() && c.out_off == c.out.size()) {
+    destroy(c);
+    return;
+  }
+  if (c.pendingBytes() > 0 && options_.output.send_timeout_ns != 0 &&
+      now_ns_ - c.drain_mark_ns >= options_.output.send_timeout_ns) {
+    closeForOutput(c, OutputCloseReason::kSendTimeout);
+    return;
+  }
+  updateOutputPause(c);  // the process budget may have changed
+  c.session->onTick(now_ns_);
 }
 
 void SocketReactor::updateOutputPause(Conn& c) {

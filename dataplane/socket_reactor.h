@@ -36,7 +36,10 @@ absl::StatusOr<int> openListener(const std::string& address, uint16_t port, uint
 struct ReactorOptions {
   int index = 0;
   int cpu = -1;                                  // pin the thread to this CPU; -1 = no pinning
-  uint64_t tick_ns = 100'000'000;                // session timeout checks
+  // Every connection is ticked (Session::onTick, linger and send timeouts) once per tick_ns
+  // (to 9/8 of it), counted from its accept: the due ones come off the head of a FIFO, so an
+  // iteration visits only those, never every connection.
+  uint64_t tick_ns = 100'000'000;
   uint64_t linger_ns = 2'000'000'000;            // lingering close after the last response
   uint64_t max_connections = 10000;              // process-wide, shared through `connections`
   std::atomic<uint64_t>* connections = nullptr;  // process-wide open-connection count
@@ -87,7 +90,11 @@ class SocketReactor final : public ReactorThread {
   void reapDestroyed();
   void updateEvents(Conn& c);
   void runPosted();
-  void tick();
+  void runDueTicks();
+  void tickConn(Conn& c);
+  uint64_t nextTick() const;
+  void tickPush(Conn& c);
+  void tickUnlink(Conn& c);
   void updateOutputPause(Conn& c);
   void closeForOutput(Conn& c, OutputCloseReason why);
 
@@ -98,10 +105,13 @@ class SocketReactor final : public ReactorThread {
   std::atomic<size_t> conn_count_{0};
   std::vector<Conn*> dirty_;
   std::vector<int> to_destroy_;
+  // Connections in order of their next tick (all deadlines are "last tick + tick_ns", so the
+  // order of insertion is the order of deadlines). Intrusive: Conn::tick_prev/tick_next.
+  Conn* tick_head_ = nullptr;
+  Conn* tick_tail_ = nullptr;
 
   bool draining_ = false;
   uint64_t drain_deadline_ = 0;
-  uint64_t last_tick_ = 0;
 };
 
 }  // namespace infergate::dataplane

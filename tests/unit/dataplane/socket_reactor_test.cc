@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,18 @@ namespace infergate::dataplane {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A kernel TCP client connected to 127.0.0.1:port (a receive buffer of rcvbuf bytes when > 0).
+int connectLoopback(uint16_t port, int rcvbuf = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
 
 // What the reactor-thread session reports to the test thread.
 struct Seen {
@@ -89,24 +102,12 @@ class SocketReactorOutputTest : public ::testing::Test {
   }
   // A kernel TCP client with a tiny receive buffer (a window of a few KiB).
   void connectClient() {
-    client_ = socket(AF_INET, SOCK_STREAM, 0);
+    client_ = connectLoopback(port_, 4096);
     ASSERT_GE(client_, 0);
-    const int rcvbuf = 4096;
-    setsockopt(client_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(client_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_FALSE(HasFailure());
   }
   int newClient(int rcvbuf) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = connectLoopback(port_, rcvbuf);
     others_.push_back(fd);
     return fd;
   }
@@ -249,6 +250,153 @@ TEST_F(SocketReactorOutputTest, ProcessBudget) {
   EXPECT_EQ(seen_.requests.load(), 4);
   EXPECT_EQ(metrics_->output_process_closes.value(), 1u);
   EXPECT_EQ(metrics_->output_limit_closes.value(), 0u);
+}
+
+// Connection ticks: every connection is ticked once per tick_ns (to 9/8 of it), counted from
+// its accept, by the FIFO of due connections rather than a scan of all of them.
+struct TickLog {
+  std::mutex mu;
+  std::vector<std::vector<uint64_t>> ticks;  // per connection, the now_ns of each tick
+  std::vector<uint64_t> accepted_ns;         // per connection, the loop's now_ns at accept
+  std::vector<Clock::time_point> closed_at;  // per connection; epoch = still open
+};
+
+// Records its ticks; closes its connection once it has been quiet for `idle_ns` (what
+// Http1Session does with limits.idle_timeout_ms).
+class TickSession final : public net::Session {
+ public:
+  TickSession(net::Transport& t, TickLog& log, uint64_t idle_ns) : t_(&t), log_(log), idle_ns_(idle_ns) {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    id_ = log_.ticks.size();
+    log_.ticks.emplace_back();
+    log_.closed_at.emplace_back();
+    last_ = t.loop().nowNs();
+    log_.accepted_ns.push_back(last_);
+  }
+  void onData(const char*, size_t) override { last_ = t_->loop().nowNs(); }
+  void onPeerClosed() override {}
+  void onTick(uint64_t now_ns) override {
+    {
+      std::lock_guard<std::mutex> lock(log_.mu);
+      log_.ticks[id_].push_back(now_ns);
+    }
+    if (idle_ns_ != 0 && now_ns - last_ > idle_ns_ && t_ != nullptr) t_->closeAfterFlush();
+  }
+  void onClosed() override {
+    t_ = nullptr;
+    std::lock_guard<std::mutex> lock(log_.mu);
+    log_.closed_at[id_] = Clock::now();
+  }
+  bool idle() const override { return true; }
+
+ private:
+  net::Transport* t_;
+  TickLog& log_;
+  uint64_t idle_ns_;
+  uint64_t last_ = 0;
+  size_t id_ = 0;
+};
+
+class SocketReactorTickTest : public ::testing::Test {
+ protected:
+  void start(uint64_t tick_ns, uint64_t idle_ns) {
+    ReactorOptions ro;
+    ro.tick_ns = tick_ns;
+    reactor_ = std::make_unique<SocketReactor>(ro);
+    absl::StatusOr<int> fd = openListener("127.0.0.1", 0, &port_);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    reactor_->addListener(*fd, [this, idle_ns](net::Transport& t) {
+      return std::make_shared<TickSession>(t, log_, idle_ns);
+    });
+    reactor_->start();
+  }
+  int connectOne() {
+    const int fd = connectLoopback(port_);
+    clients_.push_back(fd);
+    return fd;
+  }
+  size_t sessions() {
+    std::lock_guard<std::mutex> lock(log_.mu);
+    return log_.ticks.size();
+  }
+  void TearDown() override {
+    for (int fd : clients_) close(fd);
+    if (reactor_) {
+      reactor_->stop(0);
+      reactor_->join();
+    }
+  }
+  TickLog log_;
+  std::unique_ptr<SocketReactor> reactor_;
+  uint16_t port_ = 0;
+  std::vector<int> clients_;
+};
+
+TEST_F(SocketReactorTickTest, EveryConnectionIsTickedOncePerPeriod) {
+  constexpr uint64_t kTick = 40'000'000;
+  start(kTick, 0);
+  for (int i = 0; i < 6; ++i) {  // accepted at different times: different phases
+    connectOne();
+    std::this_thread::sleep_for(std::chrono::milliseconds(7));
+  }
+  for (int i = 0; i < 200 && sessions() < 6; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(sessions(), 6u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  std::lock_guard<std::mutex> lock(log_.mu);
+  for (size_t c = 0; c < log_.ticks.size(); ++c) {
+    const std::vector<uint64_t>& t = log_.ticks[c];
+    // ~600 ms / 40..45 ms; a loaded machine may run the loop late, never early.
+    EXPECT_GE(t.size(), 6u) << "connection " << c;
+    EXPECT_LE(t.size(), 16u) << "connection " << c;
+    // Its own phase: the first tick one period after its accept (a global tick for all
+    // connections would come sooner to most of them).
+    if (!t.empty()) {
+      EXPECT_GE(t[0] - log_.accepted_ns[c], kTick) << "connection " << c;
+    }
+    for (size_t i = 1; i < t.size(); ++i) {
+      EXPECT_GE(t[i] - t[i - 1], kTick) << "connection " << c << " tick " << i;
+    }
+  }
+}
+
+TEST_F(SocketReactorTickTest, IdleTimeoutFiresAtItsTime) {
+  constexpr uint64_t kTick = 100'000'000;  // the default period
+  constexpr uint64_t kIdle = 300'000'000;
+  start(kTick, kIdle);
+  const int early = connectOne();
+  ASSERT_EQ(::send(early, "x", 1, MSG_NOSIGNAL), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const auto t0 = Clock::now();
+  const int late = connectOne();
+  ASSERT_EQ(::send(late, "x", 1, MSG_NOSIGNAL), 1);
+  // The early one times out first although both are in the tick FIFO; each at its own time.
+  char b;
+  timeval tv{2, 0};
+  setsockopt(late, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ASSERT_EQ(recv(late, &b, 1, 0), 0) << "the idle connection was not closed";
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  EXPECT_GE(took, 300);
+  EXPECT_LE(took, 300 + 113 + 150);  // one period (to 9/8 of it) of lateness, plus slack
+  std::lock_guard<std::mutex> lock(log_.mu);
+  ASSERT_EQ(log_.closed_at.size(), 2u);
+  EXPECT_NE(log_.closed_at[0], Clock::time_point{});
+  EXPECT_LT(log_.closed_at[0], log_.closed_at[1]);
+}
+
+// Draining closes idle connections at once (not at their next tick), and the loop ends.
+TEST_F(SocketReactorTickTest, DrainClosesIdleConnectionsAtOnce) {
+  start(10'000'000'000, 0);  // ticks far apart: only the drain itself can close them
+  connectOne();
+  connectOne();
+  for (int i = 0; i < 200 && sessions() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(sessions(), 2u);
+  const auto t0 = Clock::now();
+  reactor_->stop(5'000'000'000);
+  reactor_->join();
+  EXPECT_LT(std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count(), 1000);
+  std::lock_guard<std::mutex> lock(log_.mu);
+  EXPECT_NE(log_.closed_at[0], Clock::time_point{});
+  EXPECT_NE(log_.closed_at[1], Clock::time_point{});
 }
 
 }  // namespace
