@@ -104,7 +104,15 @@ struct GrpcEndpoint::Impl {
   void submitLocked(Conn& k, Call* c, std::vector<Call*>& fin);
   void flushLocked(Conn& k, std::vector<Call*>& fin);
   void readLocked(Conn& k, std::vector<Call*>& fin);
-  void connectLocked(Conn& k, std::vector<Call*>& fin);
+  // The endpoint's address, resolved (getaddrinfo: may block, so never under `mu`).
+  struct Resolved {
+    std::string error;  // empty: addr is set
+    int family = AF_INET;
+    sockaddr_storage addr{};
+    socklen_t len = 0;
+  };
+  Resolved resolve() const;
+  void connectLocked(Conn& k, const Resolved& to, std::vector<Call*>& fin);
   void connectFailedLocked(Conn& k, const std::string& err, std::vector<Call*>& fin);
   void connectedLocked(Conn& k, std::vector<Call*>& fin);
   void closeConnLocked(Conn& k, const std::string& why, std::vector<Call*>& fin);
@@ -599,31 +607,42 @@ void GrpcEndpoint::Impl::flushLocked(Conn& k, std::vector<Call*>& fin) {
 
 // Connections ------------------------------------------------------------------------------------
 
-void GrpcEndpoint::Impl::connectLocked(Conn& k, std::vector<Call*>& fin) {
-  k.connect_wanted = false;
+GrpcEndpoint::Impl::Resolved GrpcEndpoint::Impl::resolve() const {
+  Resolved r;
   std::string host, port;
-  std::string err;
-  int fd = -1;
   if (!parseHostPort(address, &host, &port)) {
-    err = fmt::format("cannot parse the address '{}' (host:port)", address);
-  } else {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-    if (rc != 0 || res == nullptr) {
-      err = fmt::format("DNS resolution failed for {}: {}", address, gai_strerror(rc));
-    } else {
-      fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) {
-        err = fmt::format("socket: {}", std::strerror(errno));
-      } else if (::connect(fd, res->ai_addr, res->ai_addrlen) < 0 && errno != EINPROGRESS) {
-        err = fmt::format("failed to connect to {}: {}", address, std::strerror(errno));
-        close(fd);
-        fd = -1;
-      }
-      freeaddrinfo(res);
+    r.error = fmt::format("cannot parse the address '{}' (host:port)", address);
+    return r;
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    r.error = fmt::format("DNS resolution failed for {}: {}", address, gai_strerror(rc));
+    return r;
+  }
+  r.family = res->ai_family;
+  std::memcpy(&r.addr, res->ai_addr, std::min<size_t>(res->ai_addrlen, sizeof r.addr));
+  r.len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return r;
+}
+
+void GrpcEndpoint::Impl::connectLocked(Conn& k, const Resolved& to, std::vector<Call*>& fin) {
+  k.connect_wanted = false;
+  std::string err = to.error;
+  int fd = -1;
+  if (err.empty()) {
+    fd = socket(to.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      err = fmt::format("socket: {}", std::strerror(errno));
+    } else if (::connect(fd, reinterpret_cast<const sockaddr*>(&to.addr), to.len) < 0 &&
+               errno != EINPROGRESS) {
+      err = fmt::format("failed to connect to {}: {}", address, std::strerror(errno));
+      close(fd);
+      fd = -1;
     }
   }
   if (fd < 0) {
@@ -725,7 +744,8 @@ void GrpcEndpoint::Impl::closeConnLocked(Conn& k, const std::string& why, std::v
   if (!k.waiting.empty() && !stopping) {
     // Calls queued behind a draining connection: a fresh one.
     k.state = Conn::State::kConnecting;
-    connectLocked(k, fin);
+    k.connect_wanted = true;
+    wake();
   } else {
     failWaitingLocked(k, msg, fin);
   }
@@ -776,7 +796,7 @@ void GrpcEndpoint::Impl::ioLoop() {
     }
     const int n = epoll_wait(epfd, evs, 16, timeout_ms);
     {
-      std::lock_guard<std::mutex> lock(mu);
+      std::unique_lock<std::mutex> lock(mu);
       next_wake_ns = 0;  // awake: call() need not wake us
       if (stopping) return;
       for (int i = 0; i < n; ++i) {
@@ -811,8 +831,16 @@ void GrpcEndpoint::Impl::ioLoop() {
           flushLocked(k, fin);
         }
       }
-      for (auto& k : conns) {
-        if (k->connect_wanted) connectLocked(*k, fin);
+      bool want = false;
+      for (auto& k : conns) want = want || k->connect_wanted;
+      if (want) {
+        // Resolve without the lock (call() must never wait on a DNS server), then connect.
+        lock.unlock();
+        const Resolved to = resolve();
+        lock.lock();
+        for (auto& k : conns) {
+          if (k->connect_wanted) connectLocked(*k, to, fin);
+        }
       }
       // Expired deadlines: the stream is cancelled at the server.
       const uint64_t now = common::monotonicNs();
