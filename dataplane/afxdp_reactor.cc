@@ -15,6 +15,7 @@ namespace infergate::dataplane {
 AfXdpReactor::AfXdpReactor(AfXdpReactorOptions options, std::unique_ptr<PollableDevice> device)
     : ReactorThread(options.index), options_(std::move(options)), device_(std::move(device)) {
   options_.tcp.index = options_.index;
+  options_.tcp.flush_each_call = false;  // run() flushes the device once per loop iteration
   now_ns_ = common::monotonicNs();
   stack_ = std::make_unique<tcp::TcpStack>(options_.tcp, *device_,
                                            common::SteadyClock::instance(), this);
@@ -67,10 +68,11 @@ void AfXdpReactor::run() {
     }
     if (draining && (now_ns_ >= drain_deadline || allIdle())) break;
 
-    const size_t n = stack_->processRx(options_.burst);
+    // One clock read per iteration (above): the burst, the posted work and the timers all
+    // use it; a timer fires at most one iteration late, far below its granularity.
+    const size_t n = stack_->processRx(options_.burst, now_ns_);
     const bool posted = runPosted();
     net::runBurstEnd();  // models dispatch what this iteration enqueued (net/burst.h)
-    now_ns_ = common::monotonicNs();
     if (posted || now_ns_ - last_poll >= granularity) {
       stack_->poll(now_ns_);
       last_poll = now_ns_;
@@ -81,6 +83,9 @@ void AfXdpReactor::run() {
                                      [](const std::weak_ptr<net::Session>& w) { return w.expired(); }),
                       sessions_.end());
     }
+    // One kick for every segment this iteration queued (responses of the burst, answers
+    // from posted work, timers), not one per call into the stack.
+    stack_->flushDevice();
     if (device_->txPending()) {
       device_->kick();
       continue;
@@ -95,6 +100,7 @@ void AfXdpReactor::run() {
     if (rc > 0 && (pfds[1].revents & POLLIN)) posted_.clearWakeup();
   }
   stack_->abortAll();
+  stack_->flushDevice();
   device_->kick();
   sessions_.clear();
   runPosted();  // completions that raced the close find their sessions gone

@@ -4,8 +4,9 @@
 // (dataplane/tcp) whose connections drive the same net::Session objects socket mode runs
 // (HTTP/1.1 + KServe v2 REST, HTTP/2 + gRPC), made by the same SessionFactory.
 //
-// The loop: processRx() (a burst from the rx ring, handled, released to the fill ring, tx
-// flushed), posted work, poll(now) every timer granularity (timers, session ticks). When
+// The loop: one clock read, processRx() (a burst from the rx ring, handled, released to the
+// fill ring), posted work, poll(now) every timer granularity (timers, session ticks), then one
+// tx flush (kick) for everything the iteration queued. When
 // nothing arrived it either busy-polls (one non-blocking recvfrom that runs the driver's
 // NAPI, with SO_PREFER_BUSY_POLL) or sleeps in poll(2) on the socket and an eventfd for at
 // most one timer granularity. The kernel is kicked only when a ring asks (need_wakeup).

@@ -1,7 +1,9 @@
 #pragma once
 // A PacketDevice for tests: frames injected with inject() come out of rxBurst(); frames the
-// stack transmits are recorded in `sent` (oldest first). Transmit buffers come from a fixed
-// set so tests can starve the stack (tx_limit).
+// stack transmits are recorded in `sent` (oldest first; with record = false only counted, in
+// `tx_frames`). Transmit buffers come from a fixed set so tests can starve the stack
+// (tx_limit). For cost measures, receiveFrom() serves frames the test built beforehand
+// instead, without copying them.
 
 #include <cstdint>
 #include <deque>
@@ -24,8 +26,22 @@ class FakePacketDevice final : public PacketDevice {
     rx_meta_.push_back(meta);
   }
 
+  // rxBurst() serves frames[0, n) (kept by the caller) before any injected ones.
+  void receiveFrom(const std::vector<uint8_t>* frames, size_t n) {
+    ext_ = frames;
+    ext_n_ = n;
+    ext_pos_ = 0;
+  }
+
   size_t rxBurst(Frame* frames, size_t max) override {
     size_t n = 0;
+    for (; n < max && ext_pos_ < ext_n_; ++n) {
+      const std::vector<uint8_t>& f = ext_[ext_pos_++];
+      frames[n].data = const_cast<uint8_t*>(f.data());
+      frames[n].len = static_cast<uint32_t>(f.size());
+      frames[n].handle = n;
+      frames[n].meta = 0;
+    }
     while (n < max && !rx_.empty()) {
       held_.push_back(std::move(rx_.front()));
       rx_.pop_front();
@@ -55,14 +71,17 @@ class FakePacketDevice final : public PacketDevice {
   }
   void txBurst(Frame* frames, size_t n) override {
     for (size_t i = 0; i < n; ++i) {
-      sent.emplace_back(frames[i].data, frames[i].data + frames[i].len);
+      if (record) sent.emplace_back(frames[i].data, frames[i].data + frames[i].len);
       free_.push_back(frames[i].handle);  // "completed" at once
     }
+    tx_frames += n;
   }
   void txFlush() override { ++flushes; }
   uint32_t mtu() const override { return mtu_; }
 
   std::deque<std::vector<uint8_t>> sent;
+  bool record = true;    // false: transmitted frames are only counted
+  size_t tx_frames = 0;  // frames transmitted
   int64_t tx_limit = -1;  // < 0: unlimited; otherwise frames left before txAlloc fails
   size_t flushes = 0;
   size_t released_ = 0;
@@ -74,6 +93,8 @@ class FakePacketDevice final : public PacketDevice {
   std::deque<std::vector<uint8_t>> rx_;
   std::deque<uint64_t> rx_meta_;
   std::vector<std::vector<uint8_t>> held_;
+  const std::vector<uint8_t>* ext_ = nullptr;
+  size_t ext_n_ = 0, ext_pos_ = 0;
 };
 
 }  // namespace infergate::dataplane::tcp

@@ -91,6 +91,11 @@ struct SegmentSpec {
   uint8_t ttl = 64;
 };
 
+// The same value as common/checksum.h's ig_csum_partial(data, len, sum) (a 16-bit
+// one's-complement sum of big-endian words, folded, plus `sum`), computed eight bytes a step:
+// the stack's checksums of frames in and out.
+uint32_t checksumPartial(const uint8_t* data, size_t len, uint32_t sum);
+
 // Bytes of Ethernet + IP + TCP headers (with options) the spec produces.
 size_t headerLength(const SegmentSpec& spec);
 // Writes the headers into `buf` (at least headerLength() bytes) for a payload of

@@ -29,14 +29,33 @@ void TcpStack::queueTx(const Frame& f) {
   if (tx_batch_.size() >= 64) {
     device_.txBurst(tx_batch_.data(), tx_batch_.size());
     tx_batch_.clear();
+    tx_unflushed_ = true;
   }
 }
 
 void TcpStack::flushTx() {
-  if (tx_batch_.empty()) return;
-  device_.txBurst(tx_batch_.data(), tx_batch_.size());
-  tx_batch_.clear();
+  if (!tx_batch_.empty()) {
+    device_.txBurst(tx_batch_.data(), tx_batch_.size());
+    tx_batch_.clear();
+    tx_unflushed_ = true;
+  }
+  if (options_.flush_each_call) kickDevice();
+}
+
+void TcpStack::kickDevice() {
+  if (!tx_unflushed_) return;
+  tx_unflushed_ = false;
   device_.txFlush();
+}
+
+void TcpStack::flushDevice() {
+  if (!dirty_.empty()) flushDirty();
+  if (!tx_batch_.empty()) {
+    device_.txBurst(tx_batch_.data(), tx_batch_.size());
+    tx_batch_.clear();
+    tx_unflushed_ = true;
+  }
+  kickDevice();
 }
 
 void TcpStack::flushDirty() {

@@ -126,7 +126,18 @@ size_t TcpStack::processRx(size_t max) {
   if (max > rx_batch_.size()) max = rx_batch_.size();
   const size_t n = device_.rxBurst(rx_batch_.data(), max);
   if (n == 0) return 0;
-  now_ = clock_.nowNs();
+  return handleBurst(n, clock_.nowNs());
+}
+
+size_t TcpStack::processRx(size_t max, uint64_t now_ns) {
+  if (max > rx_batch_.size()) max = rx_batch_.size();
+  const size_t n = device_.rxBurst(rx_batch_.data(), max);
+  if (n == 0) return 0;
+  return handleBurst(n, now_ns);
+}
+
+size_t TcpStack::handleBurst(size_t n, uint64_t now_ns) {
+  now_ = now_ns;
   for (size_t i = 0; i < n; ++i) {
     cur_meta_ = rx_batch_[i].meta;
     handleFrame(rx_batch_[i].data, rx_batch_[i].len);

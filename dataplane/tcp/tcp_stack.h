@@ -97,6 +97,11 @@ struct TcpOptions {
   OutputLimits output;
   // Tests: fixes our initial sequence number for a flow (nullptr: the cookie).
   std::function<uint32_t(const FlowKey&)> isn_fn;
+  // true: onFrame(), processRx(), poll() and abortAll() end with the device's txFlush() (a
+  // kick when its ring asks). false: they only queue frames (txBurst) and the owner calls
+  // flushDevice() once per loop iteration, so one kick carries everything the iteration sent
+  // (the afxdp reactor).
+  bool flush_each_call = true;
 };
 
 // Our window-scale shift for a receive buffer: the smallest that fits rcv_buf in 16 bits (at
@@ -122,6 +127,12 @@ class TcpStack {
   void onFrame(const uint8_t* frame, size_t len, uint64_t meta = 0);
   // Pulls up to `max` frames from the device, handles them, releases them, flushes tx.
   size_t processRx(size_t max = 64);
+  // The same with the time the caller read at the top of its loop iteration (no clock read).
+  size_t processRx(size_t max, uint64_t now_ns);
+  // End of the owner's loop iteration (flush_each_call false): sends what connections queued
+  // outside processRx()/poll() (a session answering from work run at the end of the burst),
+  // then the device's txFlush() if any frame went to it since the last one.
+  void flushDevice();
   // Timers, posted work, session ticks; flushes tx. Call at least every timer granularity.
   void poll(uint64_t now_ns);
 
@@ -144,6 +155,8 @@ class TcpStack {
   };
 
   // Each group is defined in the file named (docs/TCP.md "Where the code is").
+  size_t handleBurst(size_t n, uint64_t now_ns);  // rx_batch_[0, n): handled, released, flushed
+
   // tcp_input.cc: segments in.
   void handleFrame(const uint8_t* frame, size_t len);
   void handleSegment(const Segment& seg);
@@ -175,6 +188,7 @@ class TcpStack {
   void flushDirty();
   void queueTx(const Frame& f);  // into the tx batch; a full batch goes to the device
   void flushTx();
+  void kickDevice();  // device txFlush() when frames went to it since the last one
   void publishOutput();  // tx_freed_ into options_.output.used
   void updateOutputPause(Conn& c);
   uint16_t advertisedWindow(Conn& c);
@@ -221,6 +235,7 @@ class TcpStack {
   std::vector<Frame> tx_batch_;
   std::vector<Frame> rx_batch_;
   bool in_batch_ = false;
+  bool tx_unflushed_ = false;  // frames went to the device since its last txFlush()
   int64_t tx_freed_ = 0;  // send-buffer bytes freed since the last publishOutput()
   uint64_t last_session_tick_ = 0;
   uint64_t challenge_window_start_ = 0;
