@@ -83,8 +83,17 @@ void serializeResponse(const HttpResponse& resp, bool keep_alive, std::string& o
 }
 
 void appendJsonString(std::string& out, std::string_view s) {
+  // Usual case (names, ids): nothing to escape, one append.
+  size_t plain = 0;
+  while (plain < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[plain]);
+    if (c < 0x20 || c == '"' || c == '\\') break;
+    ++plain;
+  }
+  out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
-  for (char c : s) {
+  out.append(s.data(), plain);
+  for (char c : s.substr(plain)) {
     switch (c) {
       case '"': out.append("\\\""); break;
       case '\\': out.append("\\\\"); break;

@@ -43,13 +43,22 @@ constexpr char kDigitPairs[] =
     "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
     "8081828384858687888990919293949596979899";
 
-int decimalDigits(uint32_t v) {
-  int n = 1;
-  while (v >= 10) {
-    v /= 10;
-    ++n;
-  }
-  return n;
+int decimalDigits(uint32_t v) {  // Dragonbox gives at most 9 digits for a float
+  if (v < 10) return 1;
+  if (v < 100) return 2;
+  if (v < 1000) return 3;
+  if (v < 10000) return 4;
+  if (v < 100000) return 5;
+  if (v < 1000000) return 6;
+  if (v < 10000000) return 7;
+  if (v < 100000000) return 8;
+  if (v < 1000000000) return 9;
+  return 10;
+}
+
+// `n` ASCII zeros at `p` (few: no library call).
+void writeZeros(char* p, int n) {
+  for (int i = 0; i < n; ++i) p[i] = '0';
 }
 
 // Writes the n decimal digits of v ending at `end`.
@@ -93,7 +102,7 @@ char* toCharsShortest(char* p, float v) {
       // the fixed digits closest to v, which may not end in zeros.
       if (v >= 16777216.0f) return std::to_chars(start, start + 32, orig).ptr;
       writeDigitsBackwards(p + n, sig);
-      std::memset(p + n, '0', static_cast<size_t>(exp));
+      writeZeros(p + n, exp);
       return p + n + exp;
     }
     if (n + exp > 0) {  // d.ddd
@@ -107,7 +116,7 @@ char* toCharsShortest(char* p, float v) {
     const int zeros = -exp - n;
     p[0] = '0';
     p[1] = '.';
-    std::memset(p + 2, '0', static_cast<size_t>(zeros));
+    writeZeros(p + 2, zeros);
     writeDigitsBackwards(p + 2 + zeros + n, sig);
     return p + 2 + zeros + n;
   }
