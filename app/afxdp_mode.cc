@@ -42,9 +42,6 @@ uint32_t envU32(const char* name, uint32_t def) {
 
 AfXdpModeOptions AfXdpModeOptions::fromEnvironment() {
   AfXdpModeOptions o;
-  o.busy_poll = envU32("INFERGATE_AFXDP_BUSY_POLL", 0) != 0;
-  o.busy_poll_usecs = envU32("INFERGATE_AFXDP_BUSY_POLL_USECS", o.busy_poll_usecs);
-  o.busy_poll_budget = envU32("INFERGATE_AFXDP_BUSY_POLL_BUDGET", o.busy_poll_budget);
   if (const char* z = std::getenv("INFERGATE_AFXDP_ZERO_COPY"); z && *z) o.zero_copy = z;
   o.frames = envU32("INFERGATE_AFXDP_FRAMES", o.frames);
   return o;
@@ -381,16 +378,17 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       so.zero_copy = zc;
       so.metadata = true;
       so.xskmap_fd = filter.xskMapFd();
-      so.busy_poll = o.busy_poll;
-      so.busy_poll_usecs = o.busy_poll_usecs;
-      so.busy_poll_budget = o.busy_poll_budget;
+      so.busy_poll = c.xdp.busy_poll;
+      so.prefer_busy_poll = c.xdp.prefer_busy_poll;
+      so.busy_poll_usecs = c.xdp.busy_poll_usecs;
+      so.busy_poll_budget = c.xdp.busy_poll_budget;
       absl::StatusOr<std::unique_ptr<XskDevice>> dev = XskDevice::open(so);
       if (!dev.ok()) return dev.status();
       XskDevice* raw = dev->get();
       dataplane::AfXdpReactorOptions ro;
       ro.index = q;
       ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
-      ro.busy_poll = o.busy_poll;
+      ro.busy_poll = c.xdp.busy_poll;
       ro.tcp.max_connections = conns_per_reactor;
       ro.tcp.syn_backlog = syn_backlog;
       ro.tcp.syn_cookies = stack_cookies;
@@ -448,7 +446,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   spdlog::info("afxdp: {} ({} {}), {} queue(s) in {} mode{}, XDP redirect for port(s) {}", ifname,
                ip.empty() ? "no IPv4 address" : ip, mac, c.reactors,
                st.devices.front()->zeroCopy() ? "zero-copy" : "copy",
-               o.busy_poll ? ", busy polling" : "", fmt::join(ports, ","));
+               c.xdp.busy_poll ? ", busy polling" : "", fmt::join(ports, ","));
   return mode;
 }
 

@@ -43,13 +43,10 @@ class ModelRegistry;
 namespace infergate::app {
 
 // Knobs of afxdp mode that the config file does not carry yet. fromEnvironment() reads
-// INFERGATE_AFXDP_BUSY_POLL (0/1), INFERGATE_AFXDP_BUSY_POLL_USECS,
-// INFERGATE_AFXDP_BUSY_POLL_BUDGET, INFERGATE_AFXDP_ZERO_COPY (auto|require|off),
-// INFERGATE_AFXDP_FRAMES (rx and tx frames per queue).
+// INFERGATE_AFXDP_ZERO_COPY (auto|require|off) and INFERGATE_AFXDP_FRAMES (rx and tx frames
+// per queue). Busy polling is configured in the file (xdp.busy_poll, prefer_busy_poll,
+// busy_poll_usecs, busy_poll_budget: config.xdp).
 struct AfXdpModeOptions {
-  bool busy_poll = false;
-  uint32_t busy_poll_usecs = 20;
-  uint32_t busy_poll_budget = 64;
   std::string zero_copy = "auto";  // auto | require | off
   uint32_t frames = 4096;          // rx frames and tx frames per queue (4 KiB each)
   static AfXdpModeOptions fromEnvironment();

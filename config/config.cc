@@ -718,7 +718,8 @@ class Loader {
                             "path_classes", "cidr_rules", "default_class", "priority_header",
                             "send_rst", "track_flows", "reject_mid_stream", "pin_path",
                             "fragments", "rst_rate_limit", "source_prefix_v4",
-                            "source_prefix_v6", "syn_cookies"}));
+                            "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
+                            "busy_poll_usecs", "busy_poll_budget"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -839,6 +840,18 @@ class Loader {
     if (YAML::Node v = n["syn_cookies"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNamed(v, "xdp.syn_cookies", "SYN cookie mode", xdp::kSynCookiesNames,
                               x.syn_cookies));
+    }
+    if (YAML::Node v = n["busy_poll"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.busy_poll", x.busy_poll));
+    }
+    if (YAML::Node v = n["prefer_busy_poll"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.prefer_busy_poll", x.prefer_busy_poll));
+    }
+    if (YAML::Node v = n["busy_poll_usecs"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.busy_poll_usecs", 0, 1'000'000, x.busy_poll_usecs));
+    }
+    if (YAML::Node v = n["busy_poll_budget"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.busy_poll_budget", 1, 65535, x.busy_poll_budget));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

@@ -109,6 +109,14 @@ struct XdpOptions {
   SynCookies syn_cookies = SynCookies::kAuto;
   uint16_t synack_mss = 0;
   uint8_t synack_wscale = 3;
+  // afxdp only: how each reactor waits for frames (docs/CONFIGURATION.md, docs/AFXDP.md).
+  // busy_poll: spin on a non-blocking recvfrom (which runs the driver's NAPI) instead of
+  // sleeping in poll(2); the socket gets SO_BUSY_POLL = busy_poll_usecs, SO_BUSY_POLL_BUDGET =
+  // busy_poll_budget and, with prefer_busy_poll, SO_PREFER_BUSY_POLL.
+  bool busy_poll = false;
+  bool prefer_busy_poll = true;
+  uint32_t busy_poll_usecs = 20;
+  uint32_t busy_poll_budget = 64;
   uint32_t flow_entries = 65536;                   // slots of the flow table, rounded up to 2^n
   uint32_t bucket_entries = 65536;
   int overload_level = 0;

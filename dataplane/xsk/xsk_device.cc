@@ -131,7 +131,13 @@ absl::StatusOr<std::unique_ptr<XskDevice>> XskDevice::open(const XskOptions& o) 
   }
   spdlog::info("xsk: {} queue {} bound in {} mode ({} rx + {} tx frames of {} bytes, need_wakeup{})",
                o.interface, o.queue, d->zero_copy_ ? "zero-copy" : "copy", o.rx_frames, o.tx_frames,
-               o.frame_size, o.busy_poll ? ", busy polling" : "");
+               o.frame_size,
+               !d->options_.busy_poll ? ""
+               : o.prefer_busy_poll
+                   ? fmt::format(", busy polling {} us, budget {}, preferred", o.busy_poll_usecs,
+                                 o.busy_poll_budget)
+                   : fmt::format(", busy polling {} us, budget {}", o.busy_poll_usecs,
+                                 o.busy_poll_budget));
   return d;
 }
 
@@ -203,7 +209,8 @@ absl::Status XskDevice::create(bool zero_copy) {
     int one = 1;
     int usecs = static_cast<int>(o.busy_poll_usecs);
     int budget = static_cast<int>(o.busy_poll_budget);
-    if (setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof one) != 0 ||
+    if ((o.prefer_busy_poll &&
+         setsockopt(fd, SOL_SOCKET, SO_PREFER_BUSY_POLL, &one, sizeof one) != 0) ||
         setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &usecs, sizeof usecs) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL_BUDGET, &budget, sizeof budget) != 0) {
       spdlog::warn("xsk: {} queue {}: busy polling not enabled: {} (needs CAP_NET_ADMIN for "

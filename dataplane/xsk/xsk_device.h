@@ -49,7 +49,8 @@ struct XskOptions {
   ZeroCopy zero_copy = ZeroCopy::kAuto;
   bool metadata = false;        // read struct ig_tag from the headroom into Frame::meta
   int xskmap_fd = -1;           // >= 0: insert the socket into this XSKMAP at key `queue`
-  bool busy_poll = false;       // SO_PREFER_BUSY_POLL + SO_BUSY_POLL + SO_BUSY_POLL_BUDGET
+  bool busy_poll = false;       // SO_BUSY_POLL + SO_BUSY_POLL_BUDGET (+ SO_PREFER_BUSY_POLL)
+  bool prefer_busy_poll = true; // with busy_poll: SO_PREFER_BUSY_POLL
   uint32_t busy_poll_usecs = 20;
   uint32_t busy_poll_budget = 64;
   uint32_t max_kicks_per_flush = 64;  // copy mode: sendto calls per txFlush at most

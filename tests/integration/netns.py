@@ -37,7 +37,8 @@ def sh(cmd, check=True, **kw):
 class VethPair:
     """Gateway namespace (gw_if, gw_ip) <-> client namespace (client_if, client_ip)."""
 
-    def __init__(self, subnet="10.231.%d" % (os.getpid() % 250)):
+    def __init__(self, subnet="10.231.%d" % (os.getpid() % 250), queues=1):
+        self.queues = queues  # rx and tx queues of each end (one afxdp reactor per queue)
         tag = uuid.uuid4().hex[:6]
         self.gw_ns, self.client_ns = "ig-gw-" + tag, "ig-cl-" + tag
         self.gw_if, self.client_if = "igg" + tag, "igc" + tag
@@ -56,8 +57,9 @@ class VethPair:
                 self.bpffs = None
             sh(["ip", "netns", "add", self.gw_ns])
             sh(["ip", "netns", "add", self.client_ns])
-            sh(["ip", "link", "add", self.gw_if, "netns", self.gw_ns, "type", "veth",
-                "peer", "name", self.client_if, "netns", self.client_ns])
+            q = ["numrxqueues", str(self.queues), "numtxqueues", str(self.queues)]
+            sh(["ip", "link", "add", self.gw_if, "netns", self.gw_ns] + q + ["type", "veth",
+                "peer", "name", self.client_if, "netns", self.client_ns] + q)
             for ns, ifname, ip in ((self.gw_ns, self.gw_if, self.gw_ip),
                                    (self.client_ns, self.client_if, self.client_ip)):
                 sh(["ip", "-n", ns, "addr", "add", ip + "/24", "dev", ifname])

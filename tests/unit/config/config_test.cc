@@ -175,7 +175,8 @@ logging: {level: debug, access_log: true}
 xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
       http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
       fragments: drop_all, rst_rate_limit: {rate_per_sec: 5, burst: 7}, source_prefix_v4: 24,
-      source_prefix_v6: 48, syn_cookies: always}
+      source_prefix_v6: 48, syn_cookies: always, busy_poll: true, prefer_busy_poll: false,
+      busy_poll_usecs: 50, busy_poll_budget: 16}
 models:
   - name: m.v-1_x
     version: 7
@@ -218,6 +219,10 @@ models:
   EXPECT_EQ(c->xdp.source_prefix_v4, 24);
   EXPECT_EQ(c->xdp.source_prefix_v6, 48);
   EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAlways);
+  EXPECT_TRUE(c->xdp.busy_poll);
+  EXPECT_FALSE(c->xdp.prefer_busy_poll);
+  EXPECT_EQ(c->xdp.busy_poll_usecs, 50u);
+  EXPECT_EQ(c->xdp.busy_poll_budget, 16u);
   EXPECT_EQ(c->models[0].name, "m.v-1_x");
   EXPECT_EQ(c->models[0].version, "7");
   EXPECT_EQ(c->models[0].max_batch_size, 0);
@@ -286,6 +291,10 @@ TEST(ConfigTest, XdpDefaultsAreTheOptionsDefaults) {
   EXPECT_EQ(c->xdp.source_prefix_v4, 32);
   EXPECT_EQ(c->xdp.source_prefix_v6, 64);
   EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAuto);
+  EXPECT_FALSE(c->xdp.busy_poll);  // afxdp reactors sleep in poll(2) unless asked to spin
+  EXPECT_TRUE(c->xdp.prefer_busy_poll);
+  EXPECT_EQ(c->xdp.busy_poll_usecs, 20u);
+  EXPECT_EQ(c->xdp.busy_poll_budget, 64u);
   EXPECT_EQ(c->xdp.priority_from, d.priority_from);
   EXPECT_EQ(c->xdp.trusted_sources, d.trusted_sources);
   EXPECT_EQ(PriorityConfig{}.trusted_sources, d.trusted_sources);
@@ -469,6 +478,12 @@ std::vector<BadCase> badCases() {
        "xdp.rate_limit.burst", "must be >= 1 when rate_per_sec > 0"},
       {"relative pin path", withBase("xdp: {pin_path: bpf/ig}\n"), "xdp.pin_path",
        "must be an absolute path"},
+      {"busy_poll not a boolean", withBase("xdp: {busy_poll: 1}\n"), "xdp.busy_poll",
+       "expected true or false"},
+      {"zero busy-poll budget", withBase("xdp: {busy_poll_budget: 0}\n"), "xdp.busy_poll_budget",
+       "must be between 1 and 65535, got 0"},
+      {"busy-poll usecs too large", withBase("xdp: {busy_poll_usecs: 2000000}\n"),
+       "xdp.busy_poll_usecs", "must be between 0 and 1000000, got 2000000"},
       // Models.
       {"no models", "listeners: [{port: 1}]\n", "models", "at least one model is required"},
       {"model without name", oneModel("{version: 1}"), "models[0].name", "required"},
