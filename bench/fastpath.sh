@@ -158,7 +158,8 @@ run_bench() {  # name port args...
     { cat "$WORK/bench.out" >&2; die "infergate-bench against port $2 failed"; }
   /usr/bin/python3 -c 'import json, sys
 r = json.load(open(sys.argv[2])); l = r.get("latency_us", {})
-print(sys.argv[1], json.dumps({"rps": r["achieved_rate"], "p50_us": l.get("p50", 0), "p99_us": l.get("p99", 0), "errors": r["error_count"]}))' "$1" "$j"
+print(sys.argv[1], json.dumps({"rps": r["achieved_rate"], "p50_us": l.get("p50", 0), "p99_us": l.get("p99", 0), "errors": r["error_count"],
+                              "saturated": bool(r.get("generator", {}).get("saturated", False))}))' "$1" "$j"
 }
 
 measure() {  # server: every cell of the selected sections this server takes part in
@@ -242,13 +243,14 @@ if "tp.nginx" in med:
 
 if "ol.nginx" in med:
     print("\n## open loop: infergate-bench --mode open --arrival constant -R %s -c 64; medians" % os.environ.get("RATE", ""))
-    print("%-13s %10s %8s %8s %14s %6s" % ("server", "achieved/s", "p50 us", "p99 us", "p99/nginx p99", "errors"))
+    print("%-13s %10s %8s %8s %14s %6s %s" % ("server", "achieved/s", "p50 us", "p99 us", "p99/nginx p99", "errors", "client saturated (rounds)"))
     for s in servers:
         n = "ol." + s
         if n not in med: continue
         m = med[n]
-        print("%-13s %10.0f %8.0f %8.0f %14s %6d" % (s, m["rps"], m["p50_us"], m["p99_us"],
-                                                     ratio(m["p99_us"], med["ol.nginx"]["p99_us"]), errs(n)))
+        print("%-13s %10.0f %8.0f %8.0f %14s %6d %d/%d" % (s, m["rps"], m["p50_us"], m["p99_us"],
+                                                     ratio(m["p99_us"], med["ol.nginx"]["p99_us"]), errs(n),
+                                                     sum(r.get("saturated", False) for r in rows[n]), len(rows[n])))
 
 bt = [s for s in gws if "bt.%s.8" % s in rows]
 if bt:
