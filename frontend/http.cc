@@ -90,7 +90,6 @@ void appendJsonString(std::string& out, std::string_view s) {
     if (c < 0x20 || c == '"' || c == '\\') break;
     ++plain;
   }
-  out.reserve(out.size() + s.size() + 2);
   out.push_back('"');
   out.append(s.data(), plain);
   for (char c : s.substr(plain)) {

@@ -138,6 +138,16 @@ constexpr std::array<bool, 256> kTargetChar = makeTargetChar();
 
 inline unsigned char lower(unsigned char c) { return (c >= 'A' && c <= 'Z') ? c + 32 : c; }
 
+// tchar bytes lower-cased; 0 for a byte that is not a tchar (header names, one lookup a byte).
+constexpr std::array<unsigned char, 256> makeLowerTchar() {
+  std::array<unsigned char, 256> t{};
+  for (int c = 0; c < 256; ++c) {
+    if (kTchar[c]) t[c] = static_cast<unsigned char>((c >= 'A' && c <= 'Z') ? c + 32 : c);
+  }
+  return t;
+}
+constexpr std::array<unsigned char, 256> kLowerTchar = makeLowerTchar();
+
 using common::ascii::iequals;
 // Optional whitespace (RFC 9110: SP / HTAB) around a field value.
 inline std::string_view trimOws(std::string_view s) { return common::ascii::trim(s); }
@@ -309,7 +319,7 @@ struct Http1Parser::Impl {
   }
 
   void resetMessage() {
-    cur = HttpRequest{};  // filled by onMessageBegin: nothing is held between requests
+    // `cur` (moved from, or fresh) is replaced by onMessageBegin before any callback uses it.
     used_headers = 0;
     headers_done = false;
     in_field = false;
@@ -660,9 +670,9 @@ struct Http1Parser::Impl {
     size_t old = name.size();
     name.resize(old + len);
     for (size_t i = 0; i < len; ++i) {
-      unsigned char c = static_cast<unsigned char>(at[i]);
-      if (!kTchar[c]) return s->fail(Err::kBadHeaderName);
-      name[old + i] = static_cast<char>(lower(c));
+      const unsigned char c = kLowerTchar[static_cast<unsigned char>(at[i])];
+      if (c == 0) return s->fail(Err::kBadHeaderName);
+      name[old + i] = static_cast<char>(c);
     }
     return 0;
   }
