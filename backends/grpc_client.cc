@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <nghttp2/nghttp2.h>
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -225,7 +226,10 @@ GrpcEndpoint::Impl::Impl(std::string address_in, int channels, int max_bytes)
   ev.events = EPOLLIN;
   ev.data.ptr = nullptr;
   epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &ev);
-  thread = std::thread([this] { ioLoop(); });
+  thread = std::thread([this] {
+    pthread_setname_np(pthread_self(), "ig-grpc-client");
+    ioLoop();
+  });
 }
 
 GrpcEndpoint::Impl::~Impl() {
@@ -453,7 +457,15 @@ int GrpcEndpoint::Impl::onData(nghttp2_session* s, uint8_t, int32_t id, const ui
     nghttp2_submit_rst_stream(s, NGHTTP2_FLAG_NONE, id, NGHTTP2_CANCEL);
     return 0;
   }
+  const size_t had = c->data->size();
   c->data->append(reinterpret_cast<const char*>(data), len);
+  if (had < 5 && c->data->size() >= 5) {
+    // The message length is known: one allocation for the whole message, not a doubling
+    // series of copies (large tensors).
+    const auto* d = reinterpret_cast<const uint8_t*>(c->data->data());
+    const size_t msg = (size_t{d[1]} << 24) | (size_t{d[2]} << 16) | (size_t{d[3]} << 8) | d[4];
+    if (msg <= static_cast<size_t>(ep->max_message_bytes)) c->data->reserve(5 + msg);
+  }
   return 0;
 }
 
