@@ -42,14 +42,13 @@ InferResponse IdentityModel::compute(InferRequest&& request) const {
 
 namespace {
 
-// The simulated device is busy for `us`, like a GPU: the host thread sleeps (a device does not
+// Waits until `until` like a host thread waiting for a device: it sleeps (a device does not
 // burn a host core), then spins only the last stretch. With 1 ns of timer slack (set by the
 // worker) a sleep ends within ~10 us here (p50 7 us, p90 12 us); with the default 50 us slack it
-// overshot by 60-140 us, which the batch cycle used to pay.
-void busyFor(uint64_t us) {
+// overshot by 60-140 us, which every batch cycle used to pay.
+void waitUntil(std::chrono::steady_clock::time_point until) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kSpin = std::chrono::microseconds(15);
-  const auto until = Clock::now() + std::chrono::microseconds(us);
   if (until - Clock::now() > 2 * kSpin) std::this_thread::sleep_until(until - kSpin);
   while (Clock::now() < until) {
   }
@@ -78,13 +77,15 @@ void SimulatedDevice::run(uint64_t items, std::function<void()> job) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    jobs_.push_back(Job{items, std::move(job)});
+    jobs_.push_back(Job{items, std::move(job), std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
 }
 
 void SimulatedDevice::loop() {
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // see busyFor
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // see waitUntil
+  // When the device finishes the job before (it is busy until then).
+  std::chrono::steady_clock::time_point device_free{};
   for (;;) {
     Job job;
     {
@@ -94,7 +95,11 @@ void SimulatedDevice::loop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    busyFor(fixed_us_ + per_item_us_ * job.items);
+    // The device starts the job when it was queued or when it finished the previous one,
+    // whichever is later, whatever this host thread was doing meanwhile.
+    const auto start = std::max(job.queued, device_free);
+    device_free = start + std::chrono::microseconds(fixed_us_ + per_item_us_ * job.items);
+    waitUntil(device_free);
     job.fn();
   }
 }

@@ -6,6 +6,7 @@
 // can be studied without a GPU. With a cost, calls run on one worker thread in FIFO order
 // (like one GPU stream) and complete from that thread; without, they complete inline.
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -18,9 +19,13 @@
 
 namespace infergate::backends {
 
-// A simulated device stream for the identity cost model: jobs run in FIFO order on one thread,
-// each after the device has been busy for fixed_us + per_item_us x items. With no cost there is
-// no thread and jobs run inline on the caller's thread. The destructor runs every accepted job
+// A simulated device stream for the identity cost model: jobs run in FIFO order, each taking
+// fixed_us + per_item_us x items of device time; a job's completion callback runs on the
+// stream's host thread when its device time has passed. Like a GPU stream, the device works
+// asynchronously to that host thread: a job queued while the host thread was still running the
+// previous completion (the batcher starts the next batch before answering the last one) starts
+// on the device when it was queued, not when the callback returns. With no cost there is no
+// thread and jobs run inline on the caller's thread. The destructor runs every accepted job
 // first.
 class SimulatedDevice {
  public:
@@ -35,6 +40,7 @@ class SimulatedDevice {
   struct Job {
     uint64_t items;
     std::function<void()> fn;
+    std::chrono::steady_clock::time_point queued;
   };
   void loop();
 

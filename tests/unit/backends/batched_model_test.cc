@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/identity_model.h"
 #include "net/burst.h"
 
 namespace infergate::backends {
@@ -240,6 +241,32 @@ TEST(BatchedModelDispatch, AModelDestroyedWithItsTaskQueuedIsNotTouched) {
     EXPECT_EQ(f->answered.load(), 1);
   });
   reactor.join();
+}
+
+// The simulated device runs a job queued during the previous job's completion callback while
+// that callback is still running (as a GPU stream runs the next kernel while the host posts
+// results): job B, queued at the start of A's 30 ms callback, takes 20 ms of device time and
+// completes when the callback returns (~30 ms after A), not 20 ms after it (~50 ms).
+TEST(SimulatedDevice, AJobQueuedDuringACallbackRunsOnTheDeviceMeanwhile) {
+  using Clock = std::chrono::steady_clock;
+  SimulatedDevice device(20000, 0);
+  Clock::time_point a_done, b_done;
+  std::atomic<bool> finished{false};
+  device.run(1, [&] {
+    a_done = Clock::now();
+    device.run(1, [&] {
+      b_done = Clock::now();
+      finished.store(true);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the host answers A
+  });
+  for (int i = 0; i < 5000 && !finished.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(finished.load());
+  const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(b_done - a_done);
+  EXPECT_GE(gap.count(), 29);
+  EXPECT_LT(gap.count(), 42) << "B waited for A's callback before starting on the device";
 }
 
 }  // namespace
