@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fast-path figures of issue 15, in one run, on one veth pair between two fresh network
-# namespaces, every server pinned to one CPU (--server-cpu) and the client to another
+# namespaces, every server pinned to one CPU (--server-cpu: NGINX's one worker; every thread of
+# a gateway, not only its reactor) and the client to another
 # (--client-cpu) in the client namespace. Servers run one at a time (started, measured, stopped),
 # in the same order every round; rounds alternate; medians over the rounds and ratios at the end.
 # Sections (--sections, comma-separated; default all):
@@ -100,7 +101,9 @@ start_server() {  # name: starts it in the gateway namespace and waits until it 
     wait_http "$CL" "http://$GW_IP:${PORT[nginx]}/" "$SERVER_PID" "$WORK/nginx.err"
   else
     local bin=$BIN; [[ "$1" == *-before ]] && bin=$BEFORE
-    ns_exec "$GW" "$bin" run -c "$WORK/$1.yaml" >"$log" 2>&1 &
+    # The whole process on the server CPU, not only its reactor: the batcher's dispatcher, the
+    # simulated device and every other thread share the one core NGINX's worker has.
+    ns_exec "$GW" taskset -c "$SCPU" "$bin" run -c "$WORK/$1.yaml" >"$log" 2>&1 &
     SERVER_PID=$!
     wait_http "$CL" "http://$GW_IP:${PORT[$1]}/v2/health/ready" "$SERVER_PID" "$log"
   fi
