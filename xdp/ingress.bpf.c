@@ -397,7 +397,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 		if (p.reason == IG_R_SYN) {
 			__u8 cls = IG_CLASS_NONE, exempt = 0, trusted = 0;
 			struct ig_runtime *rt = ig_runtime_get();
-			if (ig_cfg.cidr_rules)
+			if (ig_cfg.cidr_classes) /* trust alone does not matter to a SYN */
 				ig_cidr_lookup(&p, &cls, &exempt, &trusted);
 			if (cls >= IG_NUM_CLASSES)
 				cls = ig_cfg.default_cls;
@@ -494,7 +494,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					if (ig_cfg.syn_rate) {
 						/* the connection token its SYN was not charged */
 						__u8 c2 = IG_CLASS_NONE, ex = 0, tr = 0;
-						if (ig_cfg.cidr_rules)
+						if (ig_cfg.cidr_classes)
 							ig_cidr_lookup(&p, &c2, &ex, &tr);
 						if (!ex && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
 							ig_reject(&ig_cfg, &p, IG_R_SYN_RATE_LIMITED);
@@ -515,18 +515,23 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				proven = 1;
 				p.tag_flags |= IG_TF_PROVEN;
 			}
-			/* source rules of a request start: looked up once, before the priority
-			 * header that trust gates */
+			/* source rules of a request start: at most one LPM lookup, made only when an
+			 * answer can count: a class or exemption rule exists (cidr_classes), or the
+			 * entries say who is trusted and a priority header could set the class (a
+			 * header block, no class from the path). The header is scanned only when it
+			 * can count: no source class (that would win), from a trusted source (or
+			 * from all, when configured so). */
 			__u8 src_cls = IG_CLASS_NONE, src_exempt = 0, src_trusted = 0, src_done = 0;
-			/* = ig_classify_payload(), stage by stage; the priority header counts only
-			 * from a trusted source (or from all, when configured so) */
+			/* = ig_classify_payload(), stage by stage */
 			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
 				ig_scan_target_sub(ctx, &p);
-				if (p.reason == IG_R_REQUEST && ig_cfg.cidr_rules) {
+				if (p.reason == IG_R_REQUEST && ig_cfg.cidr_rules &&
+				    (ig_cfg.cidr_classes || (p.hdr_len && p.cls == IG_CLASS_NONE))) {
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
 					src_done = 1;
 				}
 				if (p.reason == IG_R_REQUEST && p.hdr_len && p.cls == IG_CLASS_NONE &&
+				    src_cls >= IG_NUM_CLASSES &&
 				    (ig_cfg.priority_header == IG_PRIO_HDR_ALL ||
 				     (ig_cfg.priority_header == IG_PRIO_HDR_TRUSTED && src_trusted)))
 					p.cls = (__u8)ig_find_priority_sub(ctx, p.hdr_off, p.hdr_len);
@@ -536,7 +541,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			}
 			if (p.reason == IG_R_REQUEST) {
 				__u8 verdict = IG_TV_ADMIT;
-				if (ig_cfg.cidr_rules && !src_done)
+				if (ig_cfg.cidr_classes && !src_done)
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
 				__u8 cls = src_cls, exempt = src_exempt;
 				if (ig_cfg.track_flows || ig_cfg.write_meta || ig_cfg.req_rate)

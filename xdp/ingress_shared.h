@@ -275,7 +275,10 @@ struct ig_config {
 	__u32 src_mask6[4];   /* ... and IPv6 sources by this one (network order, default /64) */
 	__u16 synack_mss;     /* MSS in our cookie SYN-ACKs over IPv4 (IPv6: 20 less) */
 	__u8 synack_wscale;   /* our window scale in cookie SYN-ACKs (the stack's rcv_wscale) */
-	__u8 pad2[5];
+	__u8 cidr_classes;    /* some ig_cidrs entry may carry a class or an exemption (xdp.cidr_rules
+	                       * set); 0: the entries only say who is trusted, so SYNs are not looked
+	                       * up and a request start only when a priority header could count */
+	__u8 pad2[4];
 };
 
 enum ig_frag_policy {

@@ -275,6 +275,7 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
   cfg->track_flows = o.track_flows;
   cfg->cidr_rules = !o.cidr_rules.empty() ||
                     (cfg->priority_header == IG_PRIO_HDR_TRUSTED && !o.trusted_sources.empty());
+  cfg->cidr_classes = !o.cidr_rules.empty();
   cfg->redirect_xsk = o.redirect_xsk;
   cfg->reject_mid_stream = o.reject_mid_stream;
   cfg->tx_redirect = o.rst_tx == RstTx::kRedirect;

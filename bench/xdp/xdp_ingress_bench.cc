@@ -3,7 +3,13 @@
 // same run, interleaved. The difference and the ratio matter, not the absolute figures.
 //
 //   xdp_ingress_bench [repeat=200000] [rounds=5] [--no-flows] [--no-priority-header]
-//                     [--afxdp] [--cookies]
+//                     [--afxdp] [--cookies] [--trusted] [--cases] [--group=<class>]
+//
+// --trusted: the priority header counts only from trusted sources, with the default
+// priority.trusted_sources (loopback): the shipped configuration. The fixtures' client
+// (10.0.0.2) is not trusted, so its headers are ignored, as they would be in production.
+// --cases: also print each fixture's median ingress and XDP_PASS ns and their difference.
+// --group=<class>: time only the fixtures of that class (e.g. request_h1, segment).
 //
 // --afxdp: the fixture classes with the afxdp configuration (redirect_xsk, metadata, the SYN
 // cookie code loaded, cookie mode off; no socket is bound, so redirects become passes).
@@ -122,7 +128,8 @@ int main(int argc, char** argv) {
   XdpOptions reject_opts = filter_opts;
   reject_opts.track_flows = false;
   reject_opts.send_rst = false;
-  bool afxdp = false, cookies = false;
+  bool afxdp = false, cookies = false, cases = false;
+  std::string only_group;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--afxdp" || a == "--cookies") {
@@ -138,6 +145,15 @@ int main(int argc, char** argv) {
       filter_opts.track_flows = false;
     } else if (a == "--no-priority-header") {
       filter_opts.priority_header = false;
+    } else if (a == "--trusted") {
+      for (XdpOptions* o : {&filter_opts, &reject_opts}) {
+        o->priority_from = XdpOptions::PriorityFrom::kTrusted;
+        o->trusted_sources = XdpOptions{}.trusted_sources;
+      }
+    } else if (a == "--cases") {
+      cases = true;
+    } else if (a.rfind("--group=", 0) == 0) {
+      only_group = a.substr(8);
     } else {
       std::fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -165,6 +181,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> order;
   for (const Fixture& f : fixtures()) {
     if (f.packet.size() < 14 || f.first_segment) continue;
+    if (!only_group.empty() && f.group != only_group) continue;
     bool rejected = f.action == XDP_TX || f.action == XDP_DROP;
     XdpFilter& prog = rejected ? **reject : **filter;
     std::vector<double> ing, pas;
@@ -186,6 +203,9 @@ int main(int argc, char** argv) {
     acc.ingress += ing[ing.size() / 2];  // median of rounds
     acc.pass += pas[pas.size() / 2];
     acc.n++;
+    if (cases)
+      std::printf("case %-14s %-48s %8.1f %8.1f %8.1f\n", g.c_str(), f.name.c_str(),
+                  ing[ing.size() / 2], pas[pas.size() / 2], ing[ing.size() / 2] - pas[pas.size() / 2]);
   }
   std::printf("# XDP ingress vs bare XDP_PASS, BPF_PROG_TEST_RUN repeat=%u, median of %d rounds,\n"
               "# mean over the fixtures of each class\n",

@@ -331,18 +331,23 @@ TEST(XdpState, MetricsCollector) {
 
 // Issue 13, item 5: the x-infergate-priority header sets the class only from trusted sources
 // (priority.from_client: trusted, priority.trusted_sources); the test client is 10.0.0.2.
-int headerClassFrom(const XdpOptions& o, uint16_t sport, bool* skipped) {
+// The class in the flow tag of a request start `payload` from 10.0.0.2:sport under `o`.
+int classFor(const XdpOptions& o, uint16_t sport, const std::string& payload, bool* skipped) {
   std::string skip;
   auto f = loadOrSkip(o, &skip);
   if (!f) {
     *skipped = !skip.empty();
     return -1;
   }
-  RunResult r = runXdp(f->programFd(), buildPacket(flow(sport, kAck | kPsh, kPriority2)));
+  RunResult r = runXdp(f->programFd(), buildPacket(flow(sport, kAck | kPsh, payload)));
   EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
   auto tag = testFlowTag(*f, sport);
   EXPECT_TRUE(tag.has_value());
   return tag ? tag->cls : -1;
+}
+
+int headerClassFrom(const XdpOptions& o, uint16_t sport, bool* skipped) {
+  return classFor(o, sport, kPriority2, skipped);
 }
 
 TEST(XdpPriority, HeaderCountsOnlyFromTrustedSources) {
@@ -376,6 +381,58 @@ TEST(XdpPriority, TrustSurvivesALongerCidrRule) {
   const int cls = headerClassFrom(o, 41310, &skipped);
   if (skipped) GTEST_SKIP() << "needs BPF";
   EXPECT_EQ(cls, 2);
+}
+
+// Issue 15: the source is looked up only when its answer can count, and the header scanned only
+// when it can set the class. These pin the orders that made that safe: a source class beats the
+// header (so a source with a class needs no scan), a path class beats both, trust entries alone
+// give a SYN neither class nor exemption (so SYNs are not looked up), and a trusted source's
+// header still counts when the lookup is made only because a header block is there.
+
+TEST(XdpPriority, SourceClassBeatsTheHeaderAndPathClassBeatsBoth) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.trusted_sources = {"10.0.0.0/8"};
+  bool skipped = false;
+  // trust entries only: the header of a trusted source counts...
+  const int trusted = classFor(o, 41320, kPriority2, &skipped);
+  if (skipped) GTEST_SKIP() << "needs BPF";
+  EXPECT_EQ(trusted, 2);
+  // ...not when the path rule already set the class, nor without a header block
+  EXPECT_EQ(classFor(o, 41321, "GET /v2/models/urgent HTTP/1.1\r\nx-infergate-priority: 3\r\n\r\n",
+                     &skipped),
+            0);
+  EXPECT_EQ(classFor(o, 41322, "GET /v2/health/ready HTTP/1.1\r\n", &skipped), 1);
+  // a class rule for the source wins over its (trusted) header
+  o.cidr_rules = {{"10.0.0.2", 3, false}};
+  EXPECT_EQ(classFor(o, 41323, kPriority2, &skipped), 3);
+  // a rule without a class leaves the header to decide
+  o.cidr_rules = {{"10.0.0.2", -1, false}};
+  EXPECT_EQ(classFor(o, 41324, kPriority2, &skipped), 2);
+  // every source's header counts: a source class still wins
+  o.priority_from = XdpOptions::PriorityFrom::kAll;
+  o.trusted_sources = {};
+  o.cidr_rules = {{"10.0.0.0/24", 0, false}};
+  EXPECT_EQ(classFor(o, 41325, kPriority2, &skipped), 0);
+}
+
+TEST(XdpPriority, TrustEntriesGiveSynsNoExemption) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.trusted_sources = {"10.0.0.0/8"};
+  o.syn_rate_per_sec = 1;
+  o.syn_burst = 1;
+  LOAD_OR_SKIP(f, o);
+  int fd = f->programFd();
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(41330, kSyn))).retval, static_cast<uint32_t>(XDP_PASS));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(41331, kSyn))).retval, static_cast<uint32_t>(XDP_DROP))
+      << "a trusted source is still rate-limited";
+  EXPECT_EQ(f->readCounters().packets[XDP_DROP][IG_R_SYN_RATE_LIMITED], 1u);
+  o.cidr_rules = {{"10.0.0.2", -1, true}};  // an exemption rule is looked up for SYNs
+  LOAD_OR_SKIP(g, o);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(runXdp(g->programFd(), buildPacket(flow(static_cast<uint16_t>(41340 + i), kSyn))).retval,
+              static_cast<uint32_t>(XDP_PASS));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // libFuzzer target: the XDP classifier (xdp/classifier.h) compiled for the host, over arbitrary
 // frames, the way ingress.bpf.c calls it, plus the SYN-cookie code (dataplane/tcp/syncookie.h)
-// and the in-place RST / SYN-ACK builders.
+// and the in-place RST / SYN-ACK builders. The HTTP stages are also checked against their
+// pre-issue-15 form (tests/unit/xdp/classifier_ref.h): the same fields, byte for byte.
 //
 // Input: [knobs0][knobs1][frame...]
 //   knobs0: bit 0 send_rst, 1 priority_header, 2 reject_mid_stream, 3-4 frag_policy,
@@ -24,6 +25,7 @@
 
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/syncookie.h"
+#include "tests/unit/xdp/classifier_ref.h"
 #include "xdp/classifier.h"
 
 namespace {
@@ -125,7 +127,11 @@ void checkReply(const uint8_t* f, size_t len, const ig_parse& p, uint8_t flags, 
 void fuzzSegment(const uint8_t* f, size_t n, const ig_config& cfg, uint8_t k0, ig_parse p) {
   const uint8_t* end = f + n;
   if (p.pl_len) {
+    // issue 15: the optimised stages answer exactly what the pre-issue-15 stages answered
+    ig_parse r = p;
+    infergate::xdp::ref::ref_classify_payload(f, end, &cfg, &r, (k0 >> 5) & 1);
     ig_classify_payload(f, end, &cfg, &p, (k0 >> 5) & 1);
+    FUZZ_CHECK(std::memcmp(&p, &r, sizeof(p)) == 0);
     FUZZ_CHECK(p.action == XDP_PASS || p.action == XDP_DROP || p.action == XDP_TX);
     FUZZ_CHECK(p.action != XDP_TX || cfg.send_rst);
     FUZZ_CHECK(p.reason < IG_R_MAX);

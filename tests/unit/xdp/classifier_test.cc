@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "tests/unit/xdp/classifier_ref.h"
 #include "xdp/classifier.h"
 #include "xdp/testing/fixtures.h"
 #include "xdp/testing/packet_builder.h"
@@ -75,6 +76,104 @@ TEST(HostClassifierMethods, FirstSegmentOfExactlyEightLetters) {
       EXPECT_EQ(reasonName(p.reason), std::string("bad_method")) << m;
     }
   }
+}
+
+// Issue 15: the optimised HTTP stages (word loads for short targets, four words per target
+// scan step, prefix words only up to the prefix's length, 64-bit header scan) must give
+// exactly what the stages gave before (tests/unit/xdp/classifier_ref.h), field for field, on
+// targets of every length with a bad byte at every position, cut at every length, with and
+// without Ethernet padding, and on header blocks with the priority header at every line.
+class ClassifierMatchesReference : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    XdpOptions o = fixtureOptions();
+    o.methods = {"GET", "POST", "PUT", "PROPFIND"};
+    o.path_classes = {{"/v2/models/urgent", 0}, {"/v2/models/background-batch-jobs", 3}};
+    ASSERT_TRUE(buildConfig(o, &cfg_[0]).ok());
+    o.priority_header = false;
+    ASSERT_TRUE(buildConfig(o, &cfg_[1]).ok());
+    o = fixtureOptions();
+    o.path_prefixes = {};  // class rules only: every target is allowed
+    ASSERT_TRUE(buildConfig(o, &cfg_[2]).ok());
+  }
+
+  // Runs both classifiers over `payload` (and over the frame with `pad` bytes of padding).
+  void check(const std::string& payload, size_t pad = 0) {
+    PacketSpec s;
+    s.payload = payload;
+    std::vector<uint8_t> f = buildPacket(s);
+    f.resize(f.size() + pad, 0xa5);
+    for (const ig_config& cfg : cfg_) {
+      for (int first = 0; first < 2; ++first) {
+        ig_parse a{};
+        const uint8_t* end = f.data() + f.size();
+        if (!ig_parse_l2l4(f.data(), end, &cfg, &a) || !a.pl_len) continue;
+        ig_parse b = a;
+        ig_classify_payload(f.data(), end, &cfg, &a, first);
+        ref::ref_classify_payload(f.data(), end, &cfg, &b, first);
+        ++compared_;
+        ASSERT_EQ(std::memcmp(&a, &b, sizeof(a)), 0)
+            << "payload '" << payload << "' pad " << pad << " first " << first << ": reason "
+            << reasonName(a.reason) << " vs " << reasonName(b.reason) << ", cls " << int(a.cls)
+            << " vs " << int(b.cls) << ", action " << int(a.action) << " vs " << int(b.action)
+            << ", hdr " << a.hdr_off << "/" << a.hdr_len << " vs " << b.hdr_off << "/" << b.hdr_len;
+      }
+    }
+  }
+
+  ig_config cfg_[3];
+  size_t compared_ = 0;
+};
+
+TEST_F(ClassifierMatchesReference, TargetsOfEveryLengthAndBadByte) {
+  const char* prefixes[] = {"/", "/v2/", "/v2/models/urgent", "/v2/models/background-batch-jobs",
+                            "/v1/models/", "/metrics", "/admin", "/v3"};
+  const char bad[] = {'\x01', '\x7f', '\x80', '\t', ' ', '\xff'};
+  for (const char* pre : prefixes) {
+    for (size_t len = 0; len <= 1100; len += (len < 80 ? 1 : 37)) {
+      std::string target = std::string(pre) + std::string(len, 'a');
+      for (const char* method : {"GET ", "POST ", "PROPFIND "}) {
+        std::string line = method + target + " HTTP/1.1\r\nHost: gw\r\n\r\n";
+        check(line);
+        check(line, 7);
+      }
+      if (len < 80) {
+        std::string line = "GET " + target + " HTTP/1.1\r\n\r\n";
+        for (size_t cut = 1; cut <= line.size(); ++cut) check(line.substr(0, cut));
+        for (char c : bad) {
+          for (size_t at = 1; at < target.size(); at += 3) {
+            std::string t = target;
+            t[at] = c;
+            check("GET " + t + " HTTP/1.1\r\n\r\n");
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared_, 50000u);
+}
+
+TEST_F(ClassifierMatchesReference, PriorityHeaderAtEveryLine) {
+  const std::string lines[] = {"Host: gw\r\n", "User-Agent: curl/7.88.1\r\n", "Accept: */*\r\n",
+                               "Content-Type: application/json\r\n", "Content-Length: 64\r\n",
+                               "X-A: " + std::string(70, 'b') + "\r\n"};
+  const std::string prio[] = {"x-infergate-priority: 3\r\n", "X-Infergate-Priority:0\r\n",
+                              "x-infergate-priority:\t2\r\n", "x-infergate-priority: 9\r\n",
+                              "x-infergate-priorit: 1\r\n", "x-infergate-priority 1\r\n"};
+  for (const std::string& h : prio) {
+    for (size_t at = 0; at <= 12; ++at) {
+      std::string block;
+      for (size_t i = 0; i < 12; ++i) {
+        if (i == at) block += h;
+        block += lines[i % 6];
+      }
+      std::string req = "POST /v2/models/m/infer HTTP/1.1\r\n" + block + "\r\n{\"x\":1}";
+      check(req);
+      for (size_t cut = 30; cut < req.size(); cut += 5) check(req.substr(0, cut));
+      check("GET /v2/x HTTP/1.1\r\n\r\n" + h);  // after the end of the headers
+    }
+  }
+  EXPECT_GT(compared_, 1000u);
 }
 
 TEST(HostClassifierTable, HasEnoughCases) {
