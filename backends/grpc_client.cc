@@ -141,8 +141,9 @@ struct GrpcEndpoint::Impl {
   uint64_t next = 0;          // round robin
   uint64_t next_wake_ns = 0;  // when the sleeping I/O thread wakes; 0: it is awake
   bool stopping = false;
-  Conn* current = nullptr;               // the connection nghttp2 is working on (callbacks)
-  std::vector<Call*>* cb_fin = nullptr;  // where callbacks put finished calls
+  std::vector<std::function<void()>> posted;  // GrpcEndpoint::post, run by the I/O thread
+  Conn* current = nullptr;                    // the connection nghttp2 is working on (callbacks)
+  std::vector<Call*>* cb_fin = nullptr;       // where callbacks put finished calls
   std::thread thread;
 };
 
@@ -239,6 +240,9 @@ GrpcEndpoint::Impl::~Impl() {
   }
   wake();
   thread.join();
+  // Posted work still runs (its calls fail at once: stopping), so that every done runs.
+  for (auto& t : posted) t();
+  posted.clear();
   // Whatever is left fails (the owner waits for its calls first: this is a safety net).
   std::vector<Call*> left;
   {
@@ -258,6 +262,14 @@ GrpcEndpoint::~GrpcEndpoint() = default;
 const std::string& GrpcEndpoint::address() const { return impl_->address; }
 
 bool GrpcEndpoint::reachable() { return impl_->reachable(); }
+
+void GrpcEndpoint::post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->posted.push_back(std::move(fn));
+  }
+  impl_->wake();
+}
 
 void GrpcEndpoint::Impl::wake() {
   uint64_t one = 1;
@@ -872,6 +884,12 @@ void GrpcEndpoint::Impl::ioLoop() {
       }
     }
     runDone(fin);
+    std::vector<std::function<void()>> tasks;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.swap(posted);
+    }
+    for (auto& t : tasks) t();
   }
 }
 

@@ -73,6 +73,9 @@ class GrpcEndpoint {
   // Convenience for small requests (copied).
   void call(const char* method, std::string request, uint64_t timeout_ms,
             std::function<void(GrpcResult)> done);
+  // Runs `fn` on the endpoint's I/O thread soon (work that may wait, e.g. a device copy, off a
+  // caller that must not block). `fn` must not block for long: responses wait behind it.
+  void post(std::function<void()> fn);
   // Blocking variant for start-up and health checks.
   GrpcResult callSync(const char* method, std::string request, uint64_t timeout_ms);
 

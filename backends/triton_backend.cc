@@ -25,7 +25,7 @@ std::string names(const std::vector<wire::TensorMetadata>& ts) {
 bool shapeServes(const std::vector<int64_t>& want, const std::vector<int64_t>& have) {
   if (want.size() != have.size()) return false;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (have[i] == -1) continue;          // the backend takes anything
+    if (have[i] == -1) continue;           // the backend takes anything
     if (want[i] != have[i]) return false;  // fixed differs, or config variable vs backend fixed
   }
   return true;
@@ -38,12 +38,13 @@ void compareTensors(const ModelConfig& config, const std::vector<TensorSpec>& sp
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& s = specs[i];
     const wire::TensorMetadata* m = findTensorByName(
-        have, s.name, [](const wire::TensorMetadata& t) -> const std::string& { return t.name; }, used);
+        have, s.name, [](const wire::TensorMetadata& t) -> const std::string& { return t.name; },
+        used);
     if (m == nullptr) {
-      diffs.push_back(fmt::format("{}[{}] '{}' is configured but the backend model has no such "
-                                  "{} (it has: {})",
-                                  kind, i, s.name, std::string(kind).substr(0, std::strlen(kind) - 1),
-                                  names(have)));
+      diffs.push_back(fmt::format(
+          "{}[{}] '{}' is configured but the backend model has no such "
+          "{} (it has: {})",
+          kind, i, s.name, std::string(kind).substr(0, std::strlen(kind) - 1), names(have)));
       continue;
     }
     if (m->datatype != dataTypeName(s.dtype)) {
@@ -52,18 +53,20 @@ void compareTensors(const ModelConfig& config, const std::vector<TensorSpec>& sp
     }
     const std::vector<int64_t> want = config.fullShape(s);
     if (!shapeServes(want, m->shape)) {
-      diffs.push_back(fmt::format("{}[{}] '{}': shape {} configured (with the batch dimension), "
-                                  "the backend has {}",
-                                  kind, i, s.name, shapeText(want), shapeText(m->shape)));
+      diffs.push_back(
+          fmt::format("{}[{}] '{}': shape {} configured (with the batch dimension), "
+                      "the backend has {}",
+                      kind, i, s.name, shapeText(want), shapeText(m->shape)));
     }
   }
   if (extra_is_error) {
     for (size_t j = 0; j < have.size(); ++j) {
       if (!used[j]) {
-        diffs.push_back(fmt::format("the backend model also needs {} '{}' ({} {}), which is not "
-                                    "configured",
-                                    std::string(kind).substr(0, std::strlen(kind) - 1),
-                                    have[j].name, have[j].datatype, shapeText(have[j].shape)));
+        diffs.push_back(
+            fmt::format("the backend model also needs {} '{}' ({} {}), which is not "
+                        "configured",
+                        std::string(kind).substr(0, std::strlen(kind) - 1), have[j].name,
+                        have[j].datatype, shapeText(have[j].shape)));
       }
     }
   }
@@ -124,14 +127,13 @@ absl::Status TritonClient::registerRegion(bool cuda, const std::string& name,
   // A stale registration of the same name (e.g. from before a restart of ours) is dropped first.
   grpc_.callSync(cuda ? kMethodCudaShmUnregister : kMethodShmUnregister,
                  wire::encodeNameVersion(name, ""), t);
-  GrpcResult r =
-      cuda ? grpc_.callSync(kMethodCudaShmRegister,
-                            wire::encodeCudaShmRegister(name, shm_->device->ipcHandle(),
-                                                        shm_->device->device(),
-                                                        shm_->device->size()),
-                            t)
-           : grpc_.callSync(kMethodShmRegister, wire::encodeSystemShmRegister(name, key, 0, bytes),
-                            t);
+  GrpcResult r = cuda ? grpc_.callSync(kMethodCudaShmRegister,
+                                       wire::encodeCudaShmRegister(name, shm_->device->ipcHandle(),
+                                                                   shm_->device->device(),
+                                                                   shm_->device->size()),
+                                       t)
+                      : grpc_.callSync(kMethodShmRegister,
+                                       wire::encodeSystemShmRegister(name, key, 0, bytes), t);
   if (!r.status.ok()) {
     if (cuda) {
       return absl::FailedPreconditionError(fmt::format(
@@ -148,10 +150,11 @@ absl::Status TritonClient::registerRegion(bool cuda, const std::string& name,
         name, key, std::string(r.status.message())));
   }
   if (cuda) {
-    spdlog::info("model '{}': CUDA shared memory region '{}' ({} bytes on GPU {}, {}) registered "
-                 "at {}",
-                 config_.name, name, shm_->device->size(), shm_->device->device(),
-                 shm_->device->kind(), grpc_.address());
+    spdlog::info(
+        "model '{}': CUDA shared memory region '{}' ({} bytes on GPU {}, {}) registered "
+        "at {}",
+        config_.name, name, shm_->device->size(), shm_->device->device(), shm_->device->kind(),
+        grpc_.address());
   } else {
     spdlog::info("model '{}': system shared memory region '{}' ({} bytes, key {}) registered at {}",
                  config_.name, name, bytes, key, grpc_.address());
@@ -163,8 +166,7 @@ absl::Status TritonClient::registerShm() {
   if (shm_->kind == SharedMemoryKind::kCuda) {
     return registerRegion(true, shm_->name, std::string(), 0);
   }
-  absl::Status s =
-      registerRegion(false, shm_->name, shm_->region.key(), shm_->region.size());
+  absl::Status s = registerRegion(false, shm_->name, shm_->region.key(), shm_->region.size());
   for (const TritonShm::SharedInput& si : shm_->shared_inputs) {
     if (s.ok() && !si.name.empty()) s = registerRegion(false, si.name, si.key, si.bytes);
   }
@@ -201,8 +203,8 @@ absl::Status TritonClient::probe(bool fresh) {
   if (!*ready) return absl::UnavailableError("server not ready");
   r = grpc_.callSync(kMethodModelReady, wire::encodeNameVersion(model_name_, model_version_), t);
   if (!r.status.ok()) {
-    return absl::UnavailableError(fmt::format("ModelReady '{}': {}", model_name_,
-                                              std::string(r.status.message())));
+    return absl::UnavailableError(
+        fmt::format("ModelReady '{}': {}", model_name_, std::string(r.status.message())));
   }
   ready = wire::decodeReady(r.body);
   if (!ready.ok()) return ready.status();
@@ -211,8 +213,8 @@ absl::Status TritonClient::probe(bool fresh) {
     r = grpc_.callSync(kMethodModelMetadata, wire::encodeNameVersion(model_name_, model_version_),
                        t);
     if (!r.status.ok()) {
-      return absl::UnavailableError(fmt::format("ModelMetadata '{}': {}", model_name_,
-                                                std::string(r.status.message())));
+      return absl::UnavailableError(
+          fmt::format("ModelMetadata '{}': {}", model_name_, std::string(r.status.message())));
     }
     absl::StatusOr<wire::ModelMetadata> md = wire::decodeModelMetadata(r.body);
     if (!md.ok()) return md.status();
@@ -309,124 +311,136 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
       shm_bytes += t.bytes;
     }
   }
-  if (cuda && !copies.empty()) {
-    absl::Status c = shm_->device->copyIn(static_cast<size_t>(call->slot), copies.data(),
-                                          copies.size());
-    if (!c.ok()) {
-      // The bytes are still in the batch buffers: send this batch over gRPC instead.
-      spdlog::warn("model '{}': copy into CUDA shared memory failed ({}); batch {} goes as "
-                   "raw_input_contents",
-                   config_.name, std::string(c.message()), batch.id);
-      for (wire::InferInput& in : inputs) in.shm_region = {};
-      shm_bytes = 0;
+  // The rest: (cuda) the copy into device memory, the request, the call. A CUDA copy waits for
+  // the device, so it runs on the endpoint's I/O thread: send() is called on a reactor or the
+  // batcher and never blocks (BatchBackend::execute's contract).
+  const bool needs_copy = cuda && !copies.empty();
+  auto rest = [this, call, &batch, options, inputs = std::move(inputs), copies = std::move(copies),
+               shm_bytes, copied, slot_base, slot_offset, cuda, done = std::move(done)]() mutable {
+    if (cuda && !copies.empty()) {
+      absl::Status c =
+          shm_->device->copyIn(static_cast<size_t>(call->slot), copies.data(), copies.size());
+      if (!c.ok()) {
+        // The bytes are still in the batch buffers: send this batch over gRPC instead.
+        spdlog::warn(
+            "model '{}': copy into CUDA shared memory failed ({}); batch {} goes as "
+            "raw_input_contents",
+            config_.name, std::string(c.message()), batch.id);
+        for (wire::InferInput& in : inputs) in.shm_region = {};
+        shm_bytes = 0;
+      }
     }
-  }
-  std::vector<wire::InferOutput> outputs(config_.outputs.size());
-  for (size_t i = 0; i < config_.outputs.size(); ++i) {
-    outputs[i].name = config_.outputs[i].name;
-    if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
-      outputs[i].shm_region = shm_->name;
-      outputs[i].shm_offset = slot_offset + shm_->output_offset[i];
-      outputs[i].shm_bytes = shm_->output_capacity[i];
+    std::vector<wire::InferOutput> outputs(config_.outputs.size());
+    for (size_t i = 0; i < config_.outputs.size(); ++i) {
+      outputs[i].name = config_.outputs[i].name;
+      if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
+        outputs[i].shm_region = shm_->name;
+        outputs[i].shm_offset = slot_offset + shm_->output_offset[i];
+        outputs[i].shm_bytes = shm_->output_capacity[i];
+      }
     }
-  }
-  wire::InferParams params;
-  params.model_name = model_name_;
-  params.model_version = model_version_;
-  const std::string id = fmt::format("infergate-{}", batch.id);
-  params.id = id;
-  params.priority = options.priority;
-  params.timeout_us = options.timeout_us;
-  wire::encodeModelInfer(params, inputs, outputs, call->enc);
-  if (grpc_bytes_ != nullptr) grpc_bytes_->inc(call->enc.raw_bytes);
-  if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
-  if (shm_copied_ != nullptr && copied > 0) shm_copied_->inc(copied);
+    wire::InferParams params;
+    params.model_name = model_name_;
+    params.model_version = model_version_;
+    const std::string id = fmt::format("infergate-{}", batch.id);
+    params.id = id;
+    params.priority = options.priority;
+    params.timeout_us = options.timeout_us;
+    wire::encodeModelInfer(params, inputs, outputs, call->enc);
+    if (grpc_bytes_ != nullptr) grpc_bytes_->inc(call->enc.raw_bytes);
+    if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
+    if (shm_copied_ != nullptr && copied > 0) shm_copied_->inc(copied);
 
-  grpc_.call(kMethodModelInfer, call->enc, options.timeout_ms,
-             [this, call, slot_base, slot_offset, cuda,
-              done = std::move(done)](GrpcResult r) mutable {
-               if (!r.status.ok()) {
-                 done(r.status, r.not_sent);
-                 return;
-               }
-               absl::StatusOr<std::vector<wire::InferResponseOutput>> outs =
-                   wire::decodeModelInferResponse(r.body);
-               if (!outs.ok()) {
-                 done(outs.status(), false);
-                 return;
-               }
-               std::vector<BatchTensor> result;
-               result.reserve(config_.outputs.size());
-               for (size_t i = 0; i < config_.outputs.size(); ++i) {
-                 const TensorSpec& spec = config_.outputs[i];
-                 const wire::InferResponseOutput* o = nullptr;
-                 for (const auto& x : *outs) {
-                   if (x.name == spec.name) o = &x;
-                 }
-                 if (o == nullptr) {
-                   done(absl::InternalError(fmt::format(
-                            "{} returned no output '{}'", grpc_.address(), spec.name)),
-                        false);
-                   return;
-                 }
-                 if (o->datatype != dataTypeName(spec.dtype)) {
-                   done(absl::InternalError(fmt::format(
-                            "{} returned output '{}' as {}, configured {}", grpc_.address(),
-                            spec.name, o->datatype, dataTypeName(spec.dtype))),
-                        false);
-                   return;
-                 }
-                 BatchTensor t;
-                 t.name = spec.name;
-                 t.dtype = spec.dtype;
-                 t.shape = o->shape;
-                 if (o->raw != nullptr) {
-                   t.data = const_cast<uint8_t*>(o->raw);
-                   t.bytes = o->raw_bytes;
-                 } else if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
-                   std::optional<uint64_t> n = elementCount(o->shape);
-                   const uint64_t bytes = n ? *n * dataTypeSize(spec.dtype) : UINT64_MAX;
-                   if (bytes > shm_->output_capacity[i]) {
-                     done(absl::InternalError(fmt::format(
-                              "{} output '{}' shape {} exceeds its shared memory slot",
-                              grpc_.address(), spec.name, shapeToString(o->shape))),
-                          false);
-                     return;
-                   }
-                   t.data = slot_base + shm_->output_offset[i];
-                   t.bytes = static_cast<size_t>(bytes);
-                   if (cuda) {
-                     absl::Status c = shm_->device->copyOut(
-                         static_cast<size_t>(call->slot), slot_offset + shm_->output_offset[i],
-                         t.data, t.bytes);
-                     if (!c.ok()) {
-                       done(absl::InternalError(fmt::format(
-                                "copying output '{}' from CUDA shared memory: {}", spec.name,
-                                std::string(c.message()))),
-                            false);
-                       return;
-                     }
-                   }
-                 } else {
-                   done(absl::InternalError(fmt::format(
-                            "{} returned output '{}' without raw contents", grpc_.address(),
-                            spec.name)),
-                        false);
-                   return;
-                 }
-                 result.push_back(std::move(t));
-               }
-               done(std::move(result), false);
-               // `r` (the response buffer) and `call` (the slot) are released after done.
-             });
+    grpc_.call(
+        kMethodModelInfer, call->enc, options.timeout_ms,
+        [this, call, slot_base, slot_offset, cuda, done = std::move(done)](GrpcResult r) mutable {
+          if (!r.status.ok()) {
+            done(r.status, r.not_sent);
+            return;
+          }
+          absl::StatusOr<std::vector<wire::InferResponseOutput>> outs =
+              wire::decodeModelInferResponse(r.body);
+          if (!outs.ok()) {
+            done(outs.status(), false);
+            return;
+          }
+          std::vector<BatchTensor> result;
+          result.reserve(config_.outputs.size());
+          for (size_t i = 0; i < config_.outputs.size(); ++i) {
+            const TensorSpec& spec = config_.outputs[i];
+            const wire::InferResponseOutput* o = nullptr;
+            for (const auto& x : *outs) {
+              if (x.name == spec.name) o = &x;
+            }
+            if (o == nullptr) {
+              done(absl::InternalError(
+                       fmt::format("{} returned no output '{}'", grpc_.address(), spec.name)),
+                   false);
+              return;
+            }
+            if (o->datatype != dataTypeName(spec.dtype)) {
+              done(absl::InternalError(fmt::format("{} returned output '{}' as {}, configured {}",
+                                                   grpc_.address(), spec.name, o->datatype,
+                                                   dataTypeName(spec.dtype))),
+                   false);
+              return;
+            }
+            BatchTensor t;
+            t.name = spec.name;
+            t.dtype = spec.dtype;
+            t.shape = o->shape;
+            if (o->raw != nullptr) {
+              t.data = const_cast<uint8_t*>(o->raw);
+              t.bytes = o->raw_bytes;
+            } else if (slot_base != nullptr && shm_->output_offset[i] != SIZE_MAX) {
+              std::optional<uint64_t> n = elementCount(o->shape);
+              const uint64_t bytes = n ? *n * dataTypeSize(spec.dtype) : UINT64_MAX;
+              if (bytes > shm_->output_capacity[i]) {
+                done(absl::InternalError(
+                         fmt::format("{} output '{}' shape {} exceeds its shared memory slot",
+                                     grpc_.address(), spec.name, shapeToString(o->shape))),
+                     false);
+                return;
+              }
+              t.data = slot_base + shm_->output_offset[i];
+              t.bytes = static_cast<size_t>(bytes);
+              if (cuda) {
+                absl::Status c =
+                    shm_->device->copyOut(static_cast<size_t>(call->slot),
+                                          slot_offset + shm_->output_offset[i], t.data, t.bytes);
+                if (!c.ok()) {
+                  done(absl::InternalError(
+                           fmt::format("copying output '{}' from CUDA shared memory: {}", spec.name,
+                                       std::string(c.message()))),
+                       false);
+                  return;
+                }
+              }
+            } else {
+              done(absl::InternalError(fmt::format("{} returned output '{}' without raw contents",
+                                                   grpc_.address(), spec.name)),
+                   false);
+              return;
+            }
+            result.push_back(std::move(t));
+          }
+          done(std::move(result), false);
+          // `r` (the response buffer) and `call` (the slot) are released after done.
+        });
+  };
+  if (needs_copy) {
+    grpc_.post(std::move(rest));
+  } else {
+    rest();
+  }
 }
 
 void TritonClient::shutdown() {
   if (shm_ == nullptr) return;
   const bool cuda = shm_->kind == SharedMemoryKind::kCuda;
-  GrpcResult r = grpc_.callSync(cuda ? kMethodCudaShmUnregister : kMethodShmUnregister,
-                                wire::encodeNameVersion(shm_->name, ""),
-                                remote_.health_check_timeout_ms);
+  GrpcResult r =
+      grpc_.callSync(cuda ? kMethodCudaShmUnregister : kMethodShmUnregister,
+                     wire::encodeNameVersion(shm_->name, ""), remote_.health_check_timeout_ms);
   if (!r.status.ok()) {
     spdlog::warn("model '{}': {}SharedMemoryUnregister '{}' at {} failed: {}", config_.name,
                  cuda ? "Cuda" : "System", shm_->name, grpc_.address(),
@@ -448,9 +462,8 @@ absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& co
   const RemoteBackendConfig& remote = *config.remote;
   auto shm = std::make_shared<TritonShm>();
   shm->kind = remote.shared_memory;
-  const uint64_t variable_bytes = config.dynamic_batching
-                                      ? config.dynamic_batching->variable_input_buffer_bytes
-                                      : (1u << 20);
+  const uint64_t variable_bytes =
+      config.dynamic_batching ? config.dynamic_batching->variable_input_buffer_bytes : (1u << 20);
   size_t off = 0;
   for (const TensorSpec& s : config.inputs) {
     size_t cap = fixedBatchBytes(config, s);
@@ -469,10 +482,10 @@ absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& co
   const size_t slots = std::max<uint32_t>(slot_count, 1);
   const uint32_t n = g_region_counter.fetch_add(1);
   auto fail = [&](const absl::Status& s) {
-    return absl::Status(s.code(), fmt::format("model '{}': triton.shared_memory: {}: {}",
-                                              config.name,
-                                              sharedMemoryKindName(remote.shared_memory),
-                                              std::string(s.message())));
+    return absl::Status(
+        s.code(),
+        fmt::format("model '{}': triton.shared_memory: {}: {}", config.name,
+                    sharedMemoryKindName(remote.shared_memory), std::string(s.message())));
   };
   if (remote.shared_memory == SharedMemoryKind::kCuda) {
     absl::StatusOr<std::unique_ptr<DeviceRegion>> dev =
@@ -482,9 +495,10 @@ absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& co
             : createCudaRegion(static_cast<int>(remote.cuda_device), slot_bytes * slots, slots);
     if (!dev.ok()) return fail(dev.status());
     if ((*dev)->kind() == "emulated") {
-      spdlog::warn("model '{}': CUDA shared memory is EMULATED over POSIX shared memory "
-                   "(INFERGATE_CUDA_SHM_EMULATION=1; for tests only, real Triton refuses it)",
-                   config.name);
+      spdlog::warn(
+          "model '{}': CUDA shared memory is EMULATED over POSIX shared memory "
+          "(INFERGATE_CUDA_SHM_EMULATION=1; for tests only, real Triton refuses it)",
+          config.name);
     }
     PinnedOptions po;
     po.label = fmt::format("model '{}' CUDA shared memory output staging", config.name);
@@ -506,9 +520,8 @@ absl::StatusOr<std::shared_ptr<TritonShm>> createTritonShm(const ModelConfig& co
   return shm;
 }
 
-absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(const ModelConfig& config,
-                                                                  uint32_t max_inflight_batches,
-                                                                  common::MetricsRegistry* metrics) {
+absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(
+    const ModelConfig& config, uint32_t max_inflight_batches, common::MetricsRegistry* metrics) {
   if (config.remote == nullptr || config.remote->endpoints.empty()) {
     return absl::InvalidArgumentError(
         fmt::format("model '{}': backend triton needs triton.endpoints", config.name));

@@ -198,5 +198,24 @@ TEST(GrpcEndpoint, ReconnectsAfterTheServerRestarts) {
   EXPECT_TRUE(ok);
 }
 
+TEST(GrpcEndpoint, PostRunsOnTheIoThreadNotTheCaller) {
+  GrpcServer server;
+  GrpcEndpoint ep(server.address(), 1, 64 << 20);
+  std::promise<std::thread::id> ran;
+  ep.post([&ran] { ran.set_value(std::this_thread::get_id()); });
+  auto f = ran.get_future();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_NE(f.get(), std::this_thread::get_id());
+  // A call started from posted work completes as any other.
+  std::promise<GrpcResult> p;
+  ep.post([&] {
+    ep.call("/t/Echo", std::string("posted"), 5000,
+            [&p](GrpcResult r) { p.set_value(std::move(r)); });
+  });
+  GrpcResult r = p.get_future().get();
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(text(r), "posted");
+}
+
 }  // namespace
 }  // namespace infergate::backends
