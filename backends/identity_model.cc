@@ -109,6 +109,10 @@ void IdentityModel::infer(InferRequest request, InferCallback done) {
   if (config_.max_batch_size > 0 && !request.inputs.empty() && !request.inputs[0].shape.empty()) {
     items = static_cast<uint64_t>(request.inputs[0].shape[0]);
   }
+  if (config_.cost_fixed_us + config_.cost_per_item_us == 0) {
+    done(compute(std::move(request)));  // no device time: answered inline, nothing allocated
+    return;
+  }
   // The job owns the request until the device runs it (std::function needs a copyable
   // callable, hence the shared_ptr).
   auto req = std::make_shared<InferRequest>(std::move(request));

@@ -180,7 +180,8 @@ class Pool : public BatchBackend {
   bool has_queue_depth_ = false;  // some endpoint has a queue-depth source (set in the ctor)
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;  // health thread wake-up and in-flight drain
+  std::condition_variable cv_;        // health / metrics threads: stop
+  std::condition_variable drained_;   // the destructor: inflight_ reached 0 while stopping_
   std::deque<Pending> queue_;   // waiting for a free concurrency slot
   uint32_t inflight_ = 0;
   bool stopping_ = false;
