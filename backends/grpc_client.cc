@@ -450,9 +450,11 @@ int GrpcEndpoint::Impl::onHeader(nghttp2_session* s, const nghttp2_frame* frame,
     for (char ch : v) st = ch >= '0' && ch <= '9' ? st * 10 + (ch - '0') : st;
     c->http_status = st;
   } else if (n == "grpc-status") {
-    int st = 0;
-    for (char ch : v) st = ch >= '0' && ch <= '9' ? st * 10 + (ch - '0') : st;
-    c->grpc_status = st;
+    // Untrusted: 1 to 3 decimal digits (the codes are 0..16), anything else is UNKNOWN (as gRPC
+    // core does); no overflow, and never OK by accident ("OK", "", "0x0").
+    int st = v.empty() || v.size() > 3 ? -1 : 0;
+    for (char ch : v) st = st >= 0 && ch >= '0' && ch <= '9' ? st * 10 + (ch - '0') : -1;
+    c->grpc_status = st >= 0 ? st : static_cast<int>(absl::StatusCode::kUnknown);
   } else if (n == "grpc-message") {
     c->grpc_message = percentDecode(v);
   }
@@ -626,7 +628,14 @@ void GrpcEndpoint::Impl::flushLocked(Conn& k, std::vector<Call*>& fin) {
     ev.data.ptr = &k;
     epoll_ctl(epfd, EPOLL_CTL_MOD, k.fd, &ev);
   }
-  if (k.draining && k.calls.empty()) closeConnLocked(k, "", fin);
+  if (k.draining && k.calls.empty()) {
+    closeConnLocked(k, "", fin);
+  } else if (!nghttp2_session_want_read(k.session) && !nghttp2_session_want_write(k.session)) {
+    // nghttp2 ended the session (a connection error from the server's bytes: it sent GOAWAY
+    // and reads nothing more): drop the connection, or its calls and the channel would wait
+    // forever on a peer that keeps it open.
+    closeConnLocked(k, "HTTP/2 session ended by a protocol error from the server", fin);
+  }
 }
 
 // Connections ------------------------------------------------------------------------------------

@@ -599,6 +599,113 @@ def http2_seeds():
     return s
 
 
+# ---- gRPC client (fuzz_grpc_client: a backend's answer; see grpc_client_fuzz.cc) ----
+
+def frame(ftype, flags, stream, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
+
+
+def hpack_int(v, prefix_bits=7, first=0):
+    limit = (1 << prefix_bits) - 1
+    if v < limit:
+        return bytes([first | v])
+    out = bytes([first | limit])
+    v -= limit
+    while v >= 128:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def hpack(headers):
+    # literal header fields without indexing, no Huffman: what any HPACK decoder takes
+    out = b""
+    for n, v in headers:
+        n, v = n.encode(), v.encode() if isinstance(v, str) else v
+        out += b"\x00" + hpack_int(len(n)) + n + hpack_int(len(v)) + v
+    return out
+
+
+def grpc_message(body, flag=0, length=None):
+    return bytes([flag]) + struct.pack(">I", len(body) if length is None else length) + body
+
+
+def model_infer_response():
+    f32 = struct.pack("<16f", *range(16))
+    out = pb_str(1, "OUTPUT0") + pb_str(2, "FP32") + packed(3, [1, 16])
+    return (pb_str(1, "identity") + pb_str(2, "1") + pb_str(3, "req-1") + pb_len(5, out) +
+            pb_len(6, f32))
+
+
+def grpc_client_seeds():
+    ES, EH = 0x1, 0x4
+    settings = frame(4, 0, 0, struct.pack(">HI", 3, 100))
+    ack = frame(4, 1, 0)
+    ok_headers = frame(1, EH, 1, hpack([(":status", "200"), ("content-type", "application/grpc")]))
+
+    def trailers(status, message=None, flags=EH | ES):
+        h = [("grpc-status", status)] + ([("grpc-message", message)] if message is not None else [])
+        return frame(1, flags, 1, hpack(h))
+
+    def answer(msg, status="0"):
+        return settings + ack + ok_headers + frame(0, 0, 1, msg) + trailers(status)
+
+    resp = grpc_message(model_infer_response())
+    ping, alive = 0x08, 0x08  # bit 3: the PING liveness check
+    s = {}
+    s["ok_model_infer"] = bytes([alive, 0]) + answer(resp)
+    s["ok_model_infer_chunks_of_7"] = bytes([alive | 0x02, 7]) + answer(resp)
+    s["ok_pieces_request_byte_by_byte"] = bytes([0x20, 1]) + answer(grpc_message(b"ok"))
+    s["ok_empty_message_empty_request"] = bytes([alive | 0x10, 0]) + answer(grpc_message(b""))
+    s["ok_message_split_over_data_frames"] = bytes([alive, 0]) + (
+        settings + ack + ok_headers + frame(0, 0, 1, resp[:3]) + frame(0, 0, 1, resp[3:40]) +
+        frame(0, 0, 1, resp[40:]) + frame(0, 0, 1, b"") + trailers("0"))
+    s["ok_data_end_stream_no_trailers"] = bytes([alive, 0]) + (
+        settings + ack + ok_headers + frame(0, ES, 1, resp))
+    s["small_limit_too_large"] = bytes([alive | 0x01, 0]) + answer(resp)
+    s["small_limit_prefix_announces_more"] = bytes([0x01, 0]) + answer(grpc_message(b"ab", length=65))
+    s["error_trailers_only"] = bytes([alive, 0]) + settings + frame(1, EH | ES, 1, hpack(
+        [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "5"),
+         ("grpc-message", "model%20'x'%20not%20found")]))
+    s["grpc_message_percent_escapes"] = bytes([alive, 0]) + (
+        settings + ok_headers + trailers("3", "bad: 100%25 %C3%BC %zz %4 %%41 %"))
+    s["grpc_message_raw_bytes"] = bytes([0, 0]) + settings + ok_headers + trailers(
+        "13", b"\xff\x00\r\n%00")
+    s["grpc_status_not_canonical"] = bytes([alive, 0]) + settings + ok_headers + trailers("17")
+    s["grpc_status_not_a_number"] = bytes([alive, 0]) + answer(resp, status="OK")
+    s["http_503_no_grpc_status"] = bytes([alive, 0]) + settings + frame(1, EH | ES, 1, hpack(
+        [(":status", "503"), ("content-type", "text/plain")]))
+    s["http_404_then_body"] = bytes([alive, 0]) + settings + frame(1, EH, 1, hpack(
+        [(":status", "404")])) + frame(0, ES, 1, b"not found")
+    s["length_prefix_4g"] = bytes([alive, 0]) + answer(grpc_message(b"abc", length=0xFFFFFFFF))
+    s["length_prefix_over_limit"] = bytes([alive, 0]) + answer(grpc_message(b"abc", length=(1 << 20) + 1))
+    s["length_prefix_short"] = bytes([alive, 0]) + answer(grpc_message(b"abcdef", length=2))
+    s["two_messages"] = bytes([alive, 0]) + answer(grpc_message(b"a") + grpc_message(b"b"))
+    s["prefix_cut"] = bytes([alive, 0]) + answer(b"\x00\x00\x00")
+    s["compressed_flag"] = bytes([alive, 0]) + answer(grpc_message(b"\x1f\x8b", flag=1))
+    s["goaway_refused"] = bytes([alive, 0]) + settings + frame(7, 0, 0, struct.pack(">II", 0, 0))
+    s["goaway_after_answer"] = bytes([alive, 0]) + settings + frame(7, 0, 0, struct.pack(
+        ">II", 1, 0)) + ok_headers + frame(0, 0, 1, resp) + trailers("0")
+    s["goaway_error_debug"] = bytes([alive, 0]) + settings + frame(7, 0, 0, struct.pack(
+        ">II", 1, 11) + b"calm down")
+    s["rst_refused"] = bytes([alive, 0]) + settings + frame(3, 0, 1, struct.pack(">I", 7))
+    s["rst_internal_after_headers"] = bytes([alive, 0]) + settings + ok_headers + frame(
+        3, 0, 1, struct.pack(">I", 2))
+    s["continuation_trailers"] = bytes([alive, 0]) + settings + ok_headers + frame(0, 0, 1, resp) + (
+        frame(1, ES, 1, hpack([("grpc-status", "0")])) + frame(9, EH, 1, hpack([("x-a", "b")])))
+    s["ping_window_priority"] = bytes([alive, 0]) + settings + frame(6, 0, 0, b"12345678") + (
+        frame(8, 0, 0, struct.pack(">I", 1 << 20)) + frame(8, 0, 1, struct.pack(">I", 1)) +
+        frame(2, 0, 1, struct.pack(">IB", 0, 15)) + answer(resp)[len(settings):])
+    s["data_on_stream_0"] = bytes([alive, 0]) + settings + frame(0, 0, 0, b"boom")
+    s["no_settings_first"] = bytes([alive, 0]) + ok_headers + frame(0, 0, 1, resp) + trailers("0")
+    s["unknown_stream_and_push"] = bytes([alive, 0]) + settings + frame(1, EH | ES, 3, hpack(
+        [(":status", "200")])) + frame(5, EH, 1, struct.pack(">I", 2) + hpack(
+        [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")])) + answer(resp)[len(settings):]
+    s["server_preface_by_harness"] = bytes([alive | 0x04, 3]) + ack + ok_headers + frame(
+        0, 0, 1, resp) + trailers("0")
+    return s
+
+
 # ---- YAML ----
 
 def config_seeds():
@@ -630,4 +737,5 @@ if __name__ == "__main__":
     write("fuzz_kserve_json", kserve_json_seeds())
     write("fuzz_tfserving_rest", tfserving_rest_seeds())
     write("fuzz_config", config_seeds())
+    write("fuzz_grpc_client", grpc_client_seeds())
     sys.exit(0)

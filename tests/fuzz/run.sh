@@ -12,7 +12,7 @@ build=${1:-build-fuzz}
 secs=${2:-60}
 shift $(( $# < 2 ? $# : 2 ))
 all=(fuzz_xdp_classifier fuzz_tcp_stack fuzz_http1 fuzz_http2 fuzz_grpc_framing fuzz_modelinfer
-     fuzz_tf_predict fuzz_kserve_json fuzz_tfserving_rest fuzz_config)
+     fuzz_tf_predict fuzz_kserve_json fuzz_tfserving_rest fuzz_config fuzz_grpc_client)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 artifacts=${FUZZ_ARTIFACTS:-$(mktemp -d /tmp/ig-fuzz-artifacts.XXXXXX)}
 mkdir -p "$artifacts"
@@ -22,7 +22,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 dict_for() {
   case $1 in
     fuzz_http1) echo tests/fuzz/dict/http.dict ;;
-    fuzz_http2 | fuzz_grpc_framing | fuzz_modelinfer | fuzz_tf_predict) echo tests/fuzz/dict/h2.dict ;;
+    fuzz_http2 | fuzz_grpc_framing | fuzz_modelinfer | fuzz_tf_predict | fuzz_grpc_client) echo tests/fuzz/dict/h2.dict ;;
     fuzz_kserve_json | fuzz_tfserving_rest) echo tests/fuzz/dict/json.dict ;;
     fuzz_config) echo tests/fuzz/dict/yaml.dict ;;
   esac

@@ -6,6 +6,7 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <thread>
 
 #include "tests/unit/backends/test_util.h"
+#include "tests/unit/frontend/h2_frames.h"
 
 namespace infergate::backends {
 namespace {
@@ -215,6 +217,124 @@ TEST(GrpcEndpoint, PostRunsOnTheIoThreadNotTheCaller) {
   GrpcResult r = p.get_future().get();
   ASSERT_TRUE(r.status.ok()) << r.status;
   EXPECT_EQ(text(r), "posted");
+}
+
+// A raw HTTP/2 "backend" on loopback for answers a real server would not give (tests of what a
+// compromised or buggy backend can send; tests/fuzz/grpc_client_fuzz.cc fuzzes the same): it
+// accepts one connection, reads the client's preface and request, writes `answer`, then keeps
+// the connection open (reading) until the client closes it or the test ends.
+class RawBackend {
+ public:
+  explicit RawBackend(std::string answer) : answer_(std::move(answer)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RawBackend() {
+    stop_ = true;
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // True once the client closed the connection (EOF or reset).
+  bool clientClosed() const { return client_closed_.load(); }
+
+ private:
+  // Waits up to 20 ms for `fd` to be readable.
+  static bool readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 20) > 0;
+  }
+  void serve() {
+    while (!stop_ && !readable(listener_)) {
+    }
+    if (stop_) return;
+    const int fd = ::accept(listener_, nullptr, nullptr);
+    if (fd < 0) return;
+    std::string got;
+    char buf[4096];
+    // The preface, SETTINGS and the request (HEADERS + DATA with END_STREAM) come in one write.
+    while (!stop_ && got.size() < 24 + 9) {
+      if (!readable(fd)) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    ::send(fd, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+    while (!stop_) {
+      if (!readable(fd)) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) {
+        client_closed_ = true;
+        break;
+      }
+    }
+    ::close(fd);
+  }
+  std::string answer_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> client_closed_{false};
+  std::thread thread_;
+};
+
+namespace h2 = infergate::frontend::testing;
+
+std::string serverSettings() { return h2::frame(4, 0, 0, ""); }
+
+// A connection error (DATA on stream 0: PROTOCOL_ERROR) makes nghttp2 end the session (it sends
+// GOAWAY and reads nothing more); the backend keeps the TCP connection open. The client must
+// drop the connection and fail the call at once, not leave it (and every later call on that
+// channel) waiting for the deadline. Found by fuzz_grpc_client (data_on_stream_0).
+TEST(GrpcEndpointHostileBackend, ProtocolErrorClosesTheConnectionAndFailsTheCall) {
+  RawBackend backend(serverSettings() + h2::frame(0, 0, 0, "boom"));
+  GrpcEndpoint ep(backend.address(), 1, 64 << 20);
+  const auto t0 = std::chrono::steady_clock::now();
+  GrpcResult r = ep.callSync(kMethodModelInfer, "x", 5000);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+  EXPECT_LT(ms, 2000);
+  for (int i = 0; i < 100 && !backend.clientClosed(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(backend.clientClosed());
+}
+
+// grpc-status is a decimal number from a backend we do not trust: one that is not a number, or
+// too long for an int (signed overflow, undefined behaviour, before), is UNKNOWN, not OK.
+TEST(GrpcEndpointHostileBackend, MalformedGrpcStatusIsUnknown) {
+  const std::string msg("\0\0\0\0\2ok", 7);
+  for (const char* status : {"99999999999999999999", "OK", "", "-1", "0x0"}) {
+    RawBackend backend(
+        serverSettings() +
+        h2::frame(1, 4, 1,
+                  h2::literal(":status", "200") + h2::literal("content-type", "application/grpc")) +
+        h2::frame(0, 0, 1, msg) + h2::frame(1, 5, 1, h2::literal("grpc-status", status)));
+    GrpcEndpoint ep(backend.address(), 1, 64 << 20);
+    GrpcResult r = ep.callSync(kMethodModelInfer, "x", 5000);
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kUnknown) << status << ": " << r.status;
+    EXPECT_TRUE(r.body.empty()) << status;
+  }
+  // The same answer with grpc-status 0 is OK (the frames themselves are right).
+  RawBackend good(
+      serverSettings() +
+      h2::frame(1, 4, 1,
+                h2::literal(":status", "200") + h2::literal("content-type", "application/grpc")) +
+      h2::frame(0, 0, 1, msg) + h2::frame(1, 5, 1, h2::literal("grpc-status", "0")));
+  GrpcEndpoint ep(good.address(), 1, 64 << 20);
+  GrpcResult r = ep.callSync(kMethodModelInfer, "x", 5000);
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(text(r), "ok");
 }
 
 }  // namespace
