@@ -643,7 +643,10 @@ out:
 	if (ig_cfg.write_meta) {
 		struct ig_tag *meta;
 		if (!have_tag) {
-			tag.rx_ns = bpf_ktime_get_ns();
+			/* Not a request start: no clock read (~30 ns). Userspace stamps segments with
+			 * its own clock; the program's time matters only for the flow map, the rate
+			 * buckets and rejected flows, which a request start or a reset sets. */
+			tag.rx_ns = 0;
 			tag.cls = IG_CLASS_NONE;
 			tag.reason = p.reason;
 			tag.verdict = IG_TV_ADMIT;

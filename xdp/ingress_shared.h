@@ -96,7 +96,9 @@ enum ig_tag_flags {
 /* The priority tag. Written into XDP metadata (in front of the frame, for AF_XDP) and into
  * the flow map (for kernel sockets in xdp-filter mode). */
 struct ig_tag {
-	__u64 rx_ns;   /* bpf_ktime_get_ns() when the program saw the segment (CLOCK_MONOTONIC) */
+	__u64 rx_ns;   /* bpf_ktime_get_ns() when the program saw the segment (CLOCK_MONOTONIC);
+	                * 0 in the metadata of a segment that starts no request (the clock
+	                * read is skipped there: nothing reads it) */
 	__u8 cls;      /* 0..IG_NUM_CLASSES-1 */
 	__u8 reason;   /* enum ig_reason */
 	__u8 verdict;  /* enum ig_tag_verdict */

@@ -97,7 +97,11 @@ TEST_P(XdpFixtures, Verdict) {
     EXPECT_EQ(t.magic, IG_TAG_MAGIC);
     EXPECT_EQ(t.reason, f.reason) << f.name;
     EXPECT_EQ(t.flags, f.tag_flags) << f.name;
-    EXPECT_NE(t.rx_ns, 0u);
+    // The program's clock is read for request starts only (a segment's costs ~30 ns less).
+    if (f.reason == IG_R_REQUEST)
+      EXPECT_NE(t.rx_ns, 0u) << f.name;
+    else
+      EXPECT_EQ(t.rx_ns, 0u) << f.name;
     EXPECT_EQ(t.verdict, IG_TV_ADMIT);
     if (f.reason == IG_R_REQUEST)
       EXPECT_EQ(t.cls, f.cls) << f.name;
