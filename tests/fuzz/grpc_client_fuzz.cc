@@ -18,7 +18,10 @@
 //     closes the connection within 2 s (a client that stopped reading -- a terminated nghttp2
 //     session -- yet keeps the connection open would wedge the channel and every call on it);
 //   - an OK result holds a body no larger than the message limit, readable to its last byte;
-//     a failed one holds no body; the status code is a canonical gRPC code (0..16).
+//     a failed one holds no body; the status code is a canonical gRPC code (0..16);
+//   - an OK body goes through the backends' response decoders (ModelInferResponse,
+//     PredictResponse, GetModelStatusResponse): the raw views they return lie inside the body
+//     (or, for DT_STRING, the storage they were laid out in) and are readable.
 //
 // Input: [config][chunk] then the backend's bytes.
 //   config bit 0: the endpoint with a 64-byte message limit (else 1 MiB)
@@ -280,6 +283,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(r.body.size() <= static_cast<size_t>(limit));
     unsigned sum = 0;
     for (char ch : r.body) sum += static_cast<uint8_t>(ch);  // ASan: every byte readable
+    // The body is the backend's message: the response decoders the backends use on it
+    // (triton_backend.cc, tfserving_backend.cc). Raw views must lie inside what they came from.
+    auto inside = [](const uint8_t* p, size_t n, std::string_view in) {
+      const auto* b = reinterpret_cast<const uint8_t*>(in.data());
+      return p >= b && n <= in.size() && p - b <= static_cast<ptrdiff_t>(in.size() - n);
+    };
+    auto check = [&](const auto& outs, std::string_view storage) {
+      if (!outs.ok()) return;
+      for (const auto& o : *outs) {
+        if (o.raw == nullptr || o.raw_bytes == 0) continue;  // an empty tensor may point at ""
+        FUZZ_CHECK(inside(o.raw, o.raw_bytes, r.body) || inside(o.raw, o.raw_bytes, storage));
+        for (size_t i = 0; i < o.raw_bytes; ++i) sum += o.raw[i];
+      }
+    };
+    check(be::wire::decodeModelInferResponse(r.body), {});
+    std::string strings;
+    auto predict = be::wire::decodePredictResponse(r.body, strings);
+    check(predict, strings);
+    (void)be::wire::decodeModelStatus(r.body);
     (void)sum;
   } else {
     FUZZ_CHECK(r.body.empty());

@@ -701,6 +701,16 @@ def grpc_client_seeds():
     s["unknown_stream_and_push"] = bytes([alive, 0]) + settings + frame(1, EH | ES, 3, hpack(
         [(":status", "200")])) + frame(5, EH, 1, struct.pack(">I", 2) + hpack(
         [(":method", "GET"), (":path", "/"), (":scheme", "http"), (":authority", "x")])) + answer(resp)[len(settings):]
+    predict = (pb_len(1, pb_str(1, "y") + pb_len(2, tensor_proto(DT_FLOAT, [1, 2], tensor_content=struct.pack("<2f", 1, 2)))) +
+               pb_len(1, pb_str(1, "s") + pb_len(2, tensor_proto(DT_STRING, [2], string_val=[b"ab", b""]))) +
+               pb_len(2, pb_str(1, "m") + pb_len(2, pb_int(1, 1))))
+    s["ok_predict_response"] = bytes([alive, 0]) + answer(grpc_message(predict))
+    s["ok_model_status_available"] = bytes([alive, 0]) + answer(grpc_message(
+        pb_len(1, pb_int(1, 1) + pb_int(2, 30) + pb_len(3, b""))))
+    s["ok_model_infer_two_outputs_short_raw"] = bytes([alive, 0]) + answer(grpc_message(
+        pb_str(1, "m") + pb_len(5, pb_str(1, "a") + pb_str(2, "FP32") + packed(3, [2])) +
+        pb_len(5, pb_str(1, "b") + pb_str(2, "BYTES") + packed(3, [1])) +
+        pb_len(6, b"\0" * 7) + pb_len(6, struct.pack("<I", 9) + b"x")))
     s["server_preface_by_harness"] = bytes([alive | 0x04, 3]) + ack + ok_headers + frame(
         0, 0, 1, resp) + trailers("0")
     return s
