@@ -126,6 +126,16 @@ void BatchedModel::dispatchLoop() {
   // Timed waits (max_queue_delay_us, deadlines) end within microseconds, not the default
   // 50 us of timer slack.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  {
+    // Nothing can be due before the first wake-up (the queues start empty): sleep until then
+    // rather than poll, so a reactor's first requests are not raced by this thread's start
+    // (who dispatches stays deterministic). A wake-up before this point is not missed:
+    // wakeups_ is already past 0.
+    std::unique_lock<std::mutex> lock(mu_);
+    dispatcher_sleep_until_.store(UINT64_MAX);
+    cv_.wait(lock, [this] { return stopping_ || wakeups_ != 0; });
+    dispatcher_sleep_until_.store(0);
+  }
   for (;;) {
     uint64_t seen;
     {

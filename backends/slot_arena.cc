@@ -5,6 +5,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "fmt/format.h"
 
 namespace infergate::backends {
@@ -40,7 +41,9 @@ class SlotArena::Reservation : public InputSlots {
  private:
   friend class SlotArena;
   std::shared_ptr<SlotArena> arena_;
-  std::vector<uint8_t*> bases_;  // per configured input: the buffer holding the slot
+  // Per configured input: the buffer holding the slot (inline for up to 4 inputs: no
+  // allocation per request beyond the reservation itself).
+  absl::InlinedVector<uint8_t*, 4> bases_;
 };
 
 absl::StatusOr<std::shared_ptr<SlotArena>> SlotArena::create(const ModelConfig& model,
@@ -96,7 +99,7 @@ bool SlotArena::place(const std::vector<TensorSpec>& inputs, InferRequest& reque
   const size_t n = inputs.size();
   if (request.slots || request.inputs.size() != n) return false;
   // Configured input i -> request input order[i].
-  std::vector<size_t> order(n, SIZE_MAX);
+  absl::InlinedVector<size_t, 4> order(n, SIZE_MAX);
   for (size_t k = 0; k < n; ++k) {
     const Tensor& t = request.inputs[k];
     if (t.slot != nullptr) return false;
@@ -106,7 +109,7 @@ bool SlotArena::place(const std::vector<TensorSpec>& inputs, InferRequest& reque
     order[i] = k;
   }
   auto slots = std::make_shared<Reservation>(shared_from_this(), n);
-  std::vector<size_t> offsets(n, 0);
+  absl::InlinedVector<size_t, 4> offsets(n, 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
     size_t done = 0;

@@ -18,7 +18,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +25,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
 #include "backends/batching_config.h"
@@ -76,10 +74,6 @@ struct RestPath {
         std::exit(1);
       }
       models.add(std::move(*m));
-      // Let the model's dispatcher thread reach its first sleep: a first poll racing the first
-      // requests would take them and answer through the loop's post queue, which this
-      // single-threaded harness does not run (a reactor would).
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } else {
       models.add(std::make_unique<backends::IdentityModel>(cfg));
     }
