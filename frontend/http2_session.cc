@@ -350,10 +350,10 @@ void Http2Session::fatal(int err) {
   // mem_recv (bad client preface, flooding, callback failure) get one here.
   spdlog::debug("http2: closing connection: {}", nghttp2_strerror(err));
   const uint32_t code = err == NGHTTP2_ERR_FLOODED || err == NGHTTP2_ERR_TOO_MANY_SETTINGS
-                            ? NGHTTP2_ENHANCE_YOUR_CALM
+                            ? uint32_t{NGHTTP2_ENHANCE_YOUR_CALM}
                         : err == NGHTTP2_ERR_CALLBACK_FAILURE && fatal_code_ != 0
                             ? fatal_code_
-                            : NGHTTP2_PROTOCOL_ERROR;
+                            : uint32_t{NGHTTP2_PROTOCOL_ERROR};
   // Counted when the GOAWAY goes out (onFrameSend).
   nghttp2_session_terminate_session(session_, code);
 }
