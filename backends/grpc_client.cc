@@ -149,6 +149,16 @@ struct GrpcEndpoint::Impl {
 
 namespace {
 
+// Runs an nghttp2 callback's body; see connectedLocked.
+template <typename F>
+int guarded(F&& body) noexcept {
+  try {
+    return body();
+  } catch (...) {
+    return NGHTTP2_ERR_CALLBACK_FAILURE;
+  }
+}
+
 // gRPC's percent-encoding of grpc-message.
 std::string percentDecode(std::string_view s) {
   std::string r;
@@ -446,8 +456,9 @@ int GrpcEndpoint::Impl::onHeader(nghttp2_session* s, const nghttp2_frame* frame,
   std::string_view n(reinterpret_cast<const char*>(name), namelen);
   std::string_view v(reinterpret_cast<const char*>(value), valuelen);
   if (n == ":status") {
+    // nghttp2 checks it is three digits; bounded here all the same (no overflow).
     int st = 0;
-    for (char ch : v) st = ch >= '0' && ch <= '9' ? st * 10 + (ch - '0') : st;
+    for (char ch : v.substr(0, 3)) st = ch >= '0' && ch <= '9' ? st * 10 + (ch - '0') : st;
     c->http_status = st;
   } else if (n == "grpc-status") {
     // Untrusted: 1 to 3 decimal digits (the codes are 0..16), anything else is UNKNOWN (as gRPC
@@ -725,9 +736,22 @@ void GrpcEndpoint::Impl::failWaitingLocked(Conn& k, const std::string& msg,
 void GrpcEndpoint::Impl::connectedLocked(Conn& k, std::vector<Call*>& fin) {
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
-  nghttp2_session_callbacks_set_on_header_callback(cbs, &GrpcEndpoint::Impl::onHeader);
-  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, &GrpcEndpoint::Impl::onData);
-  nghttp2_session_callbacks_set_on_stream_close_callback(cbs, &GrpcEndpoint::Impl::onStreamClose);
+  // The callbacks that allocate run guarded: an exception (an allocation failure) must not
+  // unwind through nghttp2's C frames. It becomes NGHTTP2_ERR_CALLBACK_FAILURE, which ends the
+  // session; readLocked then closes the connection and fails its calls UNAVAILABLE.
+  nghttp2_session_callbacks_set_on_header_callback(
+      cbs, [](nghttp2_session* s, const nghttp2_frame* f, const uint8_t* n, size_t nl,
+              const uint8_t* v, size_t vl, uint8_t fl, void* u) {
+        return guarded([&] { return Impl::onHeader(s, f, n, nl, v, vl, fl, u); });
+      });
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+      cbs, [](nghttp2_session* s, uint8_t fl, int32_t id, const uint8_t* d, size_t len, void* u) {
+        return guarded([&] { return Impl::onData(s, fl, id, d, len, u); });
+      });
+  nghttp2_session_callbacks_set_on_stream_close_callback(
+      cbs, [](nghttp2_session* s, int32_t id, uint32_t code, void* u) {
+        return guarded([&] { return Impl::onStreamClose(s, id, code, u); });
+      });
   nghttp2_session_callbacks_set_on_frame_send_callback(cbs, &GrpcEndpoint::Impl::onFrameSend);
   nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, &GrpcEndpoint::Impl::onFrameRecv);
   nghttp2_option* opt = nullptr;

@@ -10,13 +10,48 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <memory>
+#include <new>
 #include <string>
 #include <thread>
 
 #include "tests/unit/backends/test_util.h"
 #include "tests/unit/frontend/h2_frames.h"
+
+// Allocation failure injection for this test binary: operator new throws std::bad_alloc for a
+// request of exactly g_fail_alloc_size bytes (0: never). Not under AddressSanitizer, which
+// owns operator new there (the test that needs it is skipped).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IG_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define IG_TEST_ASAN 1
+#endif
+namespace {
+std::atomic<size_t> g_fail_alloc_size{0};
+std::atomic<int> g_failed_allocs{0};
+}  // namespace
+#ifndef IG_TEST_ASAN
+void* operator new(size_t size) {
+  const size_t fail = g_fail_alloc_size.load(std::memory_order_relaxed);
+  if (fail != 0 && size == fail) {
+    g_failed_allocs.fetch_add(1);
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;  // NOLINT: the replacement itself
+  throw std::bad_alloc();
+}
+// gcc cannot tell these pair with the replacement above.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }  // NOLINT
+void operator delete(void* p, size_t) noexcept { std::free(p); }  // NOLINT
+#pragma GCC diagnostic pop
+#endif
 
 namespace infergate::backends {
 namespace {
@@ -308,6 +343,27 @@ TEST(GrpcEndpointHostileBackend, ProtocolErrorClosesTheConnectionAndFailsTheCall
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(backend.clientClosed());
+}
+
+// An allocation failure inside an nghttp2 callback (here: decoding a 117-byte grpc-message)
+// must not unwind through nghttp2's C frames (std::terminate, before): the session ends, the
+// connection is closed and the call fails UNAVAILABLE at once.
+TEST(GrpcEndpointHostileBackend, AllocationFailureInACallbackFailsTheCallNotTheProcess) {
+#ifdef IG_TEST_ASAN
+  GTEST_SKIP() << "allocation failure injection replaces operator new: not under ASan";
+#endif
+  const std::string message(117, 'x');  // one HPACK length byte
+  RawBackend backend(
+      serverSettings() +
+      h2::frame(1, 4, 1,
+                h2::literal(":status", "200") + h2::literal("content-type", "application/grpc")) +
+      h2::frame(1, 5, 1, h2::literal("grpc-status", "13") + h2::literal("grpc-message", message)));
+  GrpcEndpoint ep(backend.address(), 1, 64 << 20);
+  g_fail_alloc_size.store(message.size() + 1);  // percentDecode's reserve
+  GrpcResult r = ep.callSync(kMethodModelInfer, "x", 5000);
+  g_fail_alloc_size.store(0);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+  EXPECT_GE(g_failed_allocs.load(), 1);
 }
 
 // grpc-status is a decimal number from a backend we do not trust: one that is not a number, or
