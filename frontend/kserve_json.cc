@@ -752,15 +752,36 @@ char* writeBool(char* p, uint8_t v) {
   return p + 5;
 }
 
-// Elements are written as JSON strings with control characters escaped; bytes that are not UTF-8
-// pass through as they are (the client chose BYTES; binary_data gives exact bytes). A malformed
-// layout (a backend bug) ends the list at the last whole element.
+// Elements are written as JSON strings with control characters escaped. An element that is not
+// valid UTF-8 cannot be a JSON string as it is: it is written as Latin-1, every byte from 0x80
+// up as \u00XX, so the response stays valid JSON (binary_data_output gives the exact bytes). A
+// malformed layout (a backend bug) ends the list at the last whole element.
 void appendBytesData(std::string& out, const std::vector<uint8_t>& d) {
   ElementReader elements(d.data(), d.size());
   std::string_view s;
   for (bool first = true; elements.nextBytes(s); first = false) {
     if (!first) out.push_back(',');
-    appendJsonString(out, s);
+    if (simdjson::validate_utf8(s.data(), s.size())) {
+      appendJsonString(out, s);
+      continue;
+    }
+    std::string latin1;
+    latin1.reserve(s.size());
+    out.push_back('"');
+    for (char c : s) {
+      const auto b = static_cast<unsigned char>(c);
+      if (b < 0x80) {
+        latin1.assign(1, c);
+        std::string quoted;
+        appendJsonString(quoted, latin1);  // the escapes of the ASCII range, "..." stripped
+        out.append(quoted, 1, quoted.size() - 2);
+      } else {
+        static constexpr char kHex[] = "0123456789abcdef";
+        const char esc[6] = {'\\', 'u', '0', '0', kHex[b >> 4], kHex[b & 15]};
+        out.append(esc, 6);
+      }
+    }
+    out.push_back('"');
   }
 }
 

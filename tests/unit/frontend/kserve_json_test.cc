@@ -680,6 +680,24 @@ TEST(KserveJsonEncode, Fp32DataMatchesToChars) {
   EXPECT_EQ(encodeInferResponse(r).body, want);
 }
 
+// A BYTES element that is not valid UTF-8 (found by fuzz_kserve_json: the encoder wrote it raw,
+// an invalid JSON response) is written as Latin-1 escapes; valid UTF-8 is written as it is.
+TEST(KserveJsonEncode, NonUtf8BytesElementsAreEscapedSoTheResponseIsValidJson) {
+  std::vector<uint8_t> data;
+  for (std::string_view e : {std::string_view("xy\xdd", 3), std::string_view("h\xc3\xa9\"", 4)}) {
+    const uint32_t n = static_cast<uint32_t>(e.size());
+    data.insert(data.end(), reinterpret_cast<const uint8_t*>(&n),
+                reinterpret_cast<const uint8_t*>(&n) + 4);
+    data.insert(data.end(), e.begin(), e.end());
+  }
+  InferResponse r = response({tensor("s", DataType::kBytes, {2}, data)});
+  const std::string body = encodeInferResponse(r).body;
+  EXPECT_NE(body.find("[\"xy\\u00dd\",\"h\xc3\xa9\\\"\"]"), std::string::npos) << body;
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  EXPECT_EQ(parser.parse(simdjson::padded_string(body)).get(doc), simdjson::SUCCESS) << body;
+}
+
 TEST(KserveJsonEncode, NoIdWhenEmptyAndNonFiniteIsNull) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
