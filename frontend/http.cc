@@ -82,12 +82,12 @@ void serializeResponse(const HttpResponse& resp, bool keep_alive, std::string& o
   out.append(resp.body);
 }
 
-void appendJsonString(std::string& out, std::string_view s) {
+void appendJsonString(std::string& out, std::string_view s, bool latin1) {
   // Usual case (names, ids): nothing to escape, one append.
   size_t plain = 0;
   while (plain < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[plain]);
-    if (c < 0x20 || c == '"' || c == '\\') break;
+    if (c < 0x20 || c == '"' || c == '\\' || (latin1 && c >= 0x80)) break;
     ++plain;
   }
   out.push_back('"');
@@ -101,14 +101,16 @@ void appendJsonString(std::string& out, std::string_view s) {
       case '\t': out.append("\\t"); break;
       case '\b': out.append("\\b"); break;
       case '\f': out.append("\\f"); break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
+      default: {
+        const auto uc = static_cast<unsigned char>(c);
+        if (uc < 0x20 || (latin1 && uc >= 0x80)) {
           char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+          std::snprintf(buf, sizeof buf, "\\u%04x", uc);
           out.append(buf);
         } else {
           out.push_back(c);
         }
+      }
     }
   }
   out.push_back('"');

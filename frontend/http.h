@@ -59,7 +59,8 @@ void serializeResponse(const HttpResponse& resp, bool keep_alive, std::string& o
 
 // {"error":"<escaped message>"} -- KServe's error body.
 std::string errorBody(std::string_view message);
-// Appends `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires.
-void appendJsonString(std::string& out, std::string_view s);
+// Appends `s` as a JSON string literal (with quotes), escaping as RFC 8259 requires. `latin1`:
+// `s` is bytes, not UTF-8; every byte from 0x80 up is written as \u00XX (valid JSON).
+void appendJsonString(std::string& out, std::string_view s, bool latin1 = false);
 
 }  // namespace infergate::frontend

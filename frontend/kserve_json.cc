@@ -761,27 +761,7 @@ void appendBytesData(std::string& out, const std::vector<uint8_t>& d) {
   std::string_view s;
   for (bool first = true; elements.nextBytes(s); first = false) {
     if (!first) out.push_back(',');
-    if (simdjson::validate_utf8(s.data(), s.size())) {
-      appendJsonString(out, s);
-      continue;
-    }
-    std::string latin1;
-    latin1.reserve(s.size());
-    out.push_back('"');
-    for (char c : s) {
-      const auto b = static_cast<unsigned char>(c);
-      if (b < 0x80) {
-        latin1.assign(1, c);
-        std::string quoted;
-        appendJsonString(quoted, latin1);  // the escapes of the ASCII range, "..." stripped
-        out.append(quoted, 1, quoted.size() - 2);
-      } else {
-        static constexpr char kHex[] = "0123456789abcdef";
-        const char esc[6] = {'\\', 'u', '0', '0', kHex[b >> 4], kHex[b & 15]};
-        out.append(esc, 6);
-      }
-    }
-    out.push_back('"');
+    appendJsonString(out, s, /*latin1=*/!simdjson::validate_utf8(s.data(), s.size()));
   }
 }
 
