@@ -57,8 +57,7 @@ BatchedModel::~BatchedModel() {
 void BatchedModel::BurstDispatch::runAtBurstEnd() {
   std::lock_guard<std::mutex> lock(mu);
   if (model == nullptr) return;
-  const uint64_t wake = model->dispatchDue();
-  if (wake != UINT64_MAX) model->armDispatcher(wake);
+  model->dispatchDueAndArm();
 }
 
 void BatchedModel::infer(InferRequest request, InferCallback done) {
@@ -99,11 +98,14 @@ void BatchedModel::execute(std::unique_ptr<Batch> batch) {
   Batch* raw = batch.release();
   backend_->execute(*raw, [this, raw](BatchOutputs outputs) {
     // The next due batch starts on the completing thread before this one's answers go out.
-    batcher_->complete(std::unique_ptr<Batch>(raw), std::move(outputs), [this] {
-      const uint64_t wake = dispatchDue();
-      if (wake != UINT64_MAX) armDispatcher(wake);
-    });
+    batcher_->complete(std::unique_ptr<Batch>(raw), std::move(outputs),
+                       [this] { dispatchDueAndArm(); });
   });
+}
+
+void BatchedModel::dispatchDueAndArm() {
+  const uint64_t wake = dispatchDue();
+  if (wake != UINT64_MAX) armDispatcher(wake);
 }
 
 void BatchedModel::armDispatcher(uint64_t wake_ns) {

@@ -100,6 +100,9 @@ class BatchedModel : public Model {
   // something to do next (UINT64_MAX: nothing). Re-entry on the same thread (a backend that
   // completes inline) returns UINT64_MAX at once.
   uint64_t dispatchDue();
+  // dispatchDue(), then the dispatcher armed for what is due later (a reactor's burst end, a
+  // completing backend thread).
+  void dispatchDueAndArm();
   void execute(std::unique_ptr<Batch> batch);
   // Makes sure the dispatcher thread polls by `wake_ns`.
   void armDispatcher(uint64_t wake_ns);
