@@ -90,6 +90,16 @@ BatchMetrics::BatchMetrics(common::MetricsRegistry& r, const ModelConfig& m, uin
           "infergate_batcher_compacted_bytes_total",
           "Tensor bytes moved at dispatch inside batch buffers to make a batch contiguous",
           labels)),
+      received_copy_bytes(r.counter(
+          "infergate_batcher_received_copy_bytes_total",
+          "Tensor bytes of accepted requests copied in userspace before the decoder's write "
+          "(HTTP/1.1 body assembly, TCP receive buffer, gRPC gather); included in bytes_copied",
+          labels)),
+      refused_before_copy(r.counter(
+          "infergate_batcher_refused_before_copy_total",
+          "Requests refused by the queue policy once their headers were parsed, before any "
+          "tensor byte was copied (their bodies are discarded unread)",
+          labels)),
       unpinned_batches(r.counter(
           "infergate_batcher_unpinned_batches_total",
           "Batches whose input did not fit a pinned batch buffer (heap buffer used)", labels)),

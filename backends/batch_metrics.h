@@ -52,6 +52,8 @@ struct BatchMetrics {
   common::Counter& slot_bytes;
   common::Counter& staged_bytes;
   common::Counter& compacted_bytes;
+  common::Counter& received_copy_bytes;  // InferRequest::received_copy_bytes of accepted requests
+  common::Counter& refused_before_copy;  // Batcher::admission refusals
   common::Counter& unpinned_batches;
   common::Counter& backend_errors;
   common::Gauge& inflight;

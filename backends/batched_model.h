@@ -63,6 +63,8 @@ class BatchedModel : public Model {
   void infer(InferRequest request, InferCallback done) override;
   // Slots in the batch buffers (Batcher::placeInputs).
   bool placeInputs(InferRequest& request) override { return batcher_->placeInputs(request); }
+  // Refuse before copying (Batcher::admission).
+  absl::Status admission(int64_t priority) override { return batcher_->admission(priority); }
 
   // As infer(), returning the ticket cancel() takes (0: already answered).
   uint64_t submit(InferRequest request, InferCallback done);

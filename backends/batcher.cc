@@ -199,6 +199,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
     if (t.slot != nullptr) slot_bytes += t.slot_bytes;
   }
   const bool placed = arena_->owns(request.slots.get()) && slot_bytes == bytes;
+  const uint64_t pre_copied = request.received_copy_bytes;
 
   auto r = std::make_unique<QueuedRequest>();
   r->level = queues_.levelOf(request.priority);
@@ -223,7 +224,8 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
       // The decoder wrote every received byte once (into a slot or a heap tensor); copies
       // at dispatch are added there.
       metrics_->bytes_received.inc(bytes);
-      metrics_->bytes_copied.inc(bytes);
+      metrics_->bytes_copied.inc(bytes + pre_copied);
+      metrics_->received_copy_bytes.inc(pre_copied);
       if (placed) metrics_->slot_bytes.inc(bytes);
     }
     updateOverloadLocked(refused_level);
@@ -232,6 +234,25 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
   flushAnswers(answers);
   if (ticket != 0) notify();
   return ticket;
+}
+
+absl::Status Batcher::admission(int64_t priority) {
+  absl::Status st;
+  uint32_t refused_level = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shutdown_) return absl::UnavailableError("Model is shutting down");
+    const uint32_t level = queues_.levelOf(priority);
+    st = queues_.admission(level);
+    if (st.ok()) return st;
+    metrics_->refused_before_copy.inc();
+    if (config_.max_total_queue_size > 0 && queues_.size() >= config_.max_total_queue_size) {
+      refused_level = level;
+    }
+    updateOverloadLocked(refused_level);
+  }
+  publishOverload();
+  return st;
 }
 
 bool Batcher::cancel(uint64_t ticket) {

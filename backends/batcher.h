@@ -66,6 +66,11 @@ class Batcher {
   // or no buffer is free; the decoder then fills Tensor::data and the batcher copies it at
   // dispatch (counted as staged). Dropping the request releases its slots. Any thread.
   bool placeInputs(InferRequest& request);
+  // Refuse before copying (Model::admission): the status enqueue() would refuse a request of
+  // `priority` with now — shutting down (UNAVAILABLE), its level at max_queue_size, or the model
+  // at max_total_queue_size with no lower level queued to shed (overload_status) — counted like
+  // an enqueue refusal plus refused_before_copy; OK otherwise (nothing is reserved). Any thread.
+  absl::Status admission(int64_t priority);
 
   // Client gone: a queued request is removed and answered CANCELLED "Request cancelled" now;
   // one already in a batch is answered CANCELLED when the batch completes (its result slice is

@@ -63,6 +63,16 @@ class Model {
   // no room): nothing is placed and the decoder fills Tensor::data. Any thread.
   virtual bool placeInputs(InferRequest& /*request*/) { return false; }
 
+  // Refuse before copying (optional): would a request of `priority` (InferRequest::priority,
+  // 0 = the default level) be refused by the queue policy right now (queue full, model
+  // overloaded with nothing lower to shed, shutting down)? Decoders call it once the request's
+  // model and priority are known and before any tensor byte is copied; a non-OK status is the
+  // answer (UNAVAILABLE / RESOURCE_EXHAUSTED, as enqueue would give) and the body is discarded
+  // unread. Counted as a refusal (infergate_batcher_rejections_total and
+  // infergate_batcher_refused_before_copy_total). OK does not promise enqueue will accept (the
+  // queues move meanwhile). Default: OK (a model without a queue refuses nothing). Any thread.
+  virtual absl::Status admission(int64_t /*priority*/) { return absl::OkStatus(); }
+
   // Triton priority levels (1 = highest .. N) the model schedules by; 0 (the default): none, the
   // model ignores InferRequest::priority and the ingress tag's class maps to nothing.
   virtual uint32_t priorityLevels() const { return 0; }

@@ -66,6 +66,22 @@ absl::Status PriorityQueues::overloadStatus(std::string message) const {
   return absl::UnavailableError(std::move(message));
 }
 
+absl::Status PriorityQueues::admission(uint32_t level_no) {
+  Level& level = levels_[level_no - 1];
+  if (level.policy.max_queue_size > 0 && level.size() >= level.policy.max_queue_size) {
+    level.metrics->rejected_full.inc();
+    return overloadStatus(kQueueFullMessage);
+  }
+  if (config_.max_total_queue_size > 0 && queued_ >= config_.max_total_queue_size) {
+    for (uint32_t l = config_.priority_levels; l > level_no; --l) {
+      if (levels_[l - 1].size() != 0) return absl::OkStatus();  // push() would shed it
+    }
+    level.metrics->rejected_overload.inc();
+    return overloadStatus(kQueueFullMessage);
+  }
+  return absl::OkStatus();
+}
+
 uint64_t PriorityQueues::push(std::unique_ptr<QueuedRequest> r, std::vector<Answer>& answers,
                               uint32_t& refused_level) {
   const uint32_t level_no = r->level;

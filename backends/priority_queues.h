@@ -103,6 +103,9 @@ class PriorityQueues {
   // back to 0 once drained to half the limit (hysteresis). `current` without the limit.
   int overloadLevel(int current, uint32_t refused_level) const;
   bool full() const;
+  // The refusal push() would give a request of `level` now (counted in the level's metrics as
+  // push() counts it), without shedding anything; OK when push() would queue it.
+  absl::Status admission(uint32_t level);
 
   // The status of a refusal for overload (overload_status: 503 or 429).
   absl::Status overloadStatus(std::string message) const;

@@ -189,6 +189,13 @@ struct InferRequest {
   std::shared_ptr<InputSlots> slots;
   // Set by connections that can tell when their client goes away (null: never cancelled).
   std::shared_ptr<net::CancelToken> cancel;
+  // Tensor bytes of this request that infergate copied in userspace *before* the decoder's
+  // write (HTTP/1.1 body assembly, our TCP stack's receive buffer, a gRPC message gathered
+  // across DATA frames), counted by the session / decoder that did it. The batcher adds them to
+  // infergate_batcher_bytes_copied_total (and _received_copy_bytes_total), so copies per
+  // tensor byte = bytes_copied / request_bytes is the whole userspace count; 0 on the one-copy
+  // paths (docs/BATCHING.md "One copy").
+  uint64_t received_copy_bytes = 0;
 };
 
 struct InferResponse {

@@ -53,6 +53,13 @@ class Transport {
   // The peer's IP address (IPv4 v4-mapped, common/cidr.h); nullopt when not known. Fixed for
   // the connection's life (sessions read it once: trusted sources for client priority).
   virtual std::optional<common::IpBytes> peerAddress() const { return std::nullopt; }
+  // True while the transport is inside Session::onData() with bytes it had first copied into a
+  // buffer of its own (infergate's TCP stack: data that arrived out of order and could not be
+  // kept in its frames, or arrived while the session paused reading). A session adds such
+  // bytes of a tensor to the request's InferRequest::received_copy_bytes (honest copy
+  // accounting, docs/BATCHING.md "One copy"). False for kernel sockets (the read from the
+  // socket is the kernel's copy) and for bytes delivered straight from a received frame.
+  virtual bool deliveringCopy() const { return false; }
 };
 
 // A protocol session on one connection.

@@ -879,6 +879,49 @@ TEST_F(BatcherTest, PlacementFallsBackWhenNoBufferIsFreeAndIsRefusedForForeignIn
   EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 32);
 }
 
+// Issue 16, refuse before copying: admission() gives the refusal enqueue() would give, for the
+// level of the priority asked, counts it, and never sheds or reserves anything.
+TEST_F(BatcherTest, AdmissionRefusesWhatEnqueueWouldRefuseWithoutShedding) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 2;
+  cfg.max_total_queue_size = 2;
+  cfg.max_queue_delay_us = 1000;
+  cfg.priority_queue_policy[1].max_queue_size = 1;  // level 1 holds one request
+  make(model(8), cfg);
+  EXPECT_TRUE(batcher_->admission(1).ok());
+  enqueue(fp32("high1", 1, 4, 0, 1));
+  const absl::Status full = batcher_->admission(1);  // level 1 at its max_queue_size
+  EXPECT_EQ(full.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(full.message(), "Exceeds maximum queue size");
+  EXPECT_TRUE(batcher_->admission(2).ok());
+  enqueue(fp32("low1", 1, 4, 0, 2));  // the model is at max_total_queue_size now
+  EXPECT_FALSE(batcher_->admission(2).ok());  // nothing lower than level 2 to shed
+  EXPECT_EQ(batcher_->queued(), 2u);
+  EXPECT_EQ(outcomes_["low1"].calls, 0);  // admission never sheds
+  EXPECT_EQ(sample("infergate_batcher_refused_before_copy_total{model=\"m\"}"), 2);
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"1\",model=\"m\",reason=\"queue_full\"}"),
+            1);
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"2\",model=\"m\",reason=\"overload\"}"),
+            1);
+  batcher_->shutdown();
+  EXPECT_EQ(batcher_->admission(0).code(), absl::StatusCode::kUnavailable);
+}
+
+// Issue 16, honest counters: copies a session made before the decoder (received_copy_bytes)
+// are added to bytes_copied, so the ratio tells the whole userspace count.
+TEST_F(BatcherTest, CopiesBeforeTheDecoderAreCounted) {
+  BatchingConfig cfg;
+  cfg.max_queue_delay_us = 1000;
+  make(model(8), cfg);
+  InferRequest r = fp32("a", 1, 4, 0);
+  ASSERT_TRUE(placeAndWrite(*batcher_, r));
+  r.received_copy_bytes = 16;  // e.g. the body was assembled once before the decoder
+  enqueue(std::move(r));
+  EXPECT_EQ(sample("infergate_batcher_request_bytes_total{model=\"m\"}"), 16);
+  EXPECT_EQ(sample("infergate_batcher_received_copy_bytes_total{model=\"m\"}"), 16);
+  EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 32);  // two copies
+}
+
 TEST(BatchedModelTest, CancelTokenCancelsAQueuedRequest) {
   ModelConfig m;
   m.name = "slow";
