@@ -1,0 +1,89 @@
+#pragma once
+// TF Serving gRPC Predict (tensorflow.serving.PredictionService/Predict) request decoder without
+// libprotobuf objects for the tensor bytes: one copy of every tensor byte, from the message
+// bytes straight into the model's batch slot (docs/BATCHING.md "One copy").
+//
+// Two steps, so the caller can look the model up and ask Model::admission before any tensor
+// byte is touched:
+// 1. scanPredictRequest reads the PredictRequest wire format with common/protowire.h and keeps
+//    views into the message: model_spec, the inputs map (dtype, shape, tensor_content and the
+//    typed *_val fields as views), output_filter. It accepts exactly the messages libprotobuf's
+//    ParseFromArray accepts (unknown fields and groups skipped, a known field number with a wire
+//    type of another kind skipped as unknown, packed or unpacked repeated values, messages
+//    merged and scalars overwritten as they recur, map entries with key/value in any order and
+//    the last entry of a key winning, proto3 strings checked as UTF-8), else it answers
+//    INVALID_ARGUMENT "failed to parse PredictRequest", today's error.
+// 2. decodePredictInputs decodes the scanned inputs against the model's configuration, with the
+//    rules and error messages of the former libprotobuf decode (tensorFromTf): inputs in the
+//    model's order; dtype, then the shape against the model (checkInputShape) before any size is
+//    computed; tensor_content as the bytes (never for DT_STRING); else the typed values of the
+//    dtype (float_val, double_val, int_val, int64_val, bool_val, half_val, uint32_val,
+//    uint64_val, string_val), one value broadcast over the shape (at most 64 MiB of it); a map
+//    key that is no input of the model is refused. Header pass first (every size into
+//    Tensor::slot_bytes, checked arithmetic), then `place` (Model::placeInputs), then the write
+//    pass: tensor_content is one memcpy from the wire into the slot, typed values are converted
+//    straight into the slot's elements (BYTES: 4-byte LE length + bytes). Not placed: the same
+//    writes into Tensor::data. validateRequest is the caller's, after.
+//
+// Threading: plain functions; the scan's views live as long as the message bytes.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "backends/model.h"
+#include "backends/tensor.h"
+
+namespace infergate::frontend {
+
+// model_spec as the message names it.
+struct PredictModelSpec {
+  std::string name;
+  // The version the request asks for: the decimal Int64Value when `version` is set, else "".
+  std::string version;
+  bool has_version = false;
+  std::string version_label;  // kept, not used for the lookup (today's behaviour)
+  std::string signature_name;
+};
+
+// One TensorProto of the inputs map, as views into the message.
+struct TfTensorView {
+  // The typed value fields (index: kTfValueField*), each a list of pieces in wire order: a
+  // packed run (`packed` non-empty or is_packed) or one unpacked element (`single`).
+  struct Piece {
+    std::string_view packed;  // packed payload; for string_val: the element
+    uint64_t single = 0;      // an unpacked element's raw bits (varint / fixed32 / fixed64)
+    bool is_packed = false;
+  };
+  std::string_view name;  // the map key
+  int32_t dtype = 0;
+  std::vector<int64_t> shape;
+  std::string_view content;  // tensor_content (last occurrence)
+  std::array<std::vector<Piece>, 9> values;
+  std::array<uint64_t, 9> counts{};  // elements per value field
+};
+
+struct PredictRequestScan {
+  PredictModelSpec spec;
+  std::vector<TfTensorView> inputs;  // one per distinct key, in wire order of its last entry
+  std::vector<std::string_view> output_filter;
+};
+
+// Step 1 (no tensor byte copied). `out` is overwritten.
+absl::Status scanPredictRequest(std::string_view wire, PredictRequestScan& out);
+
+// Step 2: fills `out` (protocol kGrpcTfServing, model_name/version from the scan, binary
+// outputs, output_filter, received_copy_bytes 0) with the inputs of `cfg` the message carries.
+// `copied_bytes`, when given, receives the tensor bytes written.
+absl::Status decodePredictInputs(const PredictRequestScan& scan, const backends::ModelConfig& cfg,
+                                 backends::InferRequest& out,
+                                 const backends::InputPlacer* place = nullptr,
+                                 uint64_t* copied_bytes = nullptr);
+
+// TF's DataType_Name for the error messages ("DT_FLOAT"; "" for a number outside the enum).
+std::string_view tfDataTypeName(int32_t dtype);
+
+}  // namespace infergate::frontend
