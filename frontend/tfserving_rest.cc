@@ -53,10 +53,16 @@ void shapeOf(element e, std::vector<int64_t>& shape) {
   }
 }
 
+// Walks an input's JSON values in element order. Two passes over the same values
+// (docs/BATCHING.md "One copy"): measuring (`dst` null: every check, the bytes counted, nothing
+// written), then, once the inputs are placed, writing the elements straight into `dst` (the
+// batch slot or Tensor::data, `cap` bytes: the measured size).
 class Writer {
  public:
-  Writer(const std::string& input, DataType dtype, std::vector<uint8_t>& out)
-      : input_(input), dtype_(dtype), out_(out) {}
+  Writer(const std::string& input, DataType dtype, uint8_t* dst = nullptr, size_t cap = 0)
+      : input_(input), dtype_(dtype), dst_(dst), cap_(cap) {}
+
+  size_t size() const { return size_; }
 
   // Writes the elements of `e`, which must have shape shape[depth..].
   absl::Status write(element e, const std::vector<int64_t>& shape, size_t depth) {
@@ -80,11 +86,27 @@ class Writer {
   }
 
  private:
+  // The measure pass counts; the write pass stays within the measured size (the same walk
+  // over the same values cannot write more; checked all the same).
+  bool reserve(size_t n) {
+    if (dst_ != nullptr && (n > cap_ || size_ > cap_ - n)) return false;
+    return true;
+  }
   template <typename T>
-  void put(T v) {
-    const size_t at = out_.size();
-    out_.resize(at + sizeof(T));
-    std::memcpy(out_.data() + at, &v, sizeof(T));
+  absl::Status put(T v) {
+    if (!reserve(sizeof(T))) return overrun();
+    if (dst_ != nullptr) std::memcpy(dst_ + size_, &v, sizeof(T));
+    size_ += sizeof(T);
+    return absl::OkStatus();
+  }
+  absl::Status putBytes(std::string_view s) {
+    if (!reserve(4 + s.size())) return overrun();
+    if (dst_ != nullptr) writeBytesElement(dst_ + size_, s);
+    size_ += 4 + s.size();
+    return absl::OkStatus();
+  }
+  absl::Status overrun() {
+    return absl::InternalError(fmt::format("input '{}': write past the measured size", input_));
   }
 
   absl::Status typeError(element e, std::string_view want) {
@@ -116,10 +138,7 @@ class Writer {
   absl::Status integer(element e) {
     T v;
     const ValueError r = readInteger(e, v);
-    if (r == ValueError::kOk) {
-      put(v);
-      return absl::OkStatus();
-    }
+    if (r == ValueError::kOk) return put(v);
     const bool typed_int64 = e.type() == element_type::INT64;
     if constexpr (std::is_signed_v<T>) {
       if (r == ValueError::kOutOfRange && typed_int64) {
@@ -146,7 +165,7 @@ class Writer {
       if constexpr (Tag::kIsBool) {
         bool b;
         if (e.get(b) != simdjson::SUCCESS) return typeError(e, "true or false");
-        put<uint8_t>(b ? 1 : 0);
+        return put<uint8_t>(b ? 1 : 0);
       } else if constexpr (Tag::kIsInteger) {
         return integer<typename Tag::Storage>(e);
       } else if constexpr (Tag::kIsFloat) {
@@ -159,19 +178,20 @@ class Writer {
             return outOfRange(v);
           }
         }
-        put(narrowFloat<Tag>(v));
+        return put(narrowFloat<Tag>(v));
       } else {
         std::string_view s;
-        std::string decoded;
         if (isB64Object(e, &s)) {
-          if (!absl::Base64Unescape(absl::string_view(s.data(), s.size()), &decoded)) {
+          // Decoded into a scratch buffer (reused), then written: absl has no decode into a
+          // caller's memory.
+          if (!absl::Base64Unescape(absl::string_view(s.data(), s.size()), &decoded_)) {
             return invalid(fmt::format("input '{}': invalid base64 in \"b64\"", input_));
           }
-          s = decoded;
+          s = decoded_;
         } else if (e.get(s) != simdjson::SUCCESS || (!s.empty() && s[0] == '\0')) {
           return typeError(e, "a string or {\"b64\": ...}");
         }
-        appendBytesElement(out_, s);
+        return putBytes(s);
       }
       return absl::OkStatus();
     });
@@ -179,7 +199,10 @@ class Writer {
 
   const std::string& input_;
   DataType dtype_;
-  std::vector<uint8_t>& out_;
+  uint8_t* dst_;
+  size_t cap_;
+  size_t size_ = 0;
+  std::string decoded_;
 };
 
 const backends::TensorSpec* findInput(const backends::ModelConfig& model, std::string_view name) {
@@ -189,11 +212,23 @@ const backends::TensorSpec* findInput(const backends::ModelConfig& model, std::s
   return nullptr;
 }
 
+// One input of a :predict body: the tensor's header (name, dtype, shape, slot_bytes) from the
+// first pass, and where its values are for the write pass.
+struct PendingTensor {
+  backends::Tensor t;
+  element value;                // columnar: the (nested) value
+  std::vector<element> rows;    // row format: the input's value in every instance
+  std::vector<int64_t> inner;   // row format: one instance's shape
+  bool row = false;
+};
+
 // Columnar: one tensor from one (nested) value. The shape (read off the first element at
 // each depth) is checked against the model (checkInputShape: datatype, dimensions, an element
-// count and byte size that fit, with checked arithmetic) before any value is written.
+// count and byte size that fit, with checked arithmetic) before any value is read; then every
+// value is checked and the bytes measured (nothing written: that waits for the placement).
 absl::Status columnTensor(const backends::ModelConfig& model, const backends::TensorSpec& spec,
-                          element value, backends::Tensor& out) {
+                          element value, PendingTensor& p) {
+  backends::Tensor& out = p.t;
   out.name = spec.name;
   out.dtype = spec.dtype;
   std::string_view b64;
@@ -204,33 +239,49 @@ absl::Status columnTensor(const backends::ModelConfig& model, const backends::Te
   if (absl::Status st = backends::checkInputShape(model, spec, spec.dtype, out.shape); !st.ok()) {
     return st;
   }
-  Writer w(spec.name, spec.dtype, out.data);
-  return w.write(value, out.shape, 0);
+  p.value = value;
+  Writer w(spec.name, spec.dtype);
+  if (absl::Status st = w.write(value, out.shape, 0); !st.ok()) return st;
+  out.slot_bytes = w.size();
+  return absl::OkStatus();
 }
 
-// Row: one tensor from the same input of every instance; checked as columnTensor.
+// Row: one tensor from the same input of every instance; checked and measured as columnTensor.
 absl::Status rowTensor(const backends::ModelConfig& model, const backends::TensorSpec& spec,
-                       const std::vector<element>& values, backends::Tensor& out) {
+                       std::vector<element> values, PendingTensor& p) {
+  backends::Tensor& out = p.t;
   out.name = spec.name;
   out.dtype = spec.dtype;
   out.shape.push_back(static_cast<int64_t>(values.size()));
-  std::vector<int64_t> inner;
-  shapeOf(values.front(), inner);
-  out.shape.insert(out.shape.end(), inner.begin(), inner.end());
+  shapeOf(values.front(), p.inner);
+  out.shape.insert(out.shape.end(), p.inner.begin(), p.inner.end());
   if (absl::Status st = backends::checkInputShape(model, spec, spec.dtype, out.shape); !st.ok()) {
     return st;
   }
-  Writer w(spec.name, spec.dtype, out.data);
-  for (element v : values) {
+  p.row = true;
+  p.rows = std::move(values);
+  Writer w(spec.name, spec.dtype);
+  for (element v : p.rows) {
     std::string_view b64;
     if (!isB64Object(v, &b64) && v.type() == element_type::OBJECT) {
       return invalid(fmt::format("input '{}': expected a value or a list, got an object",
                                  spec.name));
     }
-    if (absl::Status s = w.write(v, inner, 0); !s.ok()) {
+    if (absl::Status s = w.write(v, p.inner, 0); !s.ok()) {
       return invalid(fmt::format(
           "{} (every instance must have the same shape for input '{}')", std::string(s.message()), spec.name));
     }
+  }
+  out.slot_bytes = w.size();
+  return absl::OkStatus();
+}
+
+// The write pass of one measured input into its slot (or Tensor::data).
+absl::Status writeTensor(const PendingTensor& p, backends::Tensor& t) {
+  Writer w(t.name, t.dtype, t.mutableBytes(), t.byteSize());
+  if (!p.row) return w.write(p.value, t.shape, 0);
+  for (element v : p.rows) {
+    if (absl::Status s = w.write(v, p.inner, 0); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -410,7 +461,8 @@ bool rewriteNonFiniteTokens(std::string_view json, std::string& out) {
 
 absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view body,
                                                              const backends::ModelConfig& model,
-                                                             TfPredictFormat* format) {
+                                                             TfPredictFormat* format,
+                                                             const backends::InputPlacer* place) {
   std::string rewritten;
   if (rewriteNonFiniteTokens(body, rewritten)) body = rewritten;
   thread_local simdjson::dom::parser tl_parser;
@@ -438,7 +490,7 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
   backends::InferRequest req;
   req.protocol = Protocol::kHttpTfServing;
   req.model_name = model.name;
-  std::vector<backends::Tensor> tensors;
+  std::vector<PendingTensor> tensors;
   auto unknownInput = [&](std::string_view name) {
     return invalid(fmt::format("input '{}' is not an input of model '{}'", name, model.name));
   };
@@ -496,7 +548,10 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
           }
           values.push_back(v);
         }
-        if (absl::Status s = rowTensor(model, *spec, values, tensors.emplace_back()); !s.ok()) return s;
+        if (absl::Status s = rowTensor(model, *spec, std::move(values), tensors.emplace_back());
+            !s.ok()) {
+          return s;
+        }
       }
     } else {
       if (model.inputs.size() != 1) {
@@ -512,19 +567,37 @@ absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view b
         }
         values.push_back(row);
       }
-      if (absl::Status s = rowTensor(model, model.inputs[0], values, tensors.emplace_back()); !s.ok()) {
+      if (absl::Status s = rowTensor(model, model.inputs[0], std::move(values),
+                                     tensors.emplace_back());
+          !s.ok()) {
         return s;
       }
     }
   }
   // Inputs in the model's order; duplicates (a JSON object with a repeated key) refused.
+  std::vector<const PendingTensor*> order;
+  order.reserve(tensors.size());
   for (const backends::TensorSpec& spec : model.inputs) {
     int seen = 0;
-    for (backends::Tensor& t : tensors) {
-      if (t.name != spec.name) continue;
-      if (++seen == 1) req.inputs.push_back(std::move(t));
+    for (PendingTensor& p : tensors) {
+      if (p.t.name != spec.name) continue;
+      if (++seen == 1) {
+        req.inputs.push_back(std::move(p.t));
+        order.push_back(&p);
+      }
     }
     if (seen > 1) return invalid(fmt::format("input '{}' given more than once", spec.name));
+  }
+  // Every value is checked and measured: place, then write each element once, straight from
+  // the parsed document into the slot (else into Tensor::data).
+  const bool placed = place != nullptr && *place && !req.inputs.empty() && (*place)(req);
+  for (size_t i = 0; i < req.inputs.size(); ++i) {
+    backends::Tensor& t = req.inputs[i];
+    if (!placed) {
+      t.data.resize(t.slot_bytes);
+      t.slot_bytes = 0;
+    }
+    if (absl::Status s = writeTensor(*order[i], t); !s.ok()) return s;
   }
   return req;
 }
@@ -661,9 +734,16 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
     return fail(model_index,
                 absl::UnavailableError("model '" + model->config().name + "' is not ready"));
   }
+  // Refuse before copying: a request the queue would refuse is answered before its body is
+  // parsed (TF Serving requests carry no priority: the default level).
+  if (absl::Status st = model->admission(0); !st.ok()) return fail(model_index, st);
   const backends::ModelConfig& cfg = model->config();
   TfPredictFormat format = TfPredictFormat::kRow;
-  absl::StatusOr<backends::InferRequest> req = decodeTfPredictRequest(request.body, cfg, &format);
+  const backends::InputPlacer place = [model](backends::InferRequest& r) {
+    return model->placeInputs(r);
+  };
+  absl::StatusOr<backends::InferRequest> req =
+      decodeTfPredictRequest(request.body, cfg, &format, &place);
   if (!req.ok()) return fail(model_index, req.status());
   req->model_version = std::string(tp.version);
   if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {

@@ -31,14 +31,18 @@ enum class TfPredictFormat { kRow, kColumnar };
 // common body is parsed in place.
 bool rewriteNonFiniteTokens(std::string_view json, std::string& out);
 
-// Decodes a :predict body into a request for `model` (inputs in the model's order, data in
-// Tensor::data, protocol kHttpTfServing). Shapes come from the JSON nesting (row format:
-// [number of instances] + each instance's shape); ragged lists, unknown inputs, values that
-// do not fit the input's datatype are INVALID_ARGUMENT. Validation against the model config
-// (rank, dims, batch size) is backends::validateRequest's job.
-absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(std::string_view body,
-                                                             const backends::ModelConfig& model,
-                                                             TfPredictFormat* format);
+// Decodes a :predict body into a request for `model` (inputs in the model's order, protocol
+// kHttpTfServing). Shapes come from the JSON nesting (row format: [number of instances] + each
+// instance's shape); ragged lists, unknown inputs, values that do not fit the input's datatype
+// are INVALID_ARGUMENT. Validation against the model config (rank, dims, batch size) is
+// backends::validateRequest's job.
+// One copy (docs/BATCHING.md): a first pass checks every input's shape against the model and
+// every value, and measures its bytes (Tensor::slot_bytes); then `place` (when non-null and
+// non-empty: Model::placeInputs) may give the inputs slots, and a second pass writes each
+// element straight from the parsed document into its slot, else into Tensor::data.
+absl::StatusOr<backends::InferRequest> decodeTfPredictRequest(
+    std::string_view body, const backends::ModelConfig& model, TfPredictFormat* format,
+    const backends::InputPlacer* place = nullptr);
 
 // {"predictions": [...]} (row: one entry per batch row; an object of outputs when there are
 // several) or {"outputs": ...} (columnar: the tensor, or an object of named tensors).

@@ -265,5 +265,120 @@ TEST_F(HandlerTest, Errors) {
   EXPECT_EQ(r.status, 400);  // over max_batch_size 8
 }
 
+// Issue 16, one copy: with a placer every input's elements are written once, straight from the
+// parsed document into the slot it was given; the bytes are the unplaced decode's.
+TEST(TfServingRestOneCopy, BothFormatsWriteIntoPlacedSlots) {
+  const backends::ModelConfig two = twoInputs();
+  const std::vector<std::string> bodies = {
+      R"({"instances":[{"a":[1,-2],"s":["xy"]},{"a":[3,4],"s":[{"b64":"/w=="}]}]})",
+      R"({"inputs":{"s":[["p"],["qr"]],"a":[[5,6],[7,-8]]}})",
+  };
+  for (const std::string& body : bodies) {
+    SCOPED_TRACE(body);
+    TfPredictFormat f;
+    auto heap = decodeTfPredictRequest(body, two, &f);
+    ASSERT_TRUE(heap.ok()) << heap.status();
+    std::vector<uint8_t> arena(128, 0xEE);
+    std::vector<size_t> offsets;
+    const backends::InputPlacer place = [&](backends::InferRequest& r) {
+      size_t off = 4;
+      for (backends::Tensor& t : r.inputs) {
+        EXPECT_TRUE(t.data.empty());
+        offsets.push_back(off);
+        t.slot = arena.data() + off;
+        off += t.slot_bytes + 4;
+      }
+      return true;
+    };
+    auto placed = decodeTfPredictRequest(body, two, &f, &place);
+    ASSERT_TRUE(placed.ok()) << placed.status();
+    ASSERT_EQ(offsets.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      const backends::Tensor& t = placed->inputs[i];
+      EXPECT_TRUE(t.data.empty());
+      EXPECT_EQ(t.slot, arena.data() + offsets[i]);
+      EXPECT_EQ(std::vector<uint8_t>(t.bytes(), t.bytes() + t.byteSize()), heap->inputs[i].data);
+      EXPECT_EQ(t.shape, heap->inputs[i].shape);
+    }
+    EXPECT_EQ(placed->inputs[0].slot_bytes, 16u);  // INT32 [2,2]
+    // Nothing written between or after the slots.
+    for (size_t k : {size_t{0}, offsets[1] - 1, offsets[1] + placed->inputs[1].slot_bytes}) {
+      EXPECT_EQ(arena[k], 0xEE) << k;
+    }
+  }
+}
+
+TEST(TfServingRestOneCopy, BadValuesAreRefusedBeforePlacement) {
+  bool placed = false;
+  const backends::InputPlacer place = [&](backends::InferRequest&) {
+    placed = true;
+    return false;
+  };
+  TfPredictFormat f;
+  for (const char* body : {R"({"instances":[{"a":[1,2],"s":"x"},{"a":[3,"4"],"s":"y"}]})",
+                           R"({"inputs":{"a":[[1,2]],"s":[[1]]}})",
+                           R"({"inputs":{"a":[[1,2]],"s":[[{"b64":"!!"}]]}})",
+                           R"({"inputs":{"a":[[1,2],[3]],"s":[["a"],["b"]]}})",
+                           R"({"inputs":{"a":[[1,2]],"a":[[1,2]],"s":[["a"]]}})"}) {
+    EXPECT_FALSE(decodeTfPredictRequest(body, twoInputs(), &f, &place).ok()) << body;
+  }
+  EXPECT_FALSE(placed);
+}
+
+// A model that refuses admission and counts what reached it.
+class RefusingModel : public backends::Model {
+ public:
+  RefusingModel() : config_(oneInput()) {}
+  const backends::ModelConfig& config() const override { return config_; }
+  bool ready() const override { return true; }
+  void infer(backends::InferRequest, backends::InferCallback done) override {
+    ++infers;
+    done(absl::InternalError("reached"));
+  }
+  bool placeInputs(backends::InferRequest&) override {
+    ++placements;
+    return false;
+  }
+  absl::Status admission(int64_t priority) override {
+    ++admissions;
+    last_priority = priority;
+    return refuse ? absl::UnavailableError("queue full") : absl::OkStatus();
+  }
+  backends::ModelConfig config_;
+  bool refuse = true;
+  int admissions = 0, placements = 0, infers = 0;
+  int64_t last_priority = -1;
+};
+
+TEST(TfServingRestOneCopy, AdmissionRefusesBeforeTheBodyIsDecoded) {
+  backends::ModelRegistry registry;
+  auto owned = std::make_unique<RefusingModel>();
+  RefusingModel* model = owned.get();
+  registry.add(std::move(owned));
+  auto call = [&](std::string body) {
+    HttpRequest req;
+    req.method = "POST";
+    req.target = "/v1/models/m:predict";
+    req.body = std::move(body);
+    HttpResponse out;
+    TfServingRestHandler h(registry, nullptr);
+    h.handle(std::move(req), [&out](HttpResponse r) { out = std::move(r); }, nullptr);
+    return out;
+  };
+  HttpResponse r = call(R"({"instances":[[1,2,3]]})");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(r.body, R"({"error":"queue full"})");
+  r = call("{not json");  // not even parsed
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(model->admissions, 2);
+  EXPECT_EQ(model->last_priority, 0);
+  EXPECT_EQ(model->placements, 0);
+  EXPECT_EQ(model->infers, 0);
+  model->refuse = false;  // admitted: decoded, offered for placement, run
+  r = call(R"({"instances":[[1,2,3]]})");
+  EXPECT_EQ(model->placements, 1);
+  EXPECT_EQ(model->infers, 1);
+}
+
 }  // namespace
 }  // namespace infergate::frontend
