@@ -19,12 +19,40 @@ struct HttpHeader {
   std::string value;  // leading/trailing whitespace removed
 };
 
+// Streaming body path (docs/PROTOCOLS.md "HTTP/1.1 body streaming"): a handler that wants a
+// request's body as it arrives (HttpHandler::startBody) returns one of these when the request's
+// headers are complete; the parser then hands it every de-chunked body byte, in order, as a
+// pointer into the bytes the transport delivered (the AF_XDP frame or the socket read buffer),
+// instead of appending them to HttpRequest::body. The request completes as usual and reaches
+// HttpHandler::handle with the reader in HttpRequest::body_reader (the body stays empty).
+// Called on the connection's loop thread from inside the parser: must not throw (an exception
+// becomes a 503 no_memory parse error) and should not allocate per call.
+class HttpBodyReader {
+ public:
+  virtual ~HttpBodyReader() = default;
+  // `len` body bytes at `data`, valid for the call only. `copied`: the transport had copied
+  // them into a buffer of its own first (net::Transport::deliveringCopy()).
+  virtual void onBody(const char* data, size_t len, bool copied) = 0;
+  // Body bytes the reader assembled into a buffer of its own (it could not stream them), for
+  // ServerMetrics::recordBodyAssembled.
+  virtual uint64_t assembledBytes() const { return 0; }
+};
+
+// What a handler knows of a body before it arrives (HttpHandler::startBody).
+struct HttpBodyInfo {
+  std::optional<uint64_t> content_length;  // nullopt: chunked
+  uint64_t max_body = 0;                   // the parser's body limit (over it: 413)
+};
+
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // origin-form request target, e.g. "/v2/models/m/infer?x=1"
   int version_minor = 1;
   std::vector<HttpHeader> headers;
-  std::string body;       // complete body (de-chunked)
+  std::string body;       // complete body (de-chunked); empty when body_reader took it
+  // The handler's reader that took the body as it arrived (HttpHandler::startBody); null: the
+  // body was assembled into `body`.
+  std::unique_ptr<HttpBodyReader> body_reader;
   bool keep_alive = true; // after this request, per HTTP/1.x rules and Connection headers
   uint64_t received_ns = 0;  // monotonic time the first byte of the request arrived
   // Set by the session when an ingress filter tagged the connection (net/ingress_tag.h).

@@ -209,6 +209,8 @@ struct Http1Parser::Impl {
   Http1Limits limits;
   llhttp_t parser;
   uint64_t now_ns = 0;
+  bool copied = false;              // feed()'s bytes were copied by the transport
+  BodyHook* body_hook = nullptr;
 
   // ---- scanner state ----
   Stage stage = Stage::kHead;
@@ -247,6 +249,7 @@ struct Http1Parser::Impl {
   bool te_unknown = false;
   bool expect_continue = false;
   bool expect_other = false;
+  uint64_t body_bytes = 0;     // de-chunked body bytes so far (assembled or streamed)
   // Entries of cur.headers in use: a recycled request's entries are overwritten in place
   // (their strings keep their capacity) and the rest dropped when the headers are complete.
   size_t used_headers = 0;
@@ -338,6 +341,7 @@ struct Http1Parser::Impl {
     te_unknown = false;
     expect_continue = false;
     expect_other = false;
+    body_bytes = 0;
   }
 
   void resetScanner(Stage s) {
@@ -795,6 +799,13 @@ struct Http1Parser::Impl {
     const bool has_body = s->te_chunked || s->content_length > 0;
     // RFC 9110 10.1.1: ignore 100-continue from HTTP/1.0 clients.
     if (has_body && s->expect_continue && r.version_minor == 1) s->owner->expect_continue_ = true;
+    if (has_body && s->body_hook != nullptr) {
+      HttpBodyInfo info;
+      if (s->saw_cl) info.content_length = s->content_length;
+      info.max_body = s->limits.max_body_bytes;
+      r.body_reader = s->body_hook->startBody(r, info);
+      if (r.body_reader) return 0;
+    }
     if (s->saw_cl && s->content_length > 0) {
       r.body.reserve(static_cast<size_t>(std::min<uint64_t>(s->content_length, kMaxUpfrontReserve)));
     }
@@ -804,7 +815,7 @@ struct Http1Parser::Impl {
   static int onChunkHeader(llhttp_t* p) {
     Impl* s = self(p);
     s->owner->expect_continue_ = false;
-    if (p->content_length > s->limits.max_body_bytes - s->cur.body.size()) {
+    if (p->content_length > s->limits.max_body_bytes - s->body_bytes) {
       return s->fail(Err::kBodyTooLarge);
     }
     return 0;
@@ -817,8 +828,13 @@ struct Http1Parser::Impl {
       throw std::bad_alloc();
     }
     s->owner->expect_continue_ = false;
-    if (len > s->limits.max_body_bytes - s->cur.body.size()) return s->fail(Err::kBodyTooLarge);
-    s->cur.body.append(at, len);
+    if (len > s->limits.max_body_bytes - s->body_bytes) return s->fail(Err::kBodyTooLarge);
+    s->body_bytes += len;
+    if (s->cur.body_reader) {
+      s->cur.body_reader->onBody(at, len, s->copied);  // streamed: no assembly
+    } else {
+      s->cur.body.append(at, len);
+    }
     return 0;
   }
 
@@ -887,6 +903,8 @@ Http1Parser::~Http1Parser() = default;
 
 void Http1Parser::failNextBodyAllocationForTesting() { impl_->throw_in_body = true; }
 
+void Http1Parser::setBodyHook(BodyHook* hook) { impl_->body_hook = hook; }
+
 HttpRequest Http1Parser::popRequest() {
   HttpRequest r = std::move(ready_[ready_head_++]);
   if (ready_head_ == ready_.size()) {
@@ -929,6 +947,7 @@ void Http1Parser::recycle(HttpRequest&& request) {
   r.target.clear();
   r.version_minor = 1;
   r.body.clear();
+  r.body_reader.reset();
   r.keep_alive = true;
   r.received_ns = 0;
   r.tag.reset();
@@ -948,10 +967,12 @@ HttpRequest Http1Parser::takeRecycledRequest() {
   return r;
 }
 
-Http1Parser::Result Http1Parser::feed(const char* data, size_t len, uint64_t now_ns) {
+Http1Parser::Result Http1Parser::feed(const char* data, size_t len, uint64_t now_ns,
+                                      bool copied) {
   if (failed_) return Result::kError;
   Impl& s = *impl_;
   s.now_ns = now_ns;
+  s.copied = copied;
   auto fail = [&](Err e) {
     const ErrInfo& info = kErrInfo[static_cast<size_t>(e)];
     failed_ = true;

@@ -47,7 +47,22 @@ class Http1Parser {
     kError,  // the stream is broken: see error(); ready() still holds requests completed before
   };
   // Consumes `len` bytes. `now_ns` stamps HttpRequest::received_ns of requests that start here.
-  Result feed(const char* data, size_t len, uint64_t now_ns = 0);
+  // `copied`: the transport had copied these bytes into a buffer of its own
+  // (net::Transport::deliveringCopy()); passed on to a body reader with each body piece.
+  Result feed(const char* data, size_t len, uint64_t now_ns = 0, bool copied = false);
+
+  // Body streaming (HttpBodyReader): asked when a request with a body has complete headers,
+  // before its first body byte. A non-null reader takes every de-chunked body byte as it is
+  // parsed (pointers into the fed bytes) and travels with the request (HttpRequest::body_reader);
+  // null: the body is assembled into HttpRequest::body. Limits, chunked framing, trailers and
+  // pipelining are the same either way.
+  class BodyHook {
+   public:
+    virtual ~BodyHook() = default;
+    virtual std::unique_ptr<HttpBodyReader> startBody(HttpRequest& head,
+                                                      const HttpBodyInfo& body) = 0;
+  };
+  void setBodyHook(BodyHook* hook);
 
   bool hasRequest() const { return ready_head_ < ready_.size(); }
   HttpRequest popRequest();  // precondition: hasRequest()

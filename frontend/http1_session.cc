@@ -48,6 +48,14 @@ Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
       last_activity_ns_(transport.loop().nowNs()) {
   priority_trusted_ = options.client_priority == nullptr ||
                       options.client_priority->trusts(transport.peerAddress());
+  parser_.setBodyHook(this);
+}
+
+std::unique_ptr<HttpBodyReader> Http1Session::startBody(HttpRequest& head, const HttpBodyInfo& body) {
+  // What dispatch() would set: the handler decides on them before the body arrives.
+  head.tag = transport_->ingressTag();
+  head.priority_trusted = priority_trusted_;
+  return handler_.startBody(head, body);
 }
 
 void Http1Session::onData(const char* data, size_t len) {
@@ -55,7 +63,7 @@ void Http1Session::onData(const char* data, size_t len) {
   const uint64_t now = transport_->loop().nowNs();
   last_activity_ns_ = now;
   const bool was_in_request = parser_.inRequest();
-  const Http1Parser::Result r = parser_.feed(data, len, now);
+  const Http1Parser::Result r = parser_.feed(data, len, now, transport_->deliveringCopy());
   if (!was_in_request && parser_.inRequest()) request_start_ns_ = now;
   if (r == Http1Parser::Result::kError) parse_error_ = true;
   dispatchReady();
@@ -101,7 +109,13 @@ void Http1Session::dispatch(HttpRequest&& request) {
   }
   slots_.push_back(std::move(slot));
   request_start_ns_ = 0;
-  request.tag = transport_->ingressTag();
+  if (metrics_ != nullptr) {
+    const uint64_t assembled =
+        request.body.size() + (request.body_reader ? request.body_reader->assembledBytes() : 0);
+    if (assembled != 0) metrics_->recordBodyAssembled(assembled);
+  }
+  // A streamed request got its tag when its headers were complete (startBody).
+  if (!request.body_reader) request.tag = transport_->ingressTag();
   request.priority_trusted = priority_trusted_;
   const uint64_t seq = slots_.back().seq;
   HttpRespond respond =

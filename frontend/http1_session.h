@@ -42,7 +42,9 @@ struct Http1SessionOptions {
   const ClientPriorityPolicy* client_priority = nullptr;
 };
 
-class Http1Session : public net::Session, public std::enable_shared_from_this<Http1Session> {
+class Http1Session : public net::Session,
+                     public std::enable_shared_from_this<Http1Session>,
+                     private Http1Parser::BodyHook {
  public:
   Http1Session(net::Transport& transport, HttpHandler& handler, const Http1SessionOptions& options,
                ServerMetrics* metrics);
@@ -69,6 +71,8 @@ class Http1Session : public net::Session, public std::enable_shared_from_this<Ht
     int status = 0;
     std::shared_ptr<net::CancelToken> cancel;  // until answered
   };
+  // Http1Parser::BodyHook: the handler's body reader for a request whose headers are complete.
+  std::unique_ptr<HttpBodyReader> startBody(HttpRequest& head, const HttpBodyInfo& body) override;
   void dispatch(HttpRequest&& request);
   void dispatchReady();
   void deliver(uint64_t seq, HttpResponse&& response);

@@ -268,6 +268,18 @@ absl::Status writeJsonData(const InputCtx& c, array data, uint8_t* dst) {
   });
 }
 
+absl::Status binaryOverrun(std::string_view name, uint64_t n, uint64_t rest) {
+  return invalid(fmt::format("input '{}': binary_data_size {} exceeds the remaining {} bytes of "
+                             "the request body",
+                             name, n, rest));
+}
+
+absl::Status unclaimedBytes(uint64_t rest) {
+  return invalid(fmt::format("{} bytes after the JSON header are not claimed by any input's "
+                             "binary_data_size",
+                             rest));
+}
+
 // Counts the elements of a BYTES buffer (4-byte LE length + bytes each); on a malformed layout
 // returns false with `why` set.
 bool scanBytesLayout(std::string_view buf, uint64_t& count, std::string& why) {
@@ -299,6 +311,15 @@ bool scanBytesLayout(std::string_view buf, uint64_t& count, std::string& why) {
 struct BinaryCursor {
   bool enabled = false;  // an Inference-Header-Content-Length was given
   std::string_view rest;
+  // Streaming (decodeInferHeader): the binary part arrives after the header pass. `rest` stays
+  // empty; `rest_size` is its length when known (Content-Length), and the size checks against it
+  // run as on the whole body; unknown (chunked): the most it may be (the body limit), and the
+  // checks run at the end (finishInferHeader). Every binary input whose size check ran is
+  // recorded in `pass->binary`.
+  InferHeaderPass* pass = nullptr;
+  bool length_known = true;
+  uint64_t rest_size = 0;
+  uint64_t restSize() const { return pass != nullptr ? rest_size : rest.size(); }
 };
 
 // Where an input's elements come from, found by the header pass; written after placement.
@@ -413,12 +434,24 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t,
                                  name));
     }
     const uint64_t n = *binary_size;
-    if (n > bin.rest.size()) {
-      return invalid(fmt::format("input '{}': binary_data_size {} exceeds the remaining {} bytes "
-                                 "of the request body",
-                                 name, n, bin.rest.size()));
+    if (n > bin.restSize()) {
+      if (bin.pass != nullptr && !bin.length_known) {
+        // Over what the body may still hold (the body limit): the request is doomed, nothing
+        // is placed; finishInferHeader finds the overrun the whole body gives.
+        bin.pass->binary.push_back({static_cast<uint32_t>(index), n});
+      }
+      return binaryOverrun(name, n, bin.restSize());
     }
-    const std::string_view part = bin.rest.substr(0, n);
+    if (bin.pass != nullptr) {
+      // Streamed: the bytes come later. A BYTES layout is checked on its bytes: the caller
+      // assembles the body and decodes it whole (needs_bytes).
+      if (t.dtype == DataType::kBytes) {
+        bin.pass->needs_bytes = true;
+        return absl::OkStatus();
+      }
+      bin.pass->binary.push_back({static_cast<uint32_t>(index), n});
+    }
+    const std::string_view part = bin.pass != nullptr ? std::string_view() : bin.rest.substr(0, n);
     if (t.dtype == DataType::kBytes) {
       uint64_t got = 0;
       std::string why;
@@ -443,8 +476,12 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t,
     }
     pending.binary = true;
     pending.part = part;
-    t.slot_bytes = part.size();
-    bin.rest.remove_prefix(n);
+    t.slot_bytes = static_cast<size_t>(n);
+    if (bin.pass != nullptr) {
+      bin.rest_size -= n;
+    } else {
+      bin.rest.remove_prefix(n);
+    }
     return absl::OkStatus();
   }
 
@@ -566,7 +603,8 @@ absl::Status decodeOutputs(element el, InferRequest& req) {
 }
 
 absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& req,
-                               const backends::InputPlacer* place) {
+                               const backends::InputPlacer* place,
+                               const InferAdmission* admit = nullptr) {
   object obj;
   if (root.get_object().get(obj)) return invalid("request body must be a JSON object");
   element inputs_el, outputs_el, params_el;
@@ -602,23 +640,38 @@ absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& re
   for (element in : inputs) {
     absl::Status s = decodeInput(in, i, bin, req.inputs[i], pending[i]);
     if (!s.ok()) return s;
+    if (bin.pass != nullptr && bin.pass->needs_bytes) return absl::OkStatus();
     ++i;
   }
-  if (!bin.rest.empty()) {
-    return invalid(fmt::format("{} bytes after the JSON header are not claimed by any input's "
-                               "binary_data_size",
-                               bin.rest.size()));
+  if (bin.pass != nullptr) {
+    bin.pass->inputs_done = true;
+    if (bin.length_known && bin.rest_size != 0) return unclaimedBytes(bin.rest_size);
+  } else if (!bin.rest.empty()) {
+    return unclaimedBytes(bin.rest.size());
   }
   if (has_outputs) {
     absl::Status s = decodeOutputs(outputs_el, req);
     if (!s.ok()) return s;
   }
+  if (bin.pass != nullptr && admit != nullptr && *admit) {
+    // Refuse before copying: nothing is placed or written for a refused request.
+    absl::Status a = (*admit)(req);
+    if (!a.ok()) {
+      bin.pass->refused = std::move(a);
+      return absl::OkStatus();
+    }
+  }
   return placeAndWrite(req, pending, place);
 }
 
 // Inference-Header-Content-Length: 0 -- the body is the model's single input, batch 1.
+// Streamed (`pass` set): the body of `body_size` bytes arrives later (`body` is empty); a BYTES
+// input needs its bytes (pass->needs_bytes), and `admit` runs before placement.
 absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig& model,
-                             InferRequest& req, const backends::InputPlacer* place) {
+                             InferRequest& req, const backends::InputPlacer* place,
+                             InferHeaderPass* pass = nullptr, uint64_t body_size = 0,
+                             const InferAdmission* admit = nullptr) {
+  if (pass == nullptr) body_size = body.size();
   if (model.inputs.size() != 1) {
     return invalid(fmt::format("a raw binary request (Inference-Header-Content-Length: 0) needs a "
                                "model with exactly one input; model '{}' has {}",
@@ -648,17 +701,21 @@ absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig&
   uint64_t elements = 0;
   const size_t elem_size = backends::dataTypeSize(t.dtype);
   if (t.dtype == DataType::kBytes) {
+    if (pass != nullptr) {
+      pass->needs_bytes = true;
+      return absl::OkStatus();
+    }
     std::string why;
     if (!scanBytesLayout(body, elements, why)) {
       return invalid(fmt::format("raw binary request: input '{}': {}", spec.name, why));
     }
   } else {
-    if (body.size() % elem_size != 0) {
+    if (body_size % elem_size != 0) {
       return invalid(fmt::format("raw binary request: body of {} bytes is not a whole number of "
                                  "{} elements for input '{}'",
-                                 body.size(), backends::dataTypeName(t.dtype), spec.name));
+                                 body_size, backends::dataTypeName(t.dtype), spec.name));
     }
-    elements = body.size() / elem_size;
+    elements = body_size / elem_size;
   }
   if (var >= 0) {
     if (fixed == 0 ? elements != 0 : elements % fixed != 0) {
@@ -672,12 +729,23 @@ absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig&
                                "body holds {}",
                                spec.name, backends::shapeToString(t.shape), fixed, elements));
   }
-  t.slot_bytes = body.size();
+  t.slot_bytes = static_cast<size_t>(body_size);
   req.inputs.push_back(std::move(t));
   req.binary_data_output = true;
   PendingInputs pending(1);
   pending[0].binary = true;
   pending[0].part = body;
+  if (pass != nullptr) {
+    pass->binary.push_back({0, body_size});
+    pass->inputs_done = true;
+    if (admit != nullptr && *admit) {
+      absl::Status a = (*admit)(req);
+      if (!a.ok()) {
+        pass->refused = std::move(a);
+        return absl::OkStatus();
+      }
+    }
+  }
   return placeAndWrite(req, pending, place);
 }
 
@@ -826,23 +894,88 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
                             nullptr);
 }
 
+namespace {
+
+// The JSON header parse shared by both decoders. The parser copies the JSON into its own padded
+// buffer (reused): the body view has no guaranteed padding, and that copy is of the JSON part
+// only. `big` holds the parser of a header over kRetainedParserCapacity.
+absl::Status parseJson(std::string_view json, std::optional<simdjson::dom::parser>& big,
+                       element& root) {
+  thread_local simdjson::dom::parser tl_parser;
+  simdjson::dom::parser* parser = &tl_parser;
+  if (json.size() > kRetainedParserCapacity) parser = &big.emplace();
+  if (auto err = parser->parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root)) {
+    return invalid(fmt::format("malformed JSON request body: {}", simdjson::error_message(err)));
+  }
+  return absl::OkStatus();
+}
+
+void initRequest(InferRequest& req, std::string_view model_name, std::string_view model_version) {
+  req.model_name.assign(model_name);
+  req.model_version.assign(model_version);
+  req.protocol = net::Protocol::kHttpKserve;
+}
+
+}  // namespace
+
+void decodeInferHeader(std::string_view json, uint64_t binary_bytes, bool length_known,
+                       const backends::ModelConfig& model, std::string_view model_name,
+                       std::string_view model_version, const InferAdmission* admit,
+                       const backends::InputPlacer* place, InferRequest& req,
+                       InferHeaderPass& pass) {
+  initRequest(req, model_name, model_version);
+  (void)model;
+  BinaryCursor bin;
+  bin.enabled = true;
+  bin.pass = &pass;
+  bin.length_known = length_known;
+  bin.rest_size = binary_bytes;
+  std::optional<simdjson::dom::parser> big_parser;
+  element root;
+  pass.error = parseJson(json, big_parser, root);
+  if (!pass.error.ok()) return;
+  pass.error = decodeJsonRequest(root, bin, req, place, admit);
+  pass.error_after_inputs = pass.inputs_done;
+}
+
+void decodeRawBinaryHeader(uint64_t body_bytes, const backends::ModelConfig& model,
+                           std::string_view model_name, std::string_view model_version,
+                           const InferAdmission* admit, const backends::InputPlacer* place,
+                           InferRequest& req, InferHeaderPass& pass) {
+  initRequest(req, model_name, model_version);
+  pass.error = decodeRawBinary({}, model, req, place, &pass, body_bytes, admit);
+  pass.error_after_inputs = pass.inputs_done;
+}
+
+absl::Status finishInferHeader(const InferHeaderPass& pass, const InferRequest& req,
+                               uint64_t received) {
+  uint64_t rest = received;
+  for (const InferHeaderPass::Binary& b : pass.binary) {
+    if (b.size > rest) return binaryOverrun(req.inputs[b.input].name, b.size, rest);
+    rest -= b.size;
+  }
+  if (!pass.error.ok() && !pass.error_after_inputs) return pass.error;
+  if (rest != 0) return unclaimedBytes(rest);
+  return pass.error;
+}
+
+absl::Status headerLengthExceedsBody(uint64_t header_length, uint64_t body_length) {
+  return invalid(fmt::format("Inference-Header-Content-Length {} exceeds the body length {}",
+                             header_length, body_length));
+}
+
 absl::StatusOr<backends::InferRequest> decodeInferRequest(
     std::string_view body, std::optional<size_t> inference_header_length,
     const backends::ModelConfig& model, std::string_view model_name,
     std::string_view model_version, const backends::InputPlacer* place) {
   InferRequest req;
-  req.model_name.assign(model_name);
-  req.model_version.assign(model_version);
-  req.protocol = net::Protocol::kHttpKserve;
+  initRequest(req, model_name, model_version);
 
   std::string_view json = body;
   BinaryCursor bin;
   if (inference_header_length) {
     const size_t len = *inference_header_length;
-    if (len > body.size()) {
-      return invalid(fmt::format("Inference-Header-Content-Length {} exceeds the body length {}",
-                                 len, body.size()));
-    }
+    if (len > body.size()) return headerLengthExceedsBody(len, body.size());
     if (len == 0) {
       absl::Status s = decodeRawBinary(body, model, req, place);
       if (!s.ok()) return s;
@@ -853,16 +986,9 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
     bin.rest = body.substr(len);
   }
 
-  // The parser copies the JSON into its own padded buffer (reused): the body view has no
-  // guaranteed padding, and that copy is of the JSON part only.
-  thread_local simdjson::dom::parser tl_parser;
   std::optional<simdjson::dom::parser> big_parser;
-  simdjson::dom::parser* parser = &tl_parser;
-  if (json.size() > kRetainedParserCapacity) parser = &big_parser.emplace();
   element root;
-  if (auto err = parser->parse(json.data(), json.size(), /*realloc_if_needed=*/true).get(root)) {
-    return invalid(fmt::format("malformed JSON request body: {}", simdjson::error_message(err)));
-  }
+  if (absl::Status s = parseJson(json, big_parser, root); !s.ok()) return s;
   absl::Status s = decodeJsonRequest(root, bin, req, place);
   if (!s.ok()) return s;
   return req;

@@ -7,10 +7,13 @@
 // Threading: callable from any thread (a thread_local simdjson parser is reused).
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "backends/model.h"
 #include "backends/tensor.h"
@@ -46,6 +49,58 @@ absl::StatusOr<backends::InferRequest> decodeInferRequest(
     std::string_view body, std::optional<size_t> inference_header_length,
     const backends::ModelConfig& model, std::string_view model_name,
     std::string_view model_version, const backends::InputPlacer* place);
+
+// ---- Streaming decode (frontend/kserve_body_stream.h): the same decoder, run on the JSON
+// header alone while the binary part is still arriving. Together with finishInferHeader it gives
+// exactly the request or error decodeInferRequest gives for the whole body.
+
+// Refuse before copying: called after the header pass and before placement; a non-OK status
+// (the model's admission answer) is kept in InferHeaderPass::refused and nothing is placed.
+using InferAdmission = std::function<absl::Status(backends::InferRequest&)>;
+
+struct InferHeaderPass {
+  struct Binary {
+    uint32_t input;  // index in InferRequest::inputs
+    uint64_t size;   // binary_data_size: the bytes that follow for it, in this order
+  };
+  // The binary inputs whose size check ran, in input (and body) order. When the pass succeeds
+  // they are placed (Tensor::slot, or Tensor::data sized) and the caller writes each one's bytes
+  // into Tensor::mutableBytes() as they arrive.
+  absl::InlinedVector<Binary, 4> binary;
+  // The first error in decodeInferRequest's order that the header alone decides (ok: none).
+  absl::Status error;
+  // `error` comes after the inputs' pass (outputs, JSON data): the unclaimed-bytes check of an
+  // unknown-length body goes first (finishInferHeader).
+  bool error_after_inputs = false;
+  bool inputs_done = false;  // internal: the inputs' pass completed
+  // A binary BYTES input (its layout is checked on its bytes): nothing was placed; the caller
+  // assembles the body and runs decodeInferRequest on all of it.
+  bool needs_bytes = false;
+  // The admission refusal (InferAdmission): nothing was placed.
+  absl::Status refused;
+};
+
+// Header pass of a binary-extension request: `json` is its JSON header (the
+// Inference-Header-Content-Length bytes); `binary_bytes` the length of what follows when
+// `length_known` (Content-Length - header length), else (chunked) the most it may be (the body
+// limit: sizes over it are never placed). On success with no refusal and no
+// needs_bytes, the inputs are placed and JSON "data" inputs written; `req` holds the request.
+void decodeInferHeader(std::string_view json, uint64_t binary_bytes, bool length_known,
+                       const backends::ModelConfig& model, std::string_view model_name,
+                       std::string_view model_version, const InferAdmission* admit,
+                       const backends::InputPlacer* place, backends::InferRequest& req,
+                       InferHeaderPass& pass);
+// The same for a raw binary body (Inference-Header-Content-Length: 0) of `body_bytes` bytes.
+void decodeRawBinaryHeader(uint64_t body_bytes, const backends::ModelConfig& model,
+                           std::string_view model_name, std::string_view model_version,
+                           const InferAdmission* admit, const backends::InputPlacer* place,
+                           backends::InferRequest& req, InferHeaderPass& pass);
+// After the body: the verdict decodeInferRequest would give, `received` being the bytes that
+// followed the header (ok: `req` is the decoded request once the caller wrote them).
+absl::Status finishInferHeader(const InferHeaderPass& pass, const backends::InferRequest& req,
+                               uint64_t received);
+// decodeInferRequest's error for a header length over the body's.
+absl::Status headerLengthExceedsBody(uint64_t header_length, uint64_t body_length);
 
 struct EncodedInferResponse {
   std::string body;

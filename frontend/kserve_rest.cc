@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "frontend/kserve_body_stream.h"
 #include "frontend/kserve_json.h"
 #include "net/session.h"
 #include "frontend/tfserving_rest.h"
@@ -150,6 +151,48 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
   return finish(-1, errorResponse(404, "not found: " + std::string(path)));
 }
 
+std::unique_ptr<HttpBodyReader> KServeRestHandler::startBody(HttpRequest& head,
+                                                              const HttpBodyInfo& body) {
+  // The same routing handle() does; anything it would not decode is assembled as before.
+  if (head.method != "POST") return nullptr;
+  ModelPath mp;
+  if (!parseModelPath(head.path(), mp) || mp.suffix != "infer") return nullptr;
+  backends::Model* model = registry_.find(mp.name, mp.version);
+  if (model == nullptr || !model->ready() || (head.tag && head.tag->refused())) return nullptr;
+  std::optional<size_t> header_len;
+  if (const std::string* h = head.header("inference-header-content-length")) {
+    header_len = parseSize(*h);
+    if (!header_len) return nullptr;  // handle() answers 400
+  }
+  KServeBodyStream::Priority prio;
+  prio.trusted = head.priority_trusted;
+  prio.fallback = resolvePriority(
+      0, head.header(kPriorityHeader),
+      head.tag ? std::optional<int>(head.tag->priority_class) : std::nullopt,
+      model->priorityLevels(), head.priority_trusted);
+  if (header_len && *header_len > 0) {
+    return KServeBodyStream::binary(*model, *header_len, body.content_length, body.max_body,
+                                    std::move(prio));
+  }
+  if (header_len && body.content_length) {
+    if (std::unique_ptr<KServeBodyStream> s =
+            KServeBodyStream::raw(*model, *body.content_length, prio)) {
+      return s;
+    }
+  }
+  // Assembled (JSON, or a raw body of unknown length or of BYTES): still refused before the
+  // body is buffered. A JSON body's own "priority" parameter may raise a trusted client's
+  // priority, so that client is checked at the highest level (1) here.
+  if (!prio.fallback.ok()) return nullptr;  // handle() answers the bad header
+  const int64_t level = prio.trusted && !header_len && model->priorityLevels() > 0
+                            ? int64_t{1}
+                            : *prio.fallback;
+  if (absl::Status st = model->admission(level); !st.ok()) {
+    return KServeBodyStream::refusal(std::move(st));
+  }
+  return nullptr;
+}
+
 void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int model_index,
                               HttpRespond respond) {
   const uint64_t start = request.received_ns;
@@ -182,13 +225,21 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     }
   }
   const backends::ModelConfig& cfg = model.config();
-  // One copy: the decoder writes the tensors from the request body (the bytes the HTTP/1.1
-  // parser assembled) straight into the model's batch slots.
-  const backends::InputPlacer place = [&model](backends::InferRequest& r) {
-    return model.placeInputs(r);
-  };
-  absl::StatusOr<backends::InferRequest> req =
-      decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version, &place);
+  absl::StatusOr<backends::InferRequest> req;
+  if (request.body_reader) {
+    // Streamed (startBody): decoded as the body arrived, straight into the model's slots; or
+    // refused by the model's admission before any tensor byte was copied.
+    bool refused = false;
+    req = static_cast<KServeBodyStream&>(*request.body_reader).finish(&refused);
+  } else {
+    // Assembled: the decoder writes the tensors from the body straight into the model's batch
+    // slots; the body's assembly was a first copy of its binary tensor bytes.
+    const backends::InputPlacer place = [&model](backends::InferRequest& r) {
+      return model.placeInputs(r);
+    };
+    req = decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version, &place);
+    if (req.ok() && header_len) req->received_copy_bytes = request.body.size() - *header_len;
+  }
   if (!req.ok()) {
     return finish(errorResponse(httpStatusFor(req.status()), std::string(req.status().message())));
   }

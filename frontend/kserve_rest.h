@@ -51,6 +51,13 @@ class KServeRestHandler : public HttpHandler {
   KServeRestHandler(const backends::ModelRegistry& registry, ServerInfo info,
                     ServerMetrics* metrics);
   void handle(HttpRequest&& request, HttpRespond respond) override;
+  // Streams the body of POST .../infer (frontend/kserve_body_stream.h): binary-extension
+  // bodies and raw binary bodies with a Content-Length are decoded as they arrive, straight
+  // into the model's slots; a request the model's admission refuses is answered with that
+  // refusal and its body discarded unread (JSON bodies too, checked with the highest priority
+  // the body could still ask for). Everything else (JSON bodies, chunked raw binary, TF Serving
+  // REST, other paths) is assembled as before (null).
+  std::unique_ptr<HttpBodyReader> startBody(HttpRequest& head, const HttpBodyInfo& body) override;
 
  private:
   void infer(HttpRequest&& request, backends::Model& model, int model_index, HttpRespond respond);

@@ -4,7 +4,11 @@ namespace infergate::frontend {
 
 ServerMetrics::ServerMetrics(common::MetricsRegistry& registry,
                              const std::vector<std::string>& models)
-    : registry_(registry), models_(models) {
+    : registry_(registry),
+      models_(models),
+      body_assembled_(&registry.counter(
+          "infergate_http_body_assembled_bytes_total",
+          "HTTP/1.1 request body bytes assembled into a buffer before decoding (not streamed).")) {
   requests_.resize(models.size() + 1);
   latency_.resize(models.size() + 1);
   for (size_t m = 0; m <= models.size(); ++m) {

@@ -28,6 +28,13 @@ class ServerMetrics {
   // A request rejected by a codec before routing (malformed, too large, timeout...).
   void recordParseError(std::string_view reason);
 
+  // HTTP/1.1 request body bytes assembled into a buffer before decoding (JSON bodies, and the
+  // binary bodies that cannot be streamed: docs/PROTOCOLS.md "HTTP/1.1 body streaming"):
+  // infergate_http_body_assembled_bytes_total. Tensor bytes among them are also counted as
+  // copies in the request's received_copy_bytes; JSON text is counted only here.
+  void recordBodyAssembled(uint64_t bytes) { body_assembled_->inc(bytes); }
+  uint64_t bodyAssembledBytes() const { return body_assembled_->value(); }
+
   int modelIndex(std::string_view name) const;
 
  private:
@@ -38,6 +45,7 @@ class ServerMetrics {
   std::vector<std::array<std::array<common::Counter*, kCodeSlots>, net::kProtocols>> requests_;
   // [model+1][protocol]
   std::vector<std::array<common::Histogram*, net::kProtocols>> latency_;
+  common::Counter* body_assembled_;
   std::mutex parse_mu_;  // only on the error path
   std::vector<std::pair<std::string, common::Counter*>> parse_errors_;
 };
