@@ -131,5 +131,72 @@ class TfServingRest(unittest.TestCase):
         self.assertEqual(parse(out)["name"], "identity")
 
 
+# A batched model (the dynamic batcher with batch slots), for the one-copy counters.
+ONE_COPY_CONFIG = harness.loopback_head() + """\
+logging: {level: info, access_log: false}
+models:
+""" + harness.model_yaml("batched", [4], 8, version="1", backend=True, extra="""\
+    dynamic_batching: {max_queue_delay_us: 0}
+""") + harness.model_yaml("batched16", [2], 8, datatype="INT16", version="1", backend=True,
+                          extra="""\
+    dynamic_batching: {max_queue_delay_us: 0}
+""")
+
+COPY_COUNTERS = ("request_bytes", "bytes_copied", "received_copy_bytes", "slot_bytes",
+                 "staged_bytes")
+
+
+class TfServingRestOneCopy(unittest.TestCase):
+    """Issue 16: a TF Serving REST predict to a batched model is decoded straight into the
+    batch slot: nothing is staged at dispatch and bytes_copied == request_bytes."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.gw = harness.Gateway(config_text=ONE_COPY_CONFIG)
+
+    @classmethod
+    def tearDownClass(cls):
+        assert cls.gw.stop() == 0
+
+    def counters(self, model):
+        text = self.gw.metrics()
+        return {n: harness.parse_metric(text, "infergate_batcher_%s_total" % n, model=model)
+                for n in COPY_COUNTERS}
+
+    def predict(self, model, body):
+        status, _, out = harness.http_request(self.gw.port, "POST",
+                                              "/v1/models/%s:predict" % model,
+                                              body=json.dumps(body).encode())
+        return status, out
+
+    def test_row_and_columnar_predict_is_one_copy(self):
+        cases = [
+            ("batched", {"instances": [[1.5, 2, 3, 4], [5, 6, 7, 8]]}, 2 * 4 * 4),
+            ("batched", {"inputs": [[0.25, -1, 2, 3]]}, 4 * 4),
+            ("batched", {"inputs": {"INPUT0": [[1, 2, 3, 4], [4, 3, 2, 1], [0, 0, 0, 0]]}},
+             3 * 4 * 4),
+            ("batched16", {"instances": [{"INPUT0": [1, -2]}, {"INPUT0": [300, 4]}]}, 2 * 2 * 2),
+        ]
+        for model, body, size in cases:
+            before = self.counters(model)
+            status, out = self.predict(model, body)
+            self.assertEqual(status, 200, out)
+            rows = body.get("instances") or body["inputs"]
+            if isinstance(rows, dict):
+                self.assertEqual(json.loads(out), {"outputs": rows["INPUT0"]})
+            elif isinstance(rows[0], dict):
+                self.assertEqual(json.loads(out)["predictions"], [r["INPUT0"] for r in rows])
+            else:
+                key = "predictions" if "instances" in body else "outputs"
+                self.assertEqual(json.loads(out), {key: rows})
+            after = self.counters(model)
+            d = {n: after[n] - before[n] for n in COPY_COUNTERS}
+            self.assertEqual(d["request_bytes"], size, (model, body, d))
+            self.assertEqual(d["slot_bytes"], size, (model, body, d))  # decoded into the slot
+            self.assertEqual(d["staged_bytes"], 0, (model, body, d))
+            self.assertEqual(d["received_copy_bytes"], 0, (model, body, d))
+            self.assertEqual(d["bytes_copied"], d["request_bytes"], (model, body, d))
+
+
 if __name__ == "__main__":
     harness.main()

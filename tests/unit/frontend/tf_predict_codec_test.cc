@@ -668,5 +668,46 @@ TEST(TfPredictCodec, BatchedModelDispatchesPlacedInputsWithoutStaging) {
   EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 40);  // one copy
 }
 
+// The callgrind figure of docs (issue 16): one 1 MiB tensor_content Predict decoded the former
+// way (libprotobuf parse, then Tensor::data; the batcher staged it once more at dispatch) and
+// the wire way (into a placed slot). Run by hand:
+//   valgrind --tool=callgrind --toggle-collect='*decodeOld*' --toggle-collect='*decodeWire*' \
+//     build/tests/unit_frontend_tf_predict_codec_test --gtest_also_run_disabled_tests \
+//     --gtest_filter='*DISABLED_OneMiBTensorContent*'
+__attribute__((noinline)) size_t decodeOld(const std::string& wire, const ModelConfig& cfg) {
+  InferRequest r;
+  if (!reference::decode(wire, cfg, r).ok()) return 0;
+  return r.inputs[0].data.size();
+}
+__attribute__((noinline)) size_t decodeWire(const std::string& wire, const ModelConfig& cfg,
+                                            uint8_t* slot) {
+  const backends::InputPlacer place = [slot](InferRequest& r) {
+    r.inputs[0].slot = slot;
+    return true;
+  };
+  PredictRequestScan scan;
+  InferRequest r;
+  if (!scanPredictRequest(wire, scan).ok() || !decodePredictInputs(scan, cfg, r, &place).ok()) {
+    return 0;
+  }
+  return r.inputs[0].byteSize();
+}
+
+TEST(TfPredictCodec, DISABLED_OneMiBTensorContent) {
+  ModelConfig cfg;
+  cfg.name = "m";
+  cfg.inputs = {{"IN", DataType::kUint8, {-1}}};
+  tensorflow::serving::PredictRequest pr;
+  pr.mutable_model_spec()->set_name("m");
+  tensorflow::TensorProto& t = (*pr.mutable_inputs())["IN"];
+  t.set_dtype(tensorflow::DT_UINT8);
+  t.mutable_tensor_shape()->add_dim()->set_size(1 << 20);
+  t.set_tensor_content(std::string(1 << 20, 'x'));
+  const std::string wire = pr.SerializeAsString();
+  std::vector<uint8_t> slot(1 << 20);
+  EXPECT_EQ(decodeOld(wire, cfg), 1u << 20);
+  EXPECT_EQ(decodeWire(wire, cfg, slot.data()), 1u << 20);
+}
+
 }  // namespace
 }  // namespace infergate::frontend
