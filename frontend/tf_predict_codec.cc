@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <optional>
+#include <unordered_map>
 
 #include "common/checked.h"
 #include "common/protowire.h"
@@ -137,32 +138,24 @@ bool scanTensor(std::string_view v, TfTensorView& t) {
         if (!in.skipField(tag)) return false;
         continue;
       }
-      TfTensorView::Piece p;
-      if (!in.readView(p.packed)) return false;
-      p.is_packed = true;
-      t.values[k].push_back(p);
+      std::string_view element;
+      if (!in.readView(element)) return false;
       ++t.counts[k];
+      t.string_bytes = common::saturatingAdd(t.string_bytes, 4 + uint64_t{element.size()});
       continue;
     }
     if (k >= 0 && wt == kLen) {  // packed run
-      TfTensorView::Piece p;
-      if (!in.readView(p.packed)) return false;
-      const std::optional<uint64_t> n = packedCount(p.packed, kValueFields[k].wire_type);
+      std::string_view packed;
+      if (!in.readView(packed)) return false;
+      const std::optional<uint64_t> n = packedCount(packed, kValueFields[k].wire_type);
       if (!n) return false;
-      if (k < kKeptValueFields && *n > 0) {
-        p.is_packed = true;
-        t.values[k].push_back(p);
-        t.counts[k] += *n;
-      }
+      if (k < kKeptValueFields) t.counts[k] += *n;
       continue;
     }
     if (k >= 0 && wt == kValueFields[k].wire_type) {  // one unpacked element
-      TfTensorView::Piece p;
-      if (!readElement(in, wt, p.single)) return false;
-      if (k < kKeptValueFields) {
-        t.values[k].push_back(p);
-        ++t.counts[k];
-      }
+      uint64_t bits = 0;
+      if (!readElement(in, wt, bits)) return false;
+      if (k < kKeptValueFields) ++t.counts[k];
       continue;
     }
     if (!in.skipField(tag)) return false;  // unknown, or a known number of another wire type
@@ -222,6 +215,7 @@ bool scanEntry(std::string_view v, TfTensorView& t) {
     } else if (f == 2 && wt == kLen) {
       std::string_view value;
       if (!in.readView(value) || !scanTensor(value, t)) return false;
+      t.messages.push_back(value);
     } else if (!in.skipField(tag)) {
       return false;
     }
@@ -280,45 +274,72 @@ void storeElement(uint64_t bits, uint8_t* dst) {
   std::memcpy(dst, &v, sizeof(Out));
 }
 
+// Calls f(bits) or, for a packed fixed-width run of the storage's width, run(bytes), for the
+// elements of value field `k` in wire order, reading them again from the value's messages (the
+// scan checked them); stops when f returns false.
+template <typename F, typename Run>
+void forEachElement(const TfTensorView& tv, int k, F&& f, Run&& run) {
+  const uint32_t field = kValueFields[k].field, ewt = kValueFields[k].wire_type;
+  for (std::string_view m : tv.messages) {
+    protowire::Input in(m);
+    for (uint32_t tag; (tag = in.readTag()) != 0;) {
+      const uint32_t wt = protowire::tagWireType(tag);
+      if (protowire::tagField(tag) != field || (wt != kLen && wt != ewt)) {
+        in.skipField(tag);
+        continue;
+      }
+      if (wt == kLen) {  // a packed run, or one string_val element
+        std::string_view packed;
+        in.readView(packed);
+        if (!run(packed)) return;
+        continue;
+      }
+      uint64_t bits = 0;
+      readElement(in, wt, bits);
+      if (!f(bits)) return;
+    }
+  }
+}
+
 // Writes the `n` elements of the dtype's value field into `dst` (n == the field's count, or the
 // broadcast count when it holds one value).
 template <typename Tag>
 void writeTyped(const TfTensorView& tv, uint64_t n, uint8_t* dst) {
   using Out = typename Tag::Storage;
   const int k = valueFieldOf(Tag::value);
-  const uint32_t wt = kValueFields[k].wire_type;
-  const std::vector<TfTensorView::Piece>& pieces = tv.values[k];
-  if (n != tv.counts[k]) {  // one value over the shape
-    uint64_t bits = pieces.front().single;
-    if (pieces.front().is_packed) {
-      protowire::Input pin(pieces.front().packed);
-      readElement(pin, wt, bits);
+  const uint32_t ewt = kValueFields[k].wire_type;
+  const size_t width = ewt == kFixed32 ? 4 : 8;
+  const bool raw = ewt != kVarint && width == sizeof(Out);  // packed runs are the slot's layout
+  const auto unpack = [&](std::string_view packed, auto&& f) {
+    protowire::Input pin(packed);
+    while (!pin.atEnd()) {
+      uint64_t bits = 0;
+      readElement(pin, ewt, bits);
+      if (!f(bits)) return false;
     }
+    return true;
+  };
+  if (n != tv.counts[k]) {  // one value over the shape
     uint8_t one[sizeof(Out)];
-    storeElement<Tag>(bits, one);
+    const auto first = [&](uint64_t bits) {
+      storeElement<Tag>(bits, one);
+      return false;
+    };
+    forEachElement(tv, k, first, [&](std::string_view p) { return unpack(p, first); });
     for (uint64_t i = 0; i < n; ++i) std::memcpy(dst + i * sizeof(Out), one, sizeof(Out));
     return;
   }
-  for (const TfTensorView::Piece& p : pieces) {
-    if (!p.is_packed) {
-      storeElement<Tag>(p.single, dst);
-      dst += sizeof(Out);
-      continue;
-    }
-    if (wt != kVarint && (wt == kFixed32 ? 4 : 8) == sizeof(Out)) {
-      // Little-endian fixed-width elements are already the slot's layout: one memcpy.
-      std::memcpy(dst, p.packed.data(), p.packed.size());
-      dst += p.packed.size();
-      continue;
-    }
-    protowire::Input pin(p.packed);
-    while (!pin.atEnd()) {
-      uint64_t bits = 0;
-      readElement(pin, wt, bits);  // checked by the scan
-      storeElement<Tag>(bits, dst);
-      dst += sizeof(Out);
-    }
-  }
+  const auto store = [&](uint64_t bits) {
+    storeElement<Tag>(bits, dst);
+    dst += sizeof(Out);
+    return true;
+  };
+  forEachElement(tv, k, store, [&](std::string_view packed) {
+    if (!raw) return unpack(packed, store);
+    if (!packed.empty()) std::memcpy(dst, packed.data(), packed.size());  // one memcpy
+    dst += packed.size();
+    return true;
+  });
 }
 
 // What the header pass decided for one input.
@@ -354,15 +375,9 @@ absl::Status planInput(const TfTensorView& tv, const backends::ModelConfig& cfg,
     return absl::OkStatus();
   }
   const int k = valueFieldOf(*dt);
-  if (*dt == DataType::kBytes) {
-    uint64_t bytes = 0;
-    for (const TfTensorView::Piece& p : tv.values[k]) {
-      if (!common::checkedAdd<uint64_t>(bytes, 4 + uint64_t{p.packed.size()}, bytes)) {
-        return absl::InvalidArgumentError("input '" + name + "': string_val too large");
-      }
-    }
+  if (*dt == DataType::kBytes) {  // each element is at most 3x its >= 2 wire bytes: no overflow
     plan.elements = tv.counts[k];
-    t.slot_bytes = bytes;
+    t.slot_bytes = tv.string_bytes;
     return absl::OkStatus();
   }
   const uint64_t count = backends::elementCount(t.shape).value_or(0);
@@ -391,12 +406,13 @@ void writeInput(const Plan& plan, backends::Tensor& t) {
   backends::visitDataType(t.dtype, [&](auto tag) {
     using Tag = decltype(tag);
     if constexpr (Tag::kIsBytes) {
-      for (const TfTensorView::Piece& p : tv.values[kString]) {
-        const uint32_t len = static_cast<uint32_t>(p.packed.size());
+      forEachElement(tv, kString, [](uint64_t) { return true; }, [&](std::string_view s) {
+        const uint32_t len = static_cast<uint32_t>(s.size());
         std::memcpy(dst, &len, 4);
-        if (len != 0) std::memcpy(dst + 4, p.packed.data(), len);
+        if (len != 0) std::memcpy(dst + 4, s.data(), len);
         dst += 4 + size_t{len};
-      }
+        return true;
+      });
     } else {
       writeTyped<Tag>(tv, plan.elements, dst);
     }
@@ -418,6 +434,8 @@ std::string_view tfDataTypeName(int32_t dtype) {
 absl::Status scanPredictRequest(std::string_view wire, PredictRequestScan& out) {
   out = PredictRequestScan{};
   int64_t version = 0;
+  constexpr size_t kIndexFrom = 16;
+  std::unordered_map<std::string_view, size_t> index;  // key -> out.inputs, from kIndexFrom keys
   protowire::Input in(wire);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
@@ -428,15 +446,26 @@ absl::Status scanPredictRequest(std::string_view wire, PredictRequestScan& out) 
       if (!in.readView(v)) return parseError();
       TfTensorView entry;
       if (!scanEntry(v, entry)) return parseError();
-      bool replaced = false;
-      for (TfTensorView& e : out.inputs) {
-        if (e.name == entry.name) {  // the last entry of a key wins
-          e = std::move(entry);
-          replaced = true;
-          break;
+      // The last entry of a key wins. Keys are indexed once there are many (a hostile message
+      // of a million small entries must not cost a million squared comparisons).
+      size_t at = out.inputs.size();
+      if (!index.empty()) {
+        if (auto it = index.find(entry.name); it != index.end()) at = it->second;
+      } else {
+        for (size_t i = 0; i < out.inputs.size(); ++i) {
+          if (out.inputs[i].name == entry.name) at = i;
         }
       }
-      if (!replaced) out.inputs.push_back(std::move(entry));
+      if (at < out.inputs.size()) {
+        out.inputs[at] = std::move(entry);
+      } else {
+        out.inputs.push_back(std::move(entry));
+        if (!index.empty()) {
+          index.emplace(out.inputs.back().name, at);
+        } else if (out.inputs.size() == kIndexFrom) {
+          for (size_t i = 0; i < out.inputs.size(); ++i) index.emplace(out.inputs[i].name, i);
+        }
+      }
     } else if (f == 3 && wt == kLen) {
       if (!in.readView(v) || !utf8(v)) return parseError();
       out.output_filter.push_back(v);

@@ -49,21 +49,17 @@ struct PredictModelSpec {
   std::string signature_name;
 };
 
-// One TensorProto of the inputs map, as views into the message.
+// One TensorProto of the inputs map, as views into the message. The typed values are not
+// kept element by element (a hostile message of one-byte unpacked elements would make the scan
+// several times its size): only their counts; the write pass reads them again from `messages`.
 struct TfTensorView {
-  // The typed value fields (index: kTfValueField*), each a list of pieces in wire order: a
-  // packed run (`packed` non-empty or is_packed) or one unpacked element (`single`).
-  struct Piece {
-    std::string_view packed;  // packed payload; for string_val: the element
-    uint64_t single = 0;      // an unpacked element's raw bits (varint / fixed32 / fixed64)
-    bool is_packed = false;
-  };
   std::string_view name;  // the map key
   int32_t dtype = 0;
   std::vector<int64_t> shape;
-  std::string_view content;  // tensor_content (last occurrence)
-  std::array<std::vector<Piece>, 9> values;
-  std::array<uint64_t, 9> counts{};  // elements per value field
+  std::string_view content;                // tensor_content (last occurrence)
+  std::vector<std::string_view> messages;  // the value's TensorProto bytes (several: merged)
+  std::array<uint64_t, 9> counts{};        // elements per typed value field
+  uint64_t string_bytes = 0;               // string_val as BYTES elements (4 + length each)
 };
 
 struct PredictRequestScan {

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <memory>
@@ -666,6 +667,46 @@ TEST(TfPredictCodec, BatchedModelDispatchesPlacedInputsWithoutStaging) {
   EXPECT_EQ(sample("infergate_batcher_staged_bytes_total{model=\"m\"}"), 0);
   EXPECT_EQ(sample("infergate_batcher_request_bytes_total{model=\"m\"}"), 40);
   EXPECT_EQ(sample("infergate_batcher_bytes_copied_total{model=\"m\"}"), 40);  // one copy
+}
+
+// Hostile sizes: many small map entries are indexed (not compared pairwise), and a million
+// one-byte unpacked values are counted, not kept one by one, then written from the message.
+TEST(TfPredictCodec, ManyEntriesAndUnpackedValuesStayLinear) {
+  std::string wire;
+  pw::putString(wire, 1, std::string("\n\x03" "all", 5));
+  for (int i = 0; i < 200000; ++i) {
+    std::string entry;
+    pw::putString(entry, 1, "k" + std::to_string(i));
+    pw::putString(wire, 2, entry);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  PredictRequestScan scan;
+  ASSERT_TRUE(scanPredictRequest(wire, scan).ok());
+  EXPECT_EQ(scan.inputs.size(), 200000u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+
+  const ModelConfig cfg = allTypes(0);
+  std::string tensor;
+  pw::putVarintField(tensor, 1, 6);  // DT_INT8
+  std::string shape, dim;
+  pw::putVarintField(dim, 1, 500000);
+  pw::putString(shape, 2, dim);
+  dim.clear();
+  pw::putVarintField(dim, 1, 2);
+  pw::putString(shape, 2, dim);
+  pw::putString(tensor, 2, shape);
+  for (int i = 0; i < 1000000; ++i) pw::putVarintField(tensor, 7, static_cast<uint64_t>(i % 100));
+  std::string entry;
+  pw::putString(entry, 1, "INT8");
+  pw::putString(entry, 2, tensor);
+  std::string req;
+  pw::putString(req, 1, std::string("\n\x03" "all", 5));
+  pw::putString(req, 2, entry);
+  Outcome o = decodeNew(req, cfg);
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  ASSERT_EQ(o.req.inputs[0].data.size(), 1000000u);
+  EXPECT_EQ(o.req.inputs[0].data[999999], 99);
+  ASSERT_NO_FATAL_FAILURE(expectSame(req, cfg));
 }
 
 // The callgrind figure of docs (issue 16): one 1 MiB tensor_content Predict decoded the former
