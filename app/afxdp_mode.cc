@@ -110,6 +110,9 @@ constexpr CounterField kTcpCounters[] = {
     {"output_process_closes", &tcp::TcpCounters::output_process_closes},
     {"output_discarded_bytes", &tcp::TcpCounters::output_discarded_bytes},
     {"output_read_pauses", &tcp::TcpCounters::output_read_pauses},
+    {"ooo_frames_held", &tcp::TcpCounters::ooo_frames_held_total},
+    {"ooo_held_bytes_delivered", &tcp::TcpCounters::ooo_held_bytes_delivered},
+    {"ooo_hold_fallbacks", &tcp::TcpCounters::ooo_hold_fallbacks},
 };
 
 uint64_t relaxed(const uint64_t& v) {
@@ -135,6 +138,19 @@ void renderMetrics(MetricsView& view, std::string& out) {
                          std::string(tcp::dropReasonName(static_cast<tcp::DropReason>(r))),
                          relaxed(c.drops[r]));
   }
+  // Receive-side copies in userspace (docs/TCP.md "Out-of-order data in its frames").
+  out += "# TYPE infergate_tcp_rx_copied_bytes_total counter\n";
+  for (size_t q = 0; q < view.reactors.size(); ++q) {
+    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
+    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"ooo\"}} {}\n", q,
+                       relaxed(c.rx_copied_ooo_bytes));
+    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"paused\"}} {}\n",
+                       q, relaxed(c.rx_copied_paused_bytes));
+  }
+  out += "# TYPE infergate_tcp_ooo_frames_held gauge\n";
+  for (size_t q = 0; q < view.reactors.size(); ++q)
+    out += fmt::format("infergate_tcp_ooo_frames_held{{queue=\"{}\"}} {}\n", q,
+                       relaxed(view.reactors[q]->tcpCounters().ooo_frames_held));
   out += "# TYPE infergate_tcp_connections gauge\n";
   for (size_t q = 0; q < view.reactors.size(); ++q) {
     const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
@@ -149,6 +165,10 @@ void renderMetrics(MetricsView& view, std::string& out) {
                        view.devices[q]->zeroCopy() ? 1 : 0);
   std::vector<dataplane::xsk::XskStats> st;
   for (XskDevice* d : view.devices) st.push_back(d->statsWithKernel());
+  out += "# TYPE infergate_afxdp_rx_frames_outstanding gauge\n";
+  for (size_t q = 0; q < st.size(); ++q)
+    out += fmt::format("infergate_afxdp_rx_frames_outstanding{{queue=\"{}\"}} {}\n", q,
+                       relaxed(st[q].rx_outstanding));
   auto emit = [&](const char* name, uint64_t dataplane::xsk::XskStats::*f) {
     out += fmt::format("# TYPE infergate_afxdp_{}_total counter\n", name);
     for (size_t q = 0; q < st.size(); ++q)
@@ -375,6 +395,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       so.queue = static_cast<uint32_t>(q);
       so.rx_frames = o.frames;
       so.tx_frames = o.frames;
+      // Spare rx frames for out-of-order segments the stack holds (TcpOptions::max_held_frames).
+      so.hold_frames = tcp::TcpOptions{}.max_held_frames;
       so.zero_copy = zc;
       so.metadata = true;
       so.xskmap_fd = filter.xskMapFd();

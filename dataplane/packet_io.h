@@ -5,9 +5,13 @@
 // only user.
 //
 // Ownership: frames returned by rxBurst() belong to the device's memory (UMEM, mbuf pool) and
-// stay valid until the caller hands them back with rxRelease(); the caller never keeps a
-// pointer into them after that (the TCP stack copies what it must hold: out-of-order data and
-// data the session is not reading). A frame obtained with txAlloc() belongs to the caller
+// stay valid until the caller hands them back with rxRelease(). The caller may hand them back
+// in any order, any subset at a time, and keep some past the burst: up to rxHoldBudget()
+// frames at once may be held that way without starving reception (the device keeps that many
+// spare frames, so its fill ring stays supplied while they are held; the TCP stack holds
+// out-of-order segments in their frames this way instead of copying them). Every frame is
+// released exactly once; the caller never keeps a pointer into a frame after releasing it. A
+// frame obtained with txAlloc() belongs to the caller
 // until it is passed to txBurst(), which hands it to the device for good (the device frees it
 // when the NIC completes it). txFlush() tells the device that a batch is complete; a device
 // with need_wakeup kicks the kernel only when its ring asks.
@@ -33,8 +37,12 @@ class PacketDevice {
   virtual ~PacketDevice() = default;
   // Up to `max` received frames into `frames`; returns how many.
   virtual size_t rxBurst(Frame* frames, size_t max) = 0;
-  // Gives received frames back to the device (refills its fill ring).
+  // Gives received frames back to the device (refills its fill ring); any subset of the
+  // frames received so far, each exactly once.
   virtual void rxRelease(const Frame* frames, size_t n) = 0;
+  // How many received frames the caller may keep past rxBurst() at once (spare frames the
+  // device has beyond what it keeps in reception); 0: release every frame after its burst.
+  virtual uint32_t rxHoldBudget() const { return 0; }
   // A free transmit buffer of at least mtu()+14 bytes; false when none is free right now
   // (completion ring not yet reaped, pool exhausted): the caller retries later.
   virtual bool txAlloc(Frame* frame) = 0;

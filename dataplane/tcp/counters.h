@@ -95,6 +95,17 @@ struct TcpCounters {
   uint64_t output_process_closes = 0;  // reset: the process output budget would be exceeded
   uint64_t output_discarded_bytes = 0; // queued bytes never acknowledged by a connection that ended
   uint64_t output_read_pauses = 0;     // delivery paused because the send buffer piled up
+  // Receive copies (docs/TCP.md "Out-of-order data in its frames"). In-order data that can be
+  // delivered goes from the frame to the session; out-of-order segments are held in their
+  // received frames (PacketDevice::rxHoldBudget) and delivered from there once the hole fills.
+  uint64_t ooo_frames_held = 0;          // gauge: frames held for out-of-order data right now
+  uint64_t ooo_frames_held_total = 0;    // frames ever held
+  uint64_t ooo_held_bytes_delivered = 0; // bytes given to sessions straight from held frames
+  uint64_t ooo_hold_fallbacks = 0;       // out-of-order segments copied because no frame could
+                                         // be held (stack or connection bound, device budget)
+  uint64_t rx_copied_ooo_bytes = 0;      // bytes copied into receive buffers for reordering
+  uint64_t rx_copied_paused_bytes = 0;   // bytes copied because the session was not reading
+                                         // (paused, or earlier bytes still buffered)
   std::array<uint64_t, static_cast<size_t>(DropReason::kCount)> drops{};
   std::array<uint64_t, static_cast<size_t>(TcpState::kCount)> conns_by_state{};  // gauges
 

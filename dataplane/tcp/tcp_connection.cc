@@ -143,6 +143,7 @@ void TcpStack::freeConn(Conn& c) {
   conns_.erase(c);
   wheel_.cancel(c.id);
   setState(c, TcpState::kClosed);
+  releaseHeld(c);
   c.rx.clear(pool_);
   if (!c.tx.empty()) {  // never acknowledged: lost with the connection, counted
     counters_.output_discarded_bytes += c.tx.size();

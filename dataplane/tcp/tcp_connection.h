@@ -53,6 +53,11 @@ struct Tcb {
   uint32_t peer_fin_seq = 0;
   bool fin_received = false, peer_close_notified = false;
   bool paused = false, deliver_pending = false, ack_now = false, dirty = false;
+  // Out-of-order bytes: held in frames (held_head list, held_n frames) or, once any was copied
+  // (ooo_copied, until the ranges drain), all in rx. Never both.
+  uint32_t held_head = kNone, held_tail = kNone, held_n = 0;
+  bool ooo_copied = false;
+  bool delivering_copy = false;  // onData runs on bytes from rx (Transport::deliveringCopy)
   // Frame::meta of the segment that started the latest request (frame_tag.h); 0: none.
   uint64_t tag_meta = 0;
   uint32_t segs_unacked = 0;
@@ -90,6 +95,7 @@ struct TcpStack::Conn final : Tcb, net::Transport {
   size_t pendingBytes() const override;
   std::optional<net::IngressTag> ingressTag() override;
   std::optional<common::IpBytes> peerAddress() const override;
+  bool deliveringCopy() const override { return delivering_copy; }
   uint64_t tag_rx_ns = 0;  // stack clock when the tagged segment was handled
 };
 

@@ -358,8 +358,27 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
         std::shared_ptr<net::Session> sp = c.session;
         sp->onData(reinterpret_cast<const char*>(data), len);
         if (c.state == TcpState::kClosed) return;
+      } else if (!c.ooo_copied) {
+        // Nothing out of order was copied: the bytes up to the new rcv_nxt are this segment's,
+        // then the held frames', delivered from the frames (or copied if the session is not
+        // reading).
+        c.rcv_nxt += len;
+        while (c.ooo_n > 0 && seqLeq(c.ooo_start[0], c.rcv_nxt)) {
+          if (seqGt(c.ooo_end[0], c.rcv_nxt)) {
+            counters_.bytes_in += c.ooo_end[0] - c.rcv_nxt;
+            c.rcv_nxt = c.ooo_end[0];
+          }
+          popOooRange(c);
+        }
+        if (had_ooo) c.ack_now = true;  // a hole filled: ACK at once (RFC 5681 §4.2)
+        fillFromHeld(c, data, len);
+        if (c.state == TcpState::kClosed) return;
+        deliver(c);
+        if (c.state == TcpState::kClosed) return;
       } else {
+        // Out-of-order bytes were copied into rx: reassemble there, as they are.
         c.rx.writeAt(pool_, c.rcv_nxt - c.rx_read, reinterpret_cast<const char*>(data), len);
+        counters_.rx_copied_ooo_bytes += len;
         c.rx.extend(len);
         c.rcv_nxt += len;
         while (c.ooo_n > 0 && seqLeq(c.ooo_start[0], c.rcv_nxt)) {
@@ -369,14 +388,10 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
             counters_.bytes_in += more;
             c.rcv_nxt = c.ooo_end[0];
           }
-          --c.ooo_n;
-          for (uint32_t i = 0; i < c.ooo_n; ++i) {
-            c.ooo_start[i] = c.ooo_start[i + 1];
-            c.ooo_end[i] = c.ooo_end[i + 1];
-          }
-          c.ooo_last = 0;
+          popOooRange(c);
         }
-        if (had_ooo) c.ack_now = true;  // a hole filled: ACK at once (RFC 5681 §4.2)
+        if (c.ooo_n == 0) c.ooo_copied = false;
+        c.ack_now = true;  // a hole filled: ACK at once (RFC 5681 §4.2)
         deliver(c);
         if (c.state == TcpState::kClosed) return;
       }
@@ -402,7 +417,21 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
         } else {
           ++counters_.out_of_order;
         }
-        c.rx.writeAt(pool_, seq - c.rx_read, reinterpret_cast<const char*>(data), len);
+        const bool contained =
+            merged == 1 && seqGeq(seq, c.ooo_start[i]) && seqLeq(end, c.ooo_end[i]);
+        if (!c.ooo_copied && contained) {
+          // Every byte is already held in an earlier frame: nothing to keep.
+        } else if (c.ooo_copied || !holdSegment(c, seq, data, len)) {
+          if (!c.ooo_copied) {
+            // No frame can be held: from now until the ranges drain, this connection's
+            // out-of-order bytes are copied into rx (the held ones first).
+            unholdAll(c);
+            c.ooo_copied = true;
+          }
+          if (cur_frame_ >= 0 && held_budget_ > 0) ++counters_.ooo_hold_fallbacks;
+          c.rx.writeAt(pool_, seq - c.rx_read, reinterpret_cast<const char*>(data), len);
+          counters_.rx_copied_ooo_bytes += len;
+        }
         if (merged == 0) {
           for (uint32_t k = c.ooo_n; k > i; --k) {
             c.ooo_start[k] = c.ooo_start[k - 1];
@@ -441,6 +470,128 @@ void TcpStack::processData(Conn& c, const Segment& seg) {
   if (fin && !c.fin_received) processPeerFin(c);
   if (!c.ack_now && c.segs_unacked > 0 && c.delack_at == 0) {
     c.delack_at = now_ + options_.delayed_ack_ns;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Out-of-order segments held in their frames (docs/TCP.md "Out-of-order data in its frames")
+
+void TcpStack::popOooRange(Conn& c) {
+  --c.ooo_n;
+  for (uint32_t i = 0; i < c.ooo_n; ++i) {
+    c.ooo_start[i] = c.ooo_start[i + 1];
+    c.ooo_end[i] = c.ooo_end[i + 1];
+  }
+  c.ooo_last = 0;
+}
+
+void TcpStack::releaseFrame(const Frame& f) { device_.rxRelease(&f, 1); }
+
+// Keeps the frame being handled (bytes [seq, seq + len) at `data`) on the connection's held
+// list, sorted by sequence number; false when no frame may be held (not in a device burst, the
+// stack's or the connection's bound reached).
+bool TcpStack::holdSegment(Conn& c, uint32_t seq, const uint8_t* data, uint32_t len) {
+  if (cur_frame_ < 0 || held_free_.empty() ||
+      c.held_n >= options_.max_held_frames_per_connection) {
+    return false;
+  }
+  const uint32_t slot = held_free_.back();
+  held_free_.pop_back();
+  Held& h = held_[slot];
+  h.frame = rx_batch_[static_cast<size_t>(cur_frame_)];
+  h.data = data;
+  h.seq = seq;
+  h.len = len;
+  h.next = kNone;
+  if (c.held_tail == kNone) {
+    c.held_head = c.held_tail = slot;
+  } else if (seqGeq(seq, held_[c.held_tail].seq)) {
+    held_[c.held_tail].next = slot;
+    c.held_tail = slot;
+  } else if (seqLt(seq, held_[c.held_head].seq)) {
+    h.next = c.held_head;
+    c.held_head = slot;
+  } else {
+    uint32_t prev = c.held_head;
+    while (held_[prev].next != kNone && seqLeq(held_[held_[prev].next].seq, seq)) {
+      prev = held_[prev].next;
+    }
+    h.next = held_[prev].next;
+    held_[prev].next = slot;
+  }
+  ++c.held_n;
+  ++held_used_;
+  rx_keep_[static_cast<size_t>(cur_frame_)] = 1;
+  ++held_in_burst_;
+  ++counters_.ooo_frames_held;
+  ++counters_.ooo_frames_held_total;
+  return true;
+}
+
+// Unlinks the connection's first held frame: its slot goes back to the pool; the frame is the
+// caller's to release.
+TcpStack::Held TcpStack::popHeld(Conn& c) {
+  const uint32_t slot = c.held_head;
+  Held h = held_[slot];
+  c.held_head = h.next;
+  if (c.held_head == kNone) c.held_tail = kNone;
+  --c.held_n;
+  --held_used_;
+  --counters_.ooo_frames_held;
+  held_free_.push_back(slot);
+  return h;
+}
+
+void TcpStack::unholdAll(Conn& c) {
+  while (c.held_head != kNone) {
+    const Held h = popHeld(c);
+    c.rx.writeAt(pool_, h.seq - c.rx_read, reinterpret_cast<const char*>(h.data), h.len);
+    counters_.rx_copied_ooo_bytes += h.len;
+    releaseFrame(h.frame);
+  }
+}
+
+void TcpStack::releaseHeld(Conn& c) {
+  while (c.held_head != kNone) releaseFrame(popHeld(c).frame);
+}
+
+// The next in-order bytes (at rx_read + rx.size()): to the session from where they are when
+// nothing is buffered and it reads, else copied into rx (counted: paused).
+void TcpStack::pushInOrder(Conn& c, const uint8_t* p, uint32_t n, bool held) {
+  if (n == 0) return;
+  if (c.rx.empty()) {
+    if (c.app_close || !c.session) {  // nobody reads any more: discard
+      c.rx_read += n;
+      return;
+    }
+    if (!c.readPaused()) {
+      c.rx_read += n;
+      if (held) counters_.ooo_held_bytes_delivered += n;
+      std::shared_ptr<net::Session> sp = c.session;
+      sp->onData(reinterpret_cast<const char*>(p), n);
+      return;
+    }
+  }
+  c.rx.writeAt(pool_, c.rx.size(), reinterpret_cast<const char*>(p), n);
+  c.rx.extend(n);
+  counters_.rx_copied_paused_bytes += n;
+}
+
+// rcv_nxt has moved past this in-order segment and the ranges it joined: its bytes, then the
+// held frames below rcv_nxt in order (overlaps and duplicates trimmed), each released once
+// its bytes are delivered or copied.
+void TcpStack::fillFromHeld(Conn& c, const uint8_t* data, uint32_t len) {
+  pushInOrder(c, data, len, false);
+  while (c.state != TcpState::kClosed && c.held_head != kNone &&
+         seqLt(held_[c.held_head].seq, c.rcv_nxt)) {
+    const Held h = popHeld(c);  // unlinked first: a free during onData cannot release it again
+    const uint32_t cur = c.rx_read + static_cast<uint32_t>(c.rx.size());
+    const uint32_t end = h.seq + h.len;
+    if (seqGt(end, cur)) {
+      const uint32_t skip = seqGt(cur, h.seq) ? cur - h.seq : 0;
+      pushInOrder(c, h.data + skip, end - cur, true);
+    }
+    releaseFrame(h.frame);
   }
 }
 
@@ -490,7 +641,9 @@ void TcpStack::deliver(Conn& c) {
     const char* p = c.rx.front(&n);
     if (n > avail) n = avail;
     std::shared_ptr<net::Session> sp = c.session;
+    c.delivering_copy = true;  // bytes the stack copied (Transport::deliveringCopy)
     sp->onData(p, n);  // the chunk stays ours until consume(): sessions never touch rx
+    c.delivering_copy = false;
     c.rx.consume(pool_, n);
     c.rx_read += static_cast<uint32_t>(n);
     consumed = true;

@@ -79,6 +79,13 @@ TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, const common
   due_.reserve(n);
   tx_batch_.reserve(64);
   rx_batch_.resize(256);
+  rx_keep_.assign(rx_batch_.size(), 0);
+  rx_release_.reserve(rx_batch_.size());
+  held_budget_ = std::min(options_.max_held_frames, device_.rxHoldBudget());
+  if (options_.max_held_frames_per_connection == 0) held_budget_ = 0;
+  held_.resize(held_budget_);
+  held_free_.reserve(held_budget_);
+  for (uint32_t i = held_budget_; i-- > 0;) held_free_.push_back(i);
   last_session_tick_ = now_;
   challenge_window_start_ = now_;
   challenge_limit_now_ = options_.challenge_ack_limit;
@@ -87,6 +94,7 @@ TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, const common
 TcpStack::~TcpStack() {
   for (Conn& c : conns_) {
     if (c.state == TcpState::kClosed) continue;
+    releaseHeld(c);  // the device outlives the stack (PacketDevice ownership)
     c.rx.clear(pool_);
     tx_freed_ += static_cast<int64_t>(c.tx.size());
     c.tx.clear(pool_);
@@ -140,10 +148,23 @@ size_t TcpStack::handleBurst(size_t n, uint64_t now_ns) {
   now_ = now_ns;
   for (size_t i = 0; i < n; ++i) {
     cur_meta_ = rx_batch_[i].meta;
+    cur_frame_ = static_cast<int32_t>(i);
     handleFrame(rx_batch_[i].data, rx_batch_[i].len);
   }
+  cur_frame_ = -1;
   cur_meta_ = 0;
-  device_.rxRelease(rx_batch_.data(), n);
+  if (held_in_burst_ == 0) {
+    device_.rxRelease(rx_batch_.data(), n);
+  } else {
+    // Some frames stay with their connections (out-of-order segments): release the others.
+    rx_release_.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (rx_keep_[i]) rx_keep_[i] = 0;
+      else rx_release_.push_back(rx_batch_[i]);
+    }
+    held_in_burst_ = 0;
+    if (!rx_release_.empty()) device_.rxRelease(rx_release_.data(), rx_release_.size());
+  }
   flushDirty();
   flushTx();
   return n;

@@ -80,6 +80,11 @@ struct TcpOptions {
   uint64_t timer_granularity_ns = 1'000'000;
   uint32_t timer_slots = 4096;              // power of two
   uint32_t max_ooo_ranges = 8;              // out-of-order holes kept per connection
+  // Out-of-order segments held in their received frames instead of copied (docs/TCP.md):
+  // at most this many frames per stack (and never more than the device's rxHoldBudget()) and
+  // per connection; beyond, the segment is copied into the receive buffer (counted). 0: off.
+  uint32_t max_held_frames = 1024;
+  uint32_t max_held_frames_per_connection = 256;
   // Challenge ACKs (RFC 5961 §7): at most one per connection per challenge_ack_interval_ns,
   // and per stack a limit per second drawn at random in [limit/2, limit] each second, so the
   // global count is no side channel (CVE-2016-5696).
@@ -144,6 +149,8 @@ class TcpStack {
   const TcpCounters& counters() const { return counters_; }
   size_t connectionCount() const { return conns_.used(); }
   size_t bufferBytes() const { return pool_.bytesInUse(); }
+  // Received frames held for out-of-order data right now.
+  size_t heldFrames() const { return held_used_; }
   uint64_t now() const { return now_; }
 
  private:
@@ -168,6 +175,16 @@ class TcpStack {
   void processPeerFin(Conn& c);
   void enterTimeWait(Conn& c);
   void deliver(Conn& c);
+  // Held out-of-order frames (tcp_input.cc).
+  struct Held;
+  Held popHeld(Conn& c);
+  bool holdSegment(Conn& c, uint32_t seq, const uint8_t* data, uint32_t len);
+  void unholdAll(Conn& c);         // copies the held bytes into rx, releases the frames
+  void releaseHeld(Conn& c);       // drops the held frames (connection freed)
+  void fillFromHeld(Conn& c, const uint8_t* data, uint32_t len);
+  void pushInOrder(Conn& c, const uint8_t* p, uint32_t n, bool held);
+  void releaseFrame(const Frame& f);
+  void popOooRange(Conn& c);
 
   // tcp_handshake.cc: passive open, SYN cookies, SYN_RECEIVED.
   const Listener* findListener(uint16_t port, uint16_t* index) const;
@@ -234,6 +251,23 @@ class TcpStack {
   std::vector<uint32_t> due_;
   std::vector<Frame> tx_batch_;
   std::vector<Frame> rx_batch_;
+  // Frames held for out-of-order segments: a pool of slots, each connection's a list sorted by
+  // sequence number (Conn::held_head). rx_keep_[i]: rx_batch_[i] is held (not released at the
+  // end of the burst); cur_frame_: the frame being handled (nullptr outside a device burst).
+  struct Held {
+    Frame frame;
+    const uint8_t* data = nullptr;
+    uint32_t seq = 0, len = 0;
+    uint32_t next = 0xffffffffu;
+  };
+  std::vector<Held> held_;
+  std::vector<uint32_t> held_free_;
+  uint32_t held_used_ = 0;
+  uint32_t held_budget_ = 0;  // min(max_held_frames, device rxHoldBudget())
+  std::vector<uint8_t> rx_keep_;
+  std::vector<Frame> rx_release_;
+  uint32_t held_in_burst_ = 0;
+  int32_t cur_frame_ = -1;  // index in rx_batch_ of the frame being handled; -1: none
   bool in_batch_ = false;
   bool tx_unflushed_ = false;  // frames went to the device since its last txFlush()
   int64_t tx_freed_ = 0;  // send-buffer bytes freed since the last publishOutput()

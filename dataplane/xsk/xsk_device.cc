@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<XskDevice>> XskDevice::open(const XskOptions& o) 
         "interface {} has MTU {}: too large for AF_XDP frames of {} bytes (at most {}); lower the "
         "MTU (ip link set dev {} mtu 1500)",
         o.interface, d->mtu_, o.frame_size, o.frame_size - 18 - XDP_PACKET_HEADROOM, o.interface));
-  d->area_size_ = static_cast<size_t>(o.rx_frames + o.tx_frames) * o.frame_size;
+  d->area_size_ = static_cast<size_t>(o.rx_frames + o.hold_frames + o.tx_frames) * o.frame_size;
   void* area = mmap(nullptr, d->area_size_, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (area == MAP_FAILED)
@@ -98,7 +98,7 @@ absl::StatusOr<std::unique_ptr<XskDevice>> XskDevice::open(const XskOptions& o) 
         fmt::format("xsk: cannot map a UMEM of {} bytes: {}", d->area_size_, errText(errno)));
   d->area_ = static_cast<uint8_t*>(area);
   d->tx_free_.reserve(o.tx_frames);
-  d->fill_pending_.reserve(o.rx_frames);
+  d->fill_pending_.reserve(o.rx_frames + o.hold_frames);
 
   absl::Status s;
   // A queue whose previous socket was just closed stays registered until the kernel's deferred
@@ -129,8 +129,10 @@ absl::StatusOr<std::unique_ptr<XskDevice>> XskDevice::open(const XskOptions& o) 
     s = create(false);
     if (!s.ok()) return s;
   }
-  spdlog::info("xsk: {} queue {} bound in {} mode ({} rx + {} tx frames of {} bytes, need_wakeup{})",
-               o.interface, o.queue, d->zero_copy_ ? "zero-copy" : "copy", o.rx_frames, o.tx_frames,
+  spdlog::info("xsk: {} queue {} bound in {} mode ({} rx + {} hold + {} tx frames of {} bytes, "
+               "need_wakeup{})",
+               o.interface, o.queue, d->zero_copy_ ? "zero-copy" : "copy", o.rx_frames,
+               o.hold_frames, o.tx_frames,
                o.frame_size,
                !d->options_.busy_poll ? ""
                : o.prefer_busy_poll
@@ -145,7 +147,8 @@ absl::Status XskDevice::create(bool zero_copy) {
   const XskOptions& o = options_;
   Rings& r = *rings_;
   xsk_umem_config ucfg{};
-  ucfg.fill_size = pow2AtLeast(o.rx_frames);
+  const uint32_t rx_chunks = o.rx_frames + o.hold_frames;
+  ucfg.fill_size = pow2AtLeast(rx_chunks);
   ucfg.comp_size = pow2AtLeast(o.tx_frames);
   ucfg.frame_size = o.frame_size;
   ucfg.frame_headroom = 0;  // metadata lives in the kernel's XDP_PACKET_HEADROOM
@@ -161,7 +164,7 @@ absl::Status XskDevice::create(bool zero_copy) {
     return absl::InternalError(fmt::format("xsk: xsk_umem__create: {}", errText(err)));
   }
   xsk_socket_config scfg{};
-  scfg.rx_size = pow2AtLeast(o.rx_frames);
+  scfg.rx_size = pow2AtLeast(rx_chunks);
   scfg.tx_size = pow2AtLeast(o.tx_frames);
   scfg.libxdp_flags = XSK_LIBXDP_FLAGS__INHIBIT_PROG_LOAD;
   scfg.xdp_flags = 0;
@@ -187,16 +190,17 @@ absl::Status XskDevice::create(bool zero_copy) {
     return absl::InternalError(fmt::format("xsk: binding to {} queue {} in {} mode: {}",
                                            o.interface, o.queue, zero_copy ? "zero-copy" : "copy", why));
   }
-  // Fill ring: every rx chunk, kept full from now on.
+  // Fill ring: every rx chunk (the spares for held frames included), kept full from now on.
   uint32_t idx = 0;
-  if (xsk_ring_prod__reserve(&r.fill, o.rx_frames, &idx) != o.rx_frames)
+  if (xsk_ring_prod__reserve(&r.fill, rx_chunks, &idx) != rx_chunks)
     return absl::InternalError("xsk: the fill ring cannot take the rx frames");
-  for (uint32_t i = 0; i < o.rx_frames; ++i)
+  for (uint32_t i = 0; i < rx_chunks; ++i)
     *xsk_ring_prod__fill_addr(&r.fill, idx + i) = static_cast<uint64_t>(i) * o.frame_size;
-  xsk_ring_prod__submit(&r.fill, o.rx_frames);
+  xsk_ring_prod__submit(&r.fill, rx_chunks);
+  stats_.rx_outstanding = 0;
   tx_free_.clear();
   for (uint32_t i = o.tx_frames; i-- > 0;)
-    tx_free_.push_back(static_cast<uint64_t>(o.rx_frames + i) * o.frame_size);
+    tx_free_.push_back(static_cast<uint64_t>(rx_chunks + i) * o.frame_size);
   if (o.xskmap_fd >= 0) {
     err = xsk_socket__update_xskmap(r.socket, o.xskmap_fd);
     if (err)
@@ -233,6 +237,12 @@ void XskDevice::destroySocket() {
 XskDevice::~XskDevice() {
   destroySocket();
   if (area_) munmap(area_, area_size_);
+}
+
+uint32_t XskDevice::fillRingLevel() const {
+  const xsk_ring_prod& f = rings_->fill;
+  const uint32_t cons = __atomic_load_n(f.consumer, __ATOMIC_ACQUIRE);
+  return *f.producer - cons;
 }
 
 int XskDevice::fd() const { return rings_->socket ? xsk_socket__fd(rings_->socket) : -1; }
@@ -276,12 +286,15 @@ size_t XskDevice::rxBurst(Frame* frames, size_t max) {
   }
   xsk_ring_cons__release(&r.rx, n);
   stats_.rx_frames += n;
+  stats_.rx_outstanding += n;
+  if (stats_.rx_outstanding > stats_.rx_outstanding_max) stats_.rx_outstanding_max = stats_.rx_outstanding;
   return n;
 }
 
 void XskDevice::rxRelease(const Frame* frames, size_t n) {
   Rings& r = *rings_;
   const uint64_t mask = ~static_cast<uint64_t>(options_.frame_size - 1);
+  stats_.rx_outstanding -= n;
   const size_t total = n + fill_pending_.size();
   if (total == 0) return;
   uint32_t idx = 0;

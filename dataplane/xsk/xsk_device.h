@@ -2,10 +2,13 @@
 // An AF_XDP socket (libxdp's xsk API) on one (interface, queue), as a PacketDevice for the
 // userspace TCP stack: one UMEM and one socket per queue, nothing shared.
 //
-// UMEM layout: `rx_frames + tx_frames` chunks of `frame_size` bytes. The first rx_frames
-// chunks only ever receive: they live in the fill ring, the rx ring, or with the caller
-// between rxBurst() and rxRelease(); rxRelease() puts them straight back into the fill ring
-// (kept full). The other tx_frames chunks only ever transmit: a free stack (txAlloc), the tx
+// UMEM layout: `rx_frames + hold_frames + tx_frames` chunks of `frame_size` bytes. The first
+// rx_frames + hold_frames chunks only ever receive: they live in the fill ring, the rx ring, or
+// with the caller between rxBurst() and rxRelease(); rxRelease() puts them straight back into
+// the fill ring (kept full). hold_frames are the spares behind rxHoldBudget(): the caller (the
+// TCP stack, for out-of-order segments) may keep up to that many frames past a burst, and the
+// fill ring still holds rx_frames chunks minus those in flight (rx ring, current burst), so
+// held frames never starve reception. rxOutstanding() counts the frames with the caller. The other tx_frames chunks only ever transmit: a free stack (txAlloc), the tx
 // ring (txBurst), the completion ring (reaped in batches into the free stack). With every ring
 // at least as large as the frames that can be in it, no ring operation can fail for lack of
 // room, and nothing is allocated after open().
@@ -45,6 +48,7 @@ struct XskOptions {
   uint32_t queue = 0;
   uint32_t frame_size = 4096;   // UMEM chunk; power of two, 2048 or 4096
   uint32_t rx_frames = 4096;    // chunks for reception (all in the fill ring at start)
+  uint32_t hold_frames = 1024;  // spare rx chunks the caller may hold (rxHoldBudget())
   uint32_t tx_frames = 4096;    // chunks for transmission
   ZeroCopy zero_copy = ZeroCopy::kAuto;
   bool metadata = false;        // read struct ig_tag from the headroom into Frame::meta
@@ -65,6 +69,8 @@ struct XskStats {
   uint64_t tx_alloc_failed = 0;   // txAlloc() with no free frame even after reaping
   uint64_t completions = 0;       // tx frames reaped from the completion ring
   uint64_t meta_missing = 0;      // metadata expected but no valid tag in front of a frame
+  uint64_t rx_outstanding = 0;    // gauge: rx frames with the caller (burst + held)
+  uint64_t rx_outstanding_max = 0;  // the most ever at once
   // From getsockopt(XDP_STATISTICS) (statsWithKernel()).
   uint64_t rx_dropped = 0, rx_invalid_descs = 0, tx_invalid_descs = 0;
   uint64_t rx_ring_full = 0, rx_fill_ring_empty = 0, tx_ring_empty = 0;
@@ -99,6 +105,7 @@ class XskDevice final : public PollableDevice {
   // PacketDevice
   size_t rxBurst(Frame* frames, size_t max) override;
   void rxRelease(const Frame* frames, size_t n) override;
+  uint32_t rxHoldBudget() const override { return options_.hold_frames; }
   bool txAlloc(Frame* frame) override;
   void txBurst(Frame* frames, size_t n) override;
   void txFlush() override;
@@ -118,6 +125,11 @@ class XskDevice final : public PollableDevice {
   XskStats statsWithKernel() const;
   // Frames the tx pool holds right now (tests: every frame comes back).
   size_t txFreeFrames() const { return tx_free_.size(); }
+  // Received frames not yet released (tests: every frame comes back).
+  uint64_t rxOutstanding() const { return stats_.rx_outstanding; }
+  // Chunks in the fill ring right now, as the kernel sees them (tests: held frames do not
+  // starve it).
+  uint32_t fillRingLevel() const;
 
  private:
   struct Rings;

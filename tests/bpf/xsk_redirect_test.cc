@@ -54,6 +54,7 @@ XskOptions deviceOptions(int xskmap_fd) {
   so.interface = "igx0";
   so.queue = 0;
   so.rx_frames = 64;
+  so.hold_frames = 32;
   so.tx_frames = 64;
   so.metadata = true;
   so.xskmap_fd = xskmap_fd;
@@ -273,16 +274,20 @@ std::vector<std::vector<uint8_t>> receive(XskDevice& dev, size_t want, std::vect
   return got;
 }
 
-TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
-  SKIP_WITHOUT_NETNS();
-  XdpOptions o = redirectOptions();
-  std::unique_ptr<XskDevice> dev;
-  auto f = XdpFilter::attach(o, [&](XdpFilter& filter) {
+// The redirect program, attached once a socket (deviceOptions) is bound through its XSKMAP.
+absl::StatusOr<std::unique_ptr<XdpFilter>> attachWithDevice(std::unique_ptr<XskDevice>* dev) {
+  return XdpFilter::attach(redirectOptions(), [dev](XdpFilter& filter) {
     auto d = XskDevice::open(deviceOptions(filter.xskMapFd()));
     if (!d.ok()) return d.status();
-    dev = std::move(*d);
+    *dev = std::move(*d);
     return absl::OkStatus();
   });
+}
+
+TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
+  SKIP_WITHOUT_NETNS();
+  std::unique_ptr<XskDevice> dev;
+  auto f = attachWithDevice(&dev);
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_TRUE(dev);
   EXPECT_FALSE(dev->zeroCopy()) << "veth has copy mode only";
@@ -395,6 +400,65 @@ TEST(XskDevice, RxQueueCount) {
   ASSERT_TRUE(n.ok()) << n.status();
   EXPECT_EQ(*n, 1u);
   EXPECT_FALSE(dataplane::xsk::rxQueueCount("nosuchif0").ok());
+}
+
+// The TCP stack may keep up to rxHoldBudget() received frames past a burst (out-of-order
+// segments held in their frames). Those come from the UMEM's spare rx chunks: with hold_frames
+// held, the fill ring still holds rx_frames chunks, so a burst of rx_frames frames sent while
+// they are held all arrive (without the spares, half of them would find the fill ring empty).
+TEST(XskDevice, HeldFramesDoNotStarveTheFillRing) {
+  SKIP_WITHOUT_NETNS();
+  std::unique_ptr<XskDevice> dev;
+  auto f = attachWithDevice(&dev);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_TRUE(dev);
+  EXPECT_EQ(dev->rxHoldBudget(), 32u);
+  EXPECT_EQ(dev->fillRingLevel(), 96u) << "every rx chunk, the spares included, starts there";
+  const int peer = packetSocket("igx1");
+  ASSERT_GE(peer, 0) << strerror(errno);
+  PacketSpec req;
+  req.dst_mac = {0x02, 0, 0, 0, 0, 0x01};
+  auto sendN = [&](int n, const std::string& prefix) {
+    for (int i = 0; i < n; ++i) {
+      PacketSpec p = req;
+      p.payload = prefix + std::to_string(i);
+      const std::vector<uint8_t> b = buildPacket(p);
+      ASSERT_EQ(send(peer, b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
+    }
+  };
+  // Hold 32 frames (never released until the end).
+  sendN(32, "held ");
+  std::vector<Frame> held;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (held.size() < 32 && std::chrono::steady_clock::now() < deadline) {
+    Frame fr[16];
+    const size_t n = dev->rxBurst(fr, 16);
+    held.insert(held.end(), fr, fr + n);
+    if (n == 0) {
+      pollfd p{dev->fd(), POLLIN, 0};
+      poll(&p, 1, 10);
+    }
+  }
+  ASSERT_EQ(held.size(), 32u);
+  EXPECT_EQ(dev->rxOutstanding(), 32u);
+  EXPECT_EQ(dev->fillRingLevel(), 64u) << "the spares keep rx_frames chunks in the fill ring";
+  // A burst of rx_frames frames while they are held, sent before anything is read.
+  sendN(64, "burst ");
+  auto got = receive(*dev, 64, nullptr);
+  EXPECT_EQ(got.size(), 64u);
+  const dataplane::xsk::XskStats st = dev->statsWithKernel();
+  EXPECT_EQ(st.rx_dropped, 0u);
+  EXPECT_EQ(st.rx_fill_ring_empty, 0u);
+  // The held frames are intact and go back; every chunk is in the fill ring again.
+  for (size_t i = 0; i < held.size(); ++i) {
+    PacketSpec p = req;
+    p.payload = "held " + std::to_string(i);
+    EXPECT_EQ(std::vector<uint8_t>(held[i].data, held[i].data + held[i].len), buildPacket(p)) << i;
+  }
+  dev->rxRelease(held.data(), held.size());
+  EXPECT_EQ(dev->rxOutstanding(), 0u);
+  EXPECT_EQ(dev->fillRingLevel(), 96u);
+  close(peer);
 }
 
 }  // namespace

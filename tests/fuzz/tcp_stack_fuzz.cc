@@ -12,7 +12,10 @@
 //   config[1]: session behaviour of accepted connections (FuzzSession::kEcho ...), xor'ed with
 //              the byte of the record that creates each one
 //   config[2]: bits 0-3 transmit frames the device grants (0xf: unlimited), 4-7 mtu choice
-//   config[3]: bit 0 abortAll() at the end, bit 1 rcv_buf 4 KiB instead of 16 KiB
+//   config[3]: bit 0 abortAll() at the end, bit 1 rcv_buf 4 KiB instead of 16 KiB, bits 2-3
+//              the device's hold budget (0, 2, 16, 256 frames: out-of-order segments that come
+//              through the device are held in their frames), bits 4-5 the per-connection bound
+//              on held frames (256, 1, 3, 8)
 //   Record, first byte: bits 0-1 kind, bits 2-5 client (5 talks to a port nobody listens on;
 //   6, 7, 14, 15 are IPv6), bits 6-7 the clock's unit (none, 1 ms, 100 ms, 1 s).
 //   The clock moves by unit * the record's clock byte after a segment.
@@ -179,6 +182,13 @@ struct Harness {
     const uint64_t chunk = opts.chunk_size;
     const uint64_t bound = kMaxConns * (opts.rcv_buf + (1u << 14) + 4 * chunk) + app_bytes_sent;
     FUZZ_CHECK(stack->bufferBytes() <= bound);
+    // Frame accounting: after every call the only received frames not released are the ones
+    // held for out-of-order data, within both bounds; none is ever released twice.
+    FUZZ_CHECK(dev->outstanding() == stack->heldFrames());
+    FUZZ_CHECK(stack->counters().ooo_frames_held == stack->heldFrames());
+    FUZZ_CHECK(stack->heldFrames() <= dev->rxHoldBudget());
+    FUZZ_CHECK(stack->heldFrames() <= kMaxConns * opts.max_held_frames_per_connection);
+    FUZZ_CHECK(dev->double_releases == 0 && dev->unknown_releases == 0);
   }
 
   void deliver(std::vector<uint8_t> frame, uint64_t meta, bool via_device) {
@@ -370,6 +380,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                                     1500, 1500, 1500, 1500, 1500, 1500, 1500, 1500};
   h.dev = std::make_unique<FakePacketDevice>(kMtu[c2 >> 4], 256);
   if ((c2 & 0xf) != 0xf) h.dev->tx_limit = 64 * (c2 & 0xf);
+  static const uint32_t kHold[4] = {0, 2, 16, 256};
+  static const uint32_t kHoldPerConn[4] = {256, 1, 3, 8};
+  h.dev->hold_budget = kHold[(c3 >> 2) & 3];
+  o.max_held_frames_per_connection = kHoldPerConn[(c3 >> 4) & 3];
   h.session_mode = c1;
   Harness* hp = &h;
   h.stack = std::make_unique<TcpStack>(o, *h.dev, h.clock);
@@ -406,6 +420,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     h.stack->abortAll();
     h.drain();
     FUZZ_CHECK(h.stack->connectionCount() == 0);
+    FUZZ_CHECK(h.dev->outstanding() == 0);
   }
   if (std::getenv("FUZZ_TCP_STATS")) {  // docs/FUZZING.md: which paths an input reaches
     const TcpCounters& k = h.stack->counters();
@@ -415,7 +430,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  "xdp_reject_ignored=%lu retransmits=%lu fast_retransmits=%lu out_of_order=%lu "
                  "challenge_acks=%lu zero_window_probes=%lu keepalive_probes=%lu timeouts=%lu "
                  "time_wait_recycled=%lu rst_in=%lu bytes_in=%lu bytes_out=%lu paws=%lu "
-                 "beyond_window=%lu ooo_limit=%lu tx_no_frame=%lu bad_tcp_checksum=%lu\n",
+                 "beyond_window=%lu ooo_limit=%lu tx_no_frame=%lu bad_tcp_checksum=%lu "
+                 "ooo_frames_held=%lu held_bytes_delivered=%lu hold_fallbacks=%lu "
+                 "copied_ooo=%lu copied_paused=%lu\n",
                  k.accepted, k.cookies_sent, k.cookies_validated, k.cookies_rejected,
                  k.half_open_evicted, k.refused, k.syn_backlog_full, k.xdp_rejected,
                  k.xdp_reject_ignored, k.retransmits, k.fast_retransmits, k.out_of_order,
@@ -423,8 +440,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  k.time_wait_recycled, k.rst_in, k.bytes_in, k.bytes_out,
                  k.dropped(DropReason::kPaws), k.dropped(DropReason::kBeyondWindow),
                  k.dropped(DropReason::kOooLimit), k.dropped(DropReason::kTxNoFrame),
-                 k.dropped(DropReason::kBadTcpChecksum));
+                 k.dropped(DropReason::kBadTcpChecksum), k.ooo_frames_held_total,
+                 k.ooo_held_bytes_delivered, k.ooo_hold_fallbacks, k.rx_copied_ooo_bytes,
+                 k.rx_copied_paused_bytes);
   }
   h.stack.reset();  // sessions see onClosed before the device goes
+  // Every frame the stack received went back to the device exactly once.
+  FUZZ_CHECK(h.dev->outstanding() == 0);
+  FUZZ_CHECK(h.dev->double_releases == 0 && h.dev->unknown_releases == 0);
   return 0;
 }

@@ -267,6 +267,7 @@ std::vector<std::pair<int, std::string>> parseResponses(const std::string& s) {
 struct E2eParams {
   uint64_t seed;
   double loss, dup, reorder;
+  uint32_t hold = 0;  // FakePacketDevice::hold_budget: out-of-order segments held in frames
 };
 
 class TcpEndToEnd : public ::testing::TestWithParam<E2eParams> {};
@@ -275,6 +276,8 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
   const E2eParams p = GetParam();
   uint64_t now = 10'000'000'000ull;
   FakePacketDevice dev(1500, 8192);
+  dev.hold_budget = p.hold;
+  dev.poison_released = true;  // a byte read from a released frame would break byte-exactness
   TcpOptions opts;
   opts.min_rto_ns = 10 * kMs;  // simulated link RTT is ~2 ms
   opts.initial_rto_ns = 50 * kMs;
@@ -334,13 +337,29 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
   EXPECT_EQ(client.bad_frames, 0u);
   EXPECT_EQ(stack.bufferBytes(), 0u);
   const TcpCounters& c = stack.counters();
+  // Every received frame released exactly once; nothing held at the end.
+  EXPECT_EQ(dev.outstanding(), 0u);
+  EXPECT_EQ(dev.double_releases, 0u);
+  EXPECT_EQ(dev.unknown_releases, 0u);
+  EXPECT_EQ(c.ooo_frames_held, 0u);
+  EXPECT_EQ(stack.heldFrames(), 0u);
+  if (p.hold > 0 && p.loss > 0) {
+    EXPECT_GT(c.ooo_frames_held_total, 0u);
+    EXPECT_GT(c.ooo_held_bytes_delivered, 0u);
+  }
+  if (p.hold == 0) {
+    EXPECT_EQ(c.ooo_frames_held_total, 0u);
+    if (p.loss > 0) EXPECT_GT(c.rx_copied_ooo_bytes, 0u);
+  }
   if (p.loss > 0) {
     EXPECT_GT(c.retransmits, 0u);
     EXPECT_GT(c.out_of_order + c.duplicate_segments, 0u);
   }
   std::printf("seed %llu loss %.2f dup %.2f reorder %.2f: %d steps (simulated ms); link dropped "
               "%llu+%llu dup %llu+%llu reordered %llu+%llu; stack: segs in %llu out %llu, "
-              "retransmits %llu (fast %llu, rto %llu), ooo %llu, dup segs %llu, paws %llu\n",
+              "retransmits %llu (fast %llu, rto %llu), ooo %llu, dup segs %llu, paws %llu; hold "
+              "%u: held %llu, bytes from held %llu, copied ooo %llu paused %llu, fallbacks %llu, "
+              "most frames out %zu\n",
               static_cast<unsigned long long>(p.seed), p.loss, p.dup, p.reorder, step,
               (unsigned long long)c2s.dropped, (unsigned long long)s2c.dropped,
               (unsigned long long)c2s.duplicated, (unsigned long long)s2c.duplicated,
@@ -349,14 +368,25 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
               (unsigned long long)c.retransmits, (unsigned long long)c.fast_retransmits,
               (unsigned long long)c.rto_expirations, (unsigned long long)c.out_of_order,
               (unsigned long long)c.duplicate_segments,
-              (unsigned long long)c.dropped(DropReason::kPaws));
+              (unsigned long long)c.dropped(DropReason::kPaws), p.hold,
+              (unsigned long long)c.ooo_frames_held_total,
+              (unsigned long long)c.ooo_held_bytes_delivered,
+              (unsigned long long)c.rx_copied_ooo_bytes, (unsigned long long)c.rx_copied_paused_bytes,
+              (unsigned long long)c.ooo_hold_fallbacks, dev.max_outstanding);
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, TcpEndToEnd,
                          ::testing::Values(E2eParams{1, 0.0, 0.0, 0.0},
                                            E2eParams{2, 0.05, 0.01, 0.02},
                                            E2eParams{3, 0.05, 0.01, 0.05},
-                                           E2eParams{4, 0.10, 0.02, 0.05}));
+                                           E2eParams{4, 0.10, 0.02, 0.05},
+                                           // Out-of-order segments held in their frames: a
+                                           // budget that covers the window, and one so small
+                                           // that holds and copy fallbacks mix.
+                                           E2eParams{2, 0.05, 0.01, 0.02, 1024},
+                                           E2eParams{3, 0.05, 0.01, 0.05, 1024},
+                                           E2eParams{4, 0.10, 0.02, 0.05, 1024},
+                                           E2eParams{5, 0.05, 0.02, 0.05, 6}));
 
 }  // namespace
 }  // namespace infergate::dataplane::tcp

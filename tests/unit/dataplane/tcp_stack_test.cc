@@ -27,6 +27,11 @@ struct TestSession : net::Session {
   void onData(const char* d, size_t n) override {
     received.append(d, n);
     if (transport) tags.push_back(transport->ingressTag());
+    if (transport) copies.push_back(transport->deliveringCopy());
+    if (pause_after_bytes > 0 && received.size() >= pause_after_bytes && transport) {
+      pause_after_bytes = 0;
+      transport->pauseReading(true);
+    }
     if (echo && transport) transport->send(std::string_view(d, n));
   }
   void onPeerClosed() override {
@@ -44,6 +49,8 @@ struct TestSession : net::Session {
   bool peer_closed = false, closed = false, echo = false, close_on_peer_close = false;
   int ticks = 0;
   std::vector<std::optional<net::IngressTag>> tags;  // ingressTag() at each onData
+  std::vector<bool> copies;  // deliveringCopy() at each onData
+  size_t pause_after_bytes = 0;  // > 0: pauseReading(true) once this much has arrived
 };
 
 struct Out {
@@ -69,6 +76,8 @@ class TcpTest : public ::testing::Test {
   }
   void start(bool v6 = false) {
     dev = std::make_unique<FakePacketDevice>(1500, 4096);
+    dev->hold_budget = hold_budget;
+    dev->poison_released = true;  // a read from a released frame shows as 0xdb bytes
     stack = std::make_unique<TcpStack>(opts, *dev, clock);
     ASSERT_TRUE(stack->listen(kPort, [this](net::Transport& t) {
                          auto s = std::make_shared<TestSession>(t);
@@ -119,6 +128,11 @@ class TcpTest : public ::testing::Test {
     std::vector<uint8_t> f(9100);
     f.resize(buildSegment(f.data(), f.size(), s, reinterpret_cast<const uint8_t*>(payload.data()),
                           static_cast<uint32_t>(payload.size())));
+    if (via_device) {  // through the device burst: the stack may hold the frame
+      dev->inject(std::move(f), meta);
+      stack->processRx(64);
+      return;
+    }
     stack->onFrame(f.data(), f.size(), meta);
   }
   void sendSyn(uint32_t isn, const SynOpts& o, const FlowKey* k = nullptr) {
@@ -195,6 +209,8 @@ class TcpTest : public ::testing::Test {
   uint32_t sack[4][2] = {};
   bool echo = false, close_on_peer_close = false;
   uint64_t meta = 0;  // Frame::meta of the segments send() injects (the XDP program's tag)
+  bool via_device = false;  // send(): inject + processRx() instead of onFrame()
+  uint32_t hold_budget = 0;  // the fake device's rxHoldBudget() (set before start())
   uint32_t siss = 0, cseq = 0, sseq = 0;
 };
 
@@ -424,6 +440,297 @@ TEST_F(TcpTest, OooRangeTableIsBounded) {
   send(kAck, cseq + 300, sseq, "z");  // a third hole: dropped
   EXPECT_EQ(stack->counters().dropped(DropReason::kOooLimit), 1u);
   EXPECT_EQ(stack->counters().out_of_order, 2u);
+}
+
+// ---- Out-of-order segments held in their frames ---------------------------------------------
+// Through the device burst (via_device) with a hold budget, out-of-order segments stay in
+// their received frames and are delivered from there; the device's frame accounting balances.
+
+class HeldTest : public TcpTest {
+ protected:
+  void SetUp() override {
+    TcpTest::SetUp();
+    via_device = true;
+    hold_budget = 64;
+  }
+  void expectBalanced() {
+    EXPECT_EQ(dev->outstanding(), 0u);
+    EXPECT_EQ(dev->double_releases, 0u);
+    EXPECT_EQ(dev->unknown_releases, 0u);
+    EXPECT_EQ(stack->heldFrames(), 0u);
+    EXPECT_EQ(stack->counters().ooo_frames_held, 0u);
+  }
+  std::string_view sv(const std::string& d, size_t a, size_t n) {
+    return std::string_view(d).substr(a, n);
+  }
+};
+
+TEST_F(HeldTest, ReorderedSegmentsAreDeliveredFromTheirFramesWithoutACopy) {
+  start();
+  connect();
+  const std::string d = pattern(4000);
+  send(kAck, cseq + 3000, sseq, sv(d, 3000, 1000));
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 1000));
+  auto out = drain();
+  ASSERT_EQ(out.size(), 2u);  // duplicate ACKs with SACK, as in copy mode
+  ASSERT_EQ(out[1].seg.opt.num_sack, 2);
+  EXPECT_EQ(out[1].seg.opt.sack[0][0], cseq + 1000);
+  EXPECT_EQ(out[1].seg.opt.sack[1][0], cseq + 3000);
+  EXPECT_EQ(dev->outstanding(), 2u);  // both frames held
+  EXPECT_EQ(stack->heldFrames(), 2u);
+  EXPECT_EQ(stack->counters().ooo_frames_held, 2u);
+  EXPECT_EQ(stack->bufferBytes(), 0u);  // nothing copied into a receive buffer
+  send(kAck, cseq, sseq, sv(d, 0, 1000));  // fills the first hole: 0..2000 delivered
+  EXPECT_EQ(session().received, d.substr(0, 2000));
+  EXPECT_EQ(dev->outstanding(), 1u);       // the frame of 1000..2000 released at once
+  send(kAck, cseq + 2000, sseq, sv(d, 2000, 1000));
+  EXPECT_EQ(session().received, d);
+  out = drain();
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back().seg.ack, cseq + 4000);
+  const TcpCounters& c = stack->counters();
+  EXPECT_EQ(c.ooo_frames_held_total, 2u);
+  EXPECT_EQ(c.ooo_held_bytes_delivered, 2000u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 0u);
+  EXPECT_EQ(c.rx_copied_paused_bytes, 0u);
+  EXPECT_EQ(c.ooo_hold_fallbacks, 0u);
+  EXPECT_EQ(c.bytes_in, 4000u);
+  EXPECT_EQ(stack->bufferBytes(), 0u);
+  for (bool copy : session().copies) EXPECT_FALSE(copy);
+  EXPECT_EQ(session().copies.size(), 4u);  // 0..1000, 1000..2000, 2000..3000, 3000..4000
+  expectBalanced();
+}
+
+TEST_F(HeldTest, WithoutAHoldBudgetTheBytesAreCopiedAsBefore) {
+  hold_budget = 0;
+  start();
+  connect();
+  const std::string d = pattern(3000);
+  send(kAck, cseq + 2000, sseq, sv(d, 2000, 1000));
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 1000));
+  EXPECT_EQ(dev->outstanding(), 0u);
+  send(kAck, cseq, sseq, sv(d, 0, 1000));
+  EXPECT_EQ(session().received, d);
+  const TcpCounters& c = stack->counters();
+  EXPECT_EQ(c.ooo_frames_held_total, 0u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 3000u);  // the two held back and the segment filling the hole
+  EXPECT_EQ(c.ooo_hold_fallbacks, 0u);      // holding was never possible: no fallback
+  ASSERT_FALSE(session().copies.empty());
+  for (bool copy : session().copies) EXPECT_TRUE(copy);  // delivered from the stack's buffer
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, StackBudgetExhaustedFallsBackToTheCopyExactly) {
+  hold_budget = 2;
+  start();
+  connect();
+  const std::string d = pattern(5000);
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 1000));
+  send(kAck, cseq + 2000, sseq, sv(d, 2000, 1000));
+  EXPECT_EQ(dev->outstanding(), 2u);
+  send(kAck, cseq + 3000, sseq, sv(d, 3000, 1000));  // no frame left: copy, the held ones too
+  EXPECT_EQ(dev->outstanding(), 0u);
+  const TcpCounters& c = stack->counters();
+  EXPECT_EQ(c.ooo_hold_fallbacks, 1u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 3000u);
+  send(kAck, cseq + 4000, sseq, sv(d, 4000, 1000));  // copied too until the ranges drain
+  EXPECT_EQ(c.ooo_hold_fallbacks, 2u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 4000u);
+  send(kAck, cseq, sseq, sv(d, 0, 1000));
+  EXPECT_EQ(session().received, d);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 5000u);  // the hole's filler joined the copied bytes
+  EXPECT_EQ(c.ooo_held_bytes_delivered, 0u);
+  EXPECT_EQ(c.ooo_frames_held_total, 2u);
+  for (bool copy : session().copies) EXPECT_TRUE(copy);
+  // The ranges drained: the next reordering is held again.
+  const std::string e = pattern(2000, 9);
+  send(kAck, cseq + 6000, sseq, sv(e, 1000, 1000));
+  EXPECT_EQ(dev->outstanding(), 1u);
+  send(kAck, cseq + 5000, sseq, sv(e, 0, 1000));
+  EXPECT_EQ(session().received, d + e);
+  EXPECT_EQ(c.ooo_held_bytes_delivered, 1000u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 5000u);
+  EXPECT_FALSE(session().copies.back());
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, PerConnectionBoundFallsBackForThatConnectionOnly) {
+  opts.max_held_frames_per_connection = 1;
+  start();
+  connect();
+  const std::string d = pattern(3000);
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 500));
+  send(kAck, cseq + 2000, sseq, sv(d, 2000, 1000));  // a second frame: over the bound
+  EXPECT_EQ(stack->counters().ooo_hold_fallbacks, 1u);
+  EXPECT_EQ(stack->counters().rx_copied_ooo_bytes, 1500u);
+  EXPECT_EQ(dev->outstanding(), 0u);
+  send(kAck, cseq + 1500, sseq, sv(d, 1500, 500));
+  send(kAck, cseq, sseq, sv(d, 0, 1000));
+  EXPECT_EQ(session().received, d);
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, DuplicatesAndOverlapsOfHeldSegmentsAreTrimmed) {
+  start();
+  connect();
+  const std::string d = pattern(6000);
+  send(kAck, cseq, sseq, sv(d, 0, 1000));
+  send(kAck, cseq + 3000, sseq, sv(d, 3000, 500));   // held
+  send(kAck, cseq + 3000, sseq, sv(d, 3000, 500));   // exact duplicate: not held again
+  send(kAck, cseq + 3100, sseq, sv(d, 3100, 100));   // inside a held range: not held
+  EXPECT_EQ(stack->counters().ooo_frames_held_total, 1u);
+  send(kAck, cseq + 2800, sseq, sv(d, 2800, 1000));  // overlaps the held range on both sides
+  send(kAck, cseq + 5000, sseq, sv(d, 5000, 1000));  // a second range
+  send(kAck, cseq + 4500, sseq, sv(d, 4500, 700));   // joins them, overlapping the later one
+  send(kAck, cseq + 1200, sseq, sv(d, 1200, 1700));  // before a hole at 1000..1200
+  EXPECT_EQ(stack->counters().ooo_frames_held_total, 5u);
+  EXPECT_EQ(dev->outstanding(), 5u);
+  EXPECT_EQ(session().received, d.substr(0, 1000));
+  send(kAck, cseq + 500, sseq, sv(d, 500, 1000));   // overlaps delivered bytes, fills 1000..1200
+  EXPECT_EQ(session().received, d.substr(0, 3800));  // 3800..4500 is still a hole
+  EXPECT_EQ(dev->outstanding(), 2u);  // 4500.. and 5000..; the three below 3800 released
+  send(kAck, cseq + 3700, sseq, sv(d, 3700, 900));
+  EXPECT_EQ(session().received, d);
+  const TcpCounters& c = stack->counters();
+  EXPECT_EQ(c.rx_copied_ooo_bytes + c.rx_copied_paused_bytes, 0u);
+  // From held frames: 1500..2900 (the 1200 frame after the filler's 1000..1500), 2900..3800
+  // (the 2800 frame; the 3000 frame adds nothing), then after 3700..4600: 4600..5200 (4500
+  // frame) and 5200..6000 (5000 frame).
+  EXPECT_EQ(c.ooo_held_bytes_delivered, 1400u + 900u + 600u + 800u);
+  EXPECT_EQ(c.bytes_in, 6000u);
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, HeldFramesAreReleasedWhenThePeerResets) {
+  start();
+  connect();
+  send(kAck, cseq + 100, sseq, "held");
+  send(kAck, cseq + 200, sseq, "held too");
+  EXPECT_EQ(dev->outstanding(), 2u);
+  send(kRst, cseq, 0);
+  EXPECT_EQ(stack->connectionCount(), 0u);
+  EXPECT_TRUE(session().closed);
+  expectBalanced();
+}
+
+TEST_F(HeldTest, HeldFramesAreReleasedOnAbortAndWhenTheStackGoes) {
+  start();
+  connect();
+  send(kAck, cseq + 100, sseq, "x");
+  drain();
+  key = clientKey(40001, false);
+  connect();
+  send(kAck, cseq + 100, sseq, "y");
+  drain();
+  EXPECT_EQ(dev->outstanding(), 2u);
+  stack->abortAll();
+  drain();
+  expectBalanced();
+  key = clientKey(40002, false);
+  connect();
+  send(kAck, cseq + 100, sseq, "z");
+  EXPECT_EQ(dev->outstanding(), 1u);
+  stack.reset();
+  EXPECT_EQ(dev->outstanding(), 0u);
+  EXPECT_EQ(dev->double_releases, 0u);
+}
+
+TEST_F(HeldTest, HeldFramesAreReleasedWhenTheSessionClosesFirst) {
+  start();
+  connect();
+  const std::string d = pattern(2000);
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 1000));
+  session().transport->closeAfterFlush();
+  send(kAck, cseq, sseq, sv(d, 0, 1000));  // the hole fills after the close: discarded
+  EXPECT_EQ(session().received, "");
+  EXPECT_EQ(dev->outstanding(), 0u);
+  EXPECT_EQ(stack->counters().ooo_held_bytes_delivered, 0u);
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, PausedSessionGetsTheHeldBytesCopiedThenFromTheBuffer) {
+  start();
+  connect();
+  const std::string d = pattern(3000);
+  send(kAck, cseq + 1000, sseq, sv(d, 1000, 1000));
+  send(kAck, cseq + 2000, sseq, sv(d, 2000, 1000));
+  session().pause_after_bytes = 500;  // pauses inside the first delivery
+  send(kAck, cseq, sseq, sv(d, 0, 1000));
+  EXPECT_EQ(session().received, d.substr(0, 1000));  // the frame's bytes, then paused
+  EXPECT_EQ(dev->outstanding(), 0u);  // the held bytes were copied: the frames are back
+  const TcpCounters& c = stack->counters();
+  EXPECT_EQ(c.rx_copied_paused_bytes, 2000u);
+  EXPECT_EQ(c.rx_copied_ooo_bytes, 0u);
+  EXPECT_EQ(c.ooo_held_bytes_delivered, 0u);
+  session().transport->pauseReading(false);
+  stack->poll(now);
+  EXPECT_EQ(session().received, d);
+  ASSERT_GE(session().copies.size(), 2u);
+  EXPECT_FALSE(session().copies.front());  // from the frame
+  EXPECT_TRUE(session().copies.back());    // from the stack's buffer
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, DeliveringCopyIsFalseFromFramesAndTrueFromTheBuffer) {
+  start();
+  connect();
+  send(kAck, cseq, sseq, "in order");  // straight from the frame
+  session().transport->pauseReading(true);
+  send(kAck, cseq + 8, sseq, "buffered");  // copied while paused
+  EXPECT_EQ(stack->counters().rx_copied_paused_bytes, 8u);
+  session().transport->pauseReading(false);
+  stack->poll(now);
+  send(kAck, cseq + 21, sseq, "held");  // held (a hole at 16..21)
+  send(kAck, cseq + 16, sseq, "hole!");
+  EXPECT_EQ(session().received, "in orderbufferedhole!held");
+  const std::vector<bool> expect = {false, true, false, false};
+  EXPECT_EQ(session().copies, expect);
+  drain();
+  expectBalanced();
+}
+
+TEST_F(HeldTest, TheReceiveWindowIsTheSameAsWithCopies) {
+  // The same script with and without holds: every window and ACK we advertise is identical
+  // (held bytes count against rcv_buf exactly as buffered bytes do), and bytes beyond the
+  // window are trimmed before a frame is held.
+  auto run = [this](uint32_t budget) {
+    hold_budget = budget;
+    opts.rcv_buf = 8192;
+    sessions.clear();
+    start();
+    connect(1000, SynOpts{1460, -1, true, false});
+    session().transport->pauseReading(true);
+    const std::string d = pattern(12000);
+    std::vector<std::pair<uint32_t, uint16_t>> acks;
+    auto step = [&](size_t a, size_t n) {
+      send(kAck, cseq + static_cast<uint32_t>(a), sseq, std::string_view(d).substr(a, n));
+      for (const Out& o : drain()) acks.emplace_back(o.seg.ack, o.seg.window);
+    };
+    step(1000, 1400);
+    step(6000, 1400);
+    step(7400, 1400);  // partly beyond rcv_buf: trimmed at 8192
+    step(0, 1000);
+    step(2400, 1400);
+    session().transport->pauseReading(false);
+    stack->poll(now);
+    for (const Out& o : drain()) acks.emplace_back(o.seg.ack, o.seg.window);
+    step(3800, 1400);
+    step(5200, 800);
+    EXPECT_EQ(session().received, d.substr(0, 8192));
+    EXPECT_EQ(stack->counters().dropped(DropReason::kBeyondWindow), 1u);
+    expectBalanced();
+    return acks;
+  };
+  const auto copied = run(0);
+  const auto held = run(64);
+  EXPECT_GT(stack->counters().ooo_frames_held_total, 0u);
+  EXPECT_EQ(copied, held);
 }
 
 // ---- Retransmission ------------------------------------------------------------------------
