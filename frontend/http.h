@@ -53,6 +53,9 @@ struct HttpRequest {
   // The handler's reader that took the body as it arrived (HttpHandler::startBody); null: the
   // body was assembled into `body`.
   std::unique_ptr<HttpBodyReader> body_reader;
+  // Set by HttpHandler::startBody for its own handle() (what it already looked up: e.g. the
+  // KServe handler's model), so the request is not routed twice; null otherwise.
+  void* handler_route = nullptr;
   bool keep_alive = true; // after this request, per HTTP/1.x rules and Connection headers
   uint64_t received_ns = 0;  // monotonic time the first byte of the request arrived
   // Set by the session when an ingress filter tagged the connection (net/ingress_tag.h).

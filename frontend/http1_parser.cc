@@ -948,6 +948,7 @@ void Http1Parser::recycle(HttpRequest&& request) {
   r.version_minor = 1;
   r.body.clear();
   r.body_reader.reset();
+  r.handler_route = nullptr;
   r.keep_alive = true;
   r.received_ns = 0;
   r.tag.reset();

@@ -97,6 +97,11 @@ void KServeRestHandler::handle(HttpRequest&& request, HttpRespond respond) {
     return TfServingRestHandler(registry_, metrics_)
         .handle(std::move(request), std::move(respond), std::move(cancel));
   }
+  if (request.handler_route != nullptr) {  // routed by startBody: POST .../infer of this model
+    backends::Model& model = *static_cast<backends::Model*>(request.handler_route);
+    const int model_index = metrics_ != nullptr ? metrics_->modelIndex(model.config().name) : -1;
+    return infer(std::move(request), model, model_index, std::move(respond));
+  }
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
   const uint64_t start = request.received_ns;
@@ -158,35 +163,57 @@ std::unique_ptr<HttpBodyReader> KServeRestHandler::startBody(HttpRequest& head,
   ModelPath mp;
   if (!parseModelPath(head.path(), mp) || mp.suffix != "infer") return nullptr;
   backends::Model* model = registry_.find(mp.name, mp.version);
-  if (model == nullptr || !model->ready() || (head.tag && head.tag->refused())) return nullptr;
+  if (model == nullptr) return nullptr;
+  head.handler_route = model;  // handle(): POST .../infer of this model, not routed again
+  if (!model->ready() || (head.tag && head.tag->refused())) return nullptr;
+  // One pass over the headers for the two this needs.
+  const std::string* header_len_value = nullptr;
+  const std::string* priority_value = nullptr;
+  for (const HttpHeader& h : head.headers) {
+    if (header_len_value == nullptr && h.name == "inference-header-content-length") {
+      header_len_value = &h.value;
+    } else if (priority_value == nullptr && h.name == kPriorityHeader) {
+      priority_value = &h.value;
+    }
+  }
+  const uint32_t levels = model->priorityLevels();
+  auto fallbackPriority = [&] {
+    return resolvePriority(0, priority_value,
+                           head.tag ? std::optional<int>(head.tag->priority_class) : std::nullopt,
+                           levels, head.priority_trusted);
+  };
   std::optional<size_t> header_len;
-  if (const std::string* h = head.header("inference-header-content-length")) {
-    header_len = parseSize(*h);
+  if (header_len_value != nullptr) {
+    header_len = parseSize(*header_len_value);
     if (!header_len) return nullptr;  // handle() answers 400
-  }
-  KServeBodyStream::Priority prio;
-  prio.trusted = head.priority_trusted;
-  prio.fallback = resolvePriority(
-      0, head.header(kPriorityHeader),
-      head.tag ? std::optional<int>(head.tag->priority_class) : std::nullopt,
-      model->priorityLevels(), head.priority_trusted);
-  if (header_len && *header_len > 0) {
-    return KServeBodyStream::binary(*model, *header_len, body.content_length, body.max_body,
-                                    std::move(prio));
-  }
-  if (header_len && body.content_length) {
-    if (std::unique_ptr<KServeBodyStream> s =
-            KServeBodyStream::raw(*model, *body.content_length, prio)) {
-      return s;
+    KServeBodyStream::Priority prio;
+    prio.trusted = head.priority_trusted;
+    prio.fallback = fallbackPriority();
+    if (*header_len > 0) {
+      return KServeBodyStream::binary(*model, *header_len, body.content_length, body.max_body,
+                                      std::move(prio));
+    }
+    if (body.content_length) {
+      if (std::unique_ptr<KServeBodyStream> s =
+              KServeBodyStream::raw(*model, *body.content_length, prio)) {
+        return s;
+      }
     }
   }
   // Assembled (JSON, or a raw body of unknown length or of BYTES): still refused before the
-  // body is buffered. A JSON body's own "priority" parameter may raise a trusted client's
-  // priority, so that client is checked at the highest level (1) here.
-  if (!prio.fallback.ok()) return nullptr;  // handle() answers the bad header
-  const int64_t level = prio.trusted && !header_len && model->priorityLevels() > 0
-                            ? int64_t{1}
-                            : *prio.fallback;
+  // body is buffered. A model without priority levels ignores the priority; a JSON body's own
+  // "priority" parameter may raise a trusted client's, so that client is checked at the highest
+  // level (1).
+  int64_t level = 0;
+  if (levels > 0) {
+    if (head.priority_trusted && !header_len) {
+      level = 1;
+    } else {
+      absl::StatusOr<int64_t> p = fallbackPriority();
+      if (!p.ok()) return nullptr;  // handle() answers the bad header
+      level = *p;
+    }
+  }
   if (absl::Status st = model->admission(level); !st.ok()) {
     return KServeBodyStream::refusal(std::move(st));
   }
@@ -225,20 +252,20 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     }
   }
   const backends::ModelConfig& cfg = model.config();
-  absl::StatusOr<backends::InferRequest> req;
-  if (request.body_reader) {
-    // Streamed (startBody): decoded as the body arrived, straight into the model's slots; or
-    // refused by the model's admission before any tensor byte was copied.
-    bool refused = false;
-    req = static_cast<KServeBodyStream&>(*request.body_reader).finish(&refused);
-  } else {
-    // Assembled: the decoder writes the tensors from the body straight into the model's batch
-    // slots; the body's assembly was a first copy of its binary tensor bytes.
-    const backends::InputPlacer place = [&model](backends::InferRequest& r) {
-      return model.placeInputs(r);
-    };
-    req = decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version, &place);
-    if (req.ok() && header_len) req->received_copy_bytes = request.body.size() - *header_len;
+  // Streamed (startBody): decoded as the body arrived, straight into the model's slots, or
+  // refused by the model's admission before any tensor byte was copied. Assembled: the decoder
+  // writes the tensors from the body straight into the model's batch slots; the body's assembly
+  // was a first copy of its binary tensor bytes.
+  const backends::InputPlacer place = [&model](backends::InferRequest& r) {
+    return model.placeInputs(r);
+  };
+  bool refused = false;
+  absl::StatusOr<backends::InferRequest> req =
+      request.body_reader
+          ? static_cast<KServeBodyStream&>(*request.body_reader).finish(&refused)
+          : decodeInferRequest(request.body, header_len, cfg, cfg.name, cfg.version, &place);
+  if (!request.body_reader && req.ok() && header_len) {
+    req->received_copy_bytes = request.body.size() - *header_len;
   }
   if (!req.ok()) {
     return finish(errorResponse(httpStatusFor(req.status()), std::string(req.status().message())));

@@ -6,7 +6,10 @@ from the received bytes into its slot in the model's batch buffer, and the batch
 from there. Asserted per request from /metrics deltas of the batched `identity` model:
   request_bytes (received) == slot_bytes (decoded into slots) == bytes_copied (all writes)
   staged_bytes == compacted_bytes == 0
-i.e. bytes_copied / request_bytes == 1 exactly. JSON `data` is parsed straight into the slot
+i.e. bytes_copied / request_bytes == 1 exactly, and received_copy_bytes == 0: the HTTP/1.1 body
+is streamed (docs/PROTOCOLS.md "HTTP/1.1 body streaming"), Content-Length or chunked, from the
+read buffer straight into the slot. A chunked raw binary body (size unknown) is assembled first:
+received_copy_bytes == the tensor bytes, ratio 2. JSON `data` is parsed straight into the slot
 too (slot_bytes == request_bytes).
 
 Cancellation: with the `slow` model's one in-flight batch busy, a queued request whose client
@@ -31,7 +34,8 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-COUNTERS = ("request_bytes", "slot_bytes", "bytes_copied", "staged_bytes", "compacted_bytes")
+COUNTERS = ("request_bytes", "slot_bytes", "bytes_copied", "staged_bytes", "compacted_bytes",
+            "received_copy_bytes")
 VALUES = [float(i) + 0.5 for i in range(16)]
 RAW = struct.pack("<16f", *VALUES)
 
@@ -94,6 +98,8 @@ class OneCopyTest(unittest.TestCase):
         return {k: after[k] - before[k] for k in COUNTERS}
 
     def assert_one_copy(self, d, tensor_bytes):
+        # Streamed from the read buffer into the slot: nothing copied before the decoder.
+        self.assertEqual(d["received_copy_bytes"], 0, d)
         self.assertEqual(d["request_bytes"], tensor_bytes, d)
         self.assertEqual(d["slot_bytes"], tensor_bytes, d)
         self.assertEqual(d["bytes_copied"], d["request_bytes"], d)  # the ratio is exactly 1
@@ -147,6 +153,42 @@ class OneCopyTest(unittest.TestCase):
         self.check_binary_response(status, headers, resp)
         self.assert_one_copy(self.delta(before), len(RAW))
 
+    def test_chunked_binary_extension_is_one_copy(self):
+        # De-chunked on the fly into the slot: chunks of 7 bytes cross the JSON header and the
+        # tensor, the tensor arrives in its own segments.
+        header, body = binary_body("chunked")
+        before = self.counters()
+        with harness.connect(self.gw.port) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\nInference-Header-Content-Length: %d\r\n\r\n"
+                      % len(header))
+            for off in range(0, len(body), 7):
+                c = body[off:off + 7]
+                s.sendall(b"%x\r\n%s\r\n" % (len(c), c))
+                if off >= len(header):
+                    time.sleep(0.002)
+            s.sendall(b"0\r\n\r\n")
+            status, headers, resp, _ = harness.read_response(s)
+        self.check_binary_response(status, headers, resp)
+        self.assert_one_copy(self.delta(before), len(RAW))
+
+    def test_chunked_raw_binary_body_counts_its_assembly(self):
+        # A raw binary body of unknown size is assembled first: that copy is counted, exactly.
+        before = self.counters()
+        with harness.connect(self.gw.port) as s:
+            s.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\n"
+                      b"Transfer-Encoding: chunked\r\nInference-Header-Content-Length: 0\r\n\r\n"
+                      b"%x\r\n%s\r\n0\r\n\r\n" % (len(RAW), RAW))
+            status, headers, resp, _ = harness.read_response(s)
+        self.check_binary_response(status, headers, resp)
+        d = self.delta(before)
+        self.assertEqual(d["request_bytes"], len(RAW), d)
+        self.assertEqual(d["slot_bytes"], len(RAW), d)
+        self.assertEqual(d["received_copy_bytes"], len(RAW), d)
+        self.assertEqual(d["bytes_copied"], 2 * len(RAW), d)  # assembly + the decoder's write
+        self.assertEqual(d["staged_bytes"], 0, d)
+
     def test_json_data_is_parsed_into_the_slot(self):
         body = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
                                        "data": VALUES}]}).encode()
@@ -158,6 +200,7 @@ class OneCopyTest(unittest.TestCase):
         d = self.delta(before)
         self.assertEqual(d["slot_bytes"], len(RAW), d)  # parsed straight into the slot
         self.assertEqual(d["bytes_copied"], d["request_bytes"], d)
+        self.assertEqual(d["received_copy_bytes"], 0, d)  # JSON text assembly is not a tensor copy
 
     def grpc_request(self, rid, model="identity", values_raw=RAW, shape=(1, 16)):
         req = self.pb.ModelInferRequest(model_name=model, id=rid)

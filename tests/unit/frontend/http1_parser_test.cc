@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
@@ -813,6 +815,101 @@ TEST(Http1ParserRecycle, ReusedRequestCarriesNothingOver) {
   EXPECT_EQ(*c.header("content-length"), "2");
   EXPECT_EQ(c.body, "hi");
   EXPECT_TRUE(c.keep_alive);
+}
+
+// ---- Body streaming (Http1Parser::BodyHook) ----------------------------------------------
+
+// Records the pieces it is handed, with their `copied` flag.
+class RecordingReader : public HttpBodyReader {
+ public:
+  explicit RecordingReader(std::string* out, uint64_t* copied) : out_(out), copied_(copied) {}
+  void onBody(const char* data, size_t len, bool copied) override {
+    EXPECT_GT(len, 0u);
+    out_->append(data, len);
+    if (copied) *copied_ += len;
+  }
+
+ private:
+  std::string* out_;
+  uint64_t* copied_;
+};
+
+class StreamAll : public Http1Parser::BodyHook {
+ public:
+  std::unique_ptr<HttpBodyReader> startBody(HttpRequest& head, const HttpBodyInfo& info) override {
+    ++calls;
+    content_length = info.content_length;
+    max_body = info.max_body;
+    EXPECT_TRUE(head.body.empty());
+    if (head.path() == "/assemble") return nullptr;
+    return std::make_unique<RecordingReader>(&streamed, &copied);
+  }
+  int calls = 0;
+  std::optional<uint64_t> content_length;
+  uint64_t max_body = 0;
+  std::string streamed;
+  uint64_t copied = 0;
+};
+
+TEST(Http1ParserBodyHook, StreamsTheDechunkedBodyAtEverySplitAndKeepsPipelining) {
+  const std::string in =
+      "POST /s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n3;ext=1\r\n, w\r\n0\r\nTrailer: t\r\n\r\n"
+      "POST /assemble HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+      "POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nwxyz"
+      "GET /g HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (size_t split = 1; split <= in.size(); ++split) {
+    SCOPED_TRACE(split);
+    Http1Parser parser(Http1Limits{});
+    StreamAll hook;
+    parser.setBodyHook(&hook);
+    for (size_t off = 0; off < in.size(); off += split) {
+      const bool copied = (off / split) % 2 == 1;  // alternate copied and uncopied deliveries
+      ASSERT_EQ(parser.feed(in.data() + off, std::min(split, in.size() - off), 0, copied),
+                Http1Parser::Result::kOk);
+    }
+    EXPECT_EQ(hook.calls, 3);  // not for the GET without a body
+    EXPECT_EQ(hook.streamed, "hello, wwxyz");
+    EXPECT_EQ(hook.max_body, Http1Limits{}.max_body_bytes);
+    std::vector<HttpRequest> reqs;
+    while (parser.hasRequest()) reqs.push_back(parser.popRequest());
+    ASSERT_EQ(reqs.size(), 4u);
+    EXPECT_NE(reqs[0].body_reader, nullptr);
+    EXPECT_EQ(reqs[0].body, "");
+    EXPECT_EQ(reqs[1].body_reader, nullptr);
+    EXPECT_EQ(reqs[1].body, "abc");
+    EXPECT_NE(reqs[2].body_reader, nullptr);
+    EXPECT_EQ(reqs[2].body, "");
+    EXPECT_EQ(reqs[3].path(), "/g");
+    if (split >= in.size()) EXPECT_EQ(hook.copied, 0u);
+  }
+}
+
+TEST(Http1ParserBodyHook, BodyLimitAppliesToStreamedBodies) {
+  Http1Limits limits;
+  limits.max_body_bytes = 6;
+  Http1Parser parser(limits);
+  StreamAll hook;
+  parser.setBodyHook(&hook);
+  const std::string in =
+      "POST /s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n";
+  EXPECT_EQ(parser.feed(in.data(), in.size()), Http1Parser::Result::kError);
+  EXPECT_EQ(parser.error().status, 413);
+  EXPECT_EQ(hook.streamed, "hello");
+}
+
+TEST(Http1ParserBodyHook, CopiedFlagReachesTheReader) {
+  Http1Parser parser(Http1Limits{});
+  StreamAll hook;
+  parser.setBodyHook(&hook);
+  const std::string head = "POST /s HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n";
+  parser.feed(head.data(), head.size(), 0, true);
+  parser.feed("abc", 3, 0, true);
+  parser.feed("def", 3, 0, false);
+  EXPECT_EQ(hook.content_length, std::optional<uint64_t>(6));
+  EXPECT_EQ(hook.copied, 3u);
+  EXPECT_TRUE(parser.hasRequest());
 }
 
 }  // namespace

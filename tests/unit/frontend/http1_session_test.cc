@@ -9,7 +9,10 @@
 #include <thread>
 
 #include "tests/mocks/fake_transport.h"
+#include "tests/unit/frontend/placing_model.h"
+#include "common/metrics.h"
 #include "frontend/http1_session.h"
+#include "frontend/kserve_rest.h"
 
 namespace infergate::frontend {
 namespace {
@@ -285,6 +288,246 @@ TEST_F(CancelFixture, HalfCloseCancelsWhenConfigured) {
   feed("GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
   session->onPeerClosed();
   EXPECT_EQ(handler.cancelled, (std::vector<size_t>{0}));
+}
+
+// ---- Streaming body path (HttpHandler::startBody, frontend/kserve_body_stream.h) ----------
+
+// A transport whose deliveries can be marked as copied by it (net::Transport::deliveringCopy).
+class CopyingTransport : public FakeTransport {
+ public:
+  bool deliveringCopy() const override { return copying; }
+  bool copying = false;
+};
+
+backends::ModelConfig streamModelConfig() {
+  backends::ModelConfig c;
+  c.name = "m";
+  c.version = "1";
+  c.inputs = {{"x", backends::DataType::kFp32, {1, 3}}};
+  c.outputs = {{"x_out", backends::DataType::kFp32, {1, 3}}};
+  return c;
+}
+
+const std::string kTensor("\x00\x00\xc0\x3f\x00\x00\x00\xc0\x00\x00\x50\x40", 12);
+const std::string kJsonHeader =
+    R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"parameters":{"binary_data_size":12}}],)"
+    R"("outputs":[{"name":"x_out","parameters":{"binary_data":true}}]})";
+
+std::string binaryRequest(bool chunked, std::string_view extra_body = "",
+                          std::string_view extra_headers = "") {
+  const std::string body = kJsonHeader + kTensor + std::string(extra_body);
+  std::string r = "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
+                  std::to_string(kJsonHeader.size()) + "\r\n" + std::string(extra_headers);
+  if (!chunked) return r + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  r += "Transfer-Encoding: chunked\r\n\r\n";
+  // Chunks of 7 bytes: the JSON header and the tensor both cross chunk boundaries.
+  for (size_t off = 0; off < body.size(); off += 7) {
+    const std::string c = body.substr(off, 7);
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx\r\n", c.size());
+    r += size + c + "\r\n";
+  }
+  return r + "0\r\n\r\n";
+}
+
+struct StreamFixture : ::testing::Test {
+  StreamFixture() : metrics(metrics_registry, {"m"}) {
+    auto m = std::make_unique<testing::PlacingModel>(streamModelConfig());
+    model = m.get();
+    registry.add(std::move(m));
+    handler = std::make_unique<KServeRestHandler>(registry, ServerInfo{}, &metrics);
+    reset();
+  }
+  void reset() {
+    transport.out.clear();
+    session = std::make_shared<Http1Session>(transport, *handler, options, &metrics);
+  }
+  // Feeds `bytes` in pieces of `piece` bytes.
+  void feed(std::string_view bytes, size_t piece) {
+    for (size_t off = 0; off < bytes.size(); off += piece) {
+      session->onData(bytes.data() + off, std::min(piece, bytes.size() - off));
+    }
+  }
+  size_t count(std::string_view needle) const {
+    size_t n = 0;
+    for (size_t p = 0; (p = transport.out.find(needle, p)) != std::string::npos; ++p) ++n;
+    return n;
+  }
+  common::MetricsRegistry metrics_registry;
+  ServerMetrics metrics;
+  backends::ModelRegistry registry;
+  testing::PlacingModel* model;
+  std::unique_ptr<KServeRestHandler> handler;
+  Http1SessionOptions options;
+  CopyingTransport transport;
+  std::shared_ptr<Http1Session> session;
+};
+
+// Every split of the request (Content-Length and chunked, with and without copied deliveries):
+// decoded straight into the slot, the tensor echoed, received_copy_bytes exactly the tensor
+// bytes the transport had copied, and only the JSON header assembled.
+TEST_F(StreamFixture, BinaryBodyIsStreamedIntoTheSlotAtEverySplit) {
+  for (bool chunked : {false, true}) {
+    for (bool copying : {false, true}) {
+      const std::string req = binaryRequest(chunked);
+      for (size_t piece = 1; piece <= req.size(); ++piece) {
+        SCOPED_TRACE("chunked=" + std::to_string(chunked) + " copying=" +
+                     std::to_string(copying) + " piece=" + std::to_string(piece));
+        transport.copying = copying;
+        reset();
+        model->received_copy_bytes.clear();
+        model->placed.clear();
+        const uint64_t assembled = metrics.bodyAssembledBytes();
+        feed(req, piece);
+        ASSERT_EQ(transport.out.rfind("HTTP/1.1 200 OK", 0), 0u) << transport.out;
+        EXPECT_NE(transport.out.find(kTensor), std::string::npos) << transport.out;
+        ASSERT_EQ(model->received_copy_bytes.size(), 1u);
+        EXPECT_EQ(model->received_copy_bytes[0], copying ? kTensor.size() : 0u);
+        EXPECT_TRUE(model->placed[0]);
+        EXPECT_EQ(metrics.bodyAssembledBytes() - assembled, kJsonHeader.size());
+      }
+    }
+  }
+  EXPECT_EQ(model->live_reservations, 0);
+}
+
+// The assembled path (a handler without startBody, as before) counts the body assembly as a
+// copy of the binary tensor bytes; streamed, they are not copied before the decoder.
+TEST_F(StreamFixture, AssembledBinaryBodyCountsItsCopy) {
+  HttpRequest req;
+  req.method = "POST";
+  req.target = "/v2/models/m/infer";
+  req.headers.push_back({"inference-header-content-length", std::to_string(kJsonHeader.size())});
+  req.body = kJsonHeader + kTensor;
+  bool answered = false;
+  handler->handle(std::move(req), [&](HttpResponse r) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    answered = true;
+  });
+  EXPECT_TRUE(answered);
+  ASSERT_EQ(model->received_copy_bytes.size(), 1u);
+  EXPECT_EQ(model->received_copy_bytes[0], kTensor.size());
+}
+
+TEST_F(StreamFixture, RawBinaryBodyWithContentLengthIsStreamed) {
+  const std::string req =
+      "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+      "Content-Length: 12\r\n\r\n" + kTensor;
+  transport.copying = true;
+  for (size_t piece = 1; piece <= req.size(); ++piece) {
+    reset();
+    model->received_copy_bytes.clear();
+    feed(req, piece);
+    ASSERT_EQ(transport.out.rfind("HTTP/1.1 200 OK", 0), 0u) << transport.out;
+    ASSERT_EQ(model->received_copy_bytes.size(), 1u);
+    EXPECT_EQ(model->received_copy_bytes[0], 12u);  // every delivery was a copied one
+  }
+  // Chunked raw: the size is unknown, so the body is assembled and that copy counted.
+  transport.copying = false;
+  reset();
+  model->received_copy_bytes.clear();
+  const uint64_t assembled = metrics.bodyAssembledBytes();
+  feed("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 0\r\n"
+       "Transfer-Encoding: chunked\r\n\r\nc\r\n" + kTensor + "\r\n0\r\n\r\n", 5);
+  ASSERT_EQ(transport.out.rfind("HTTP/1.1 200 OK", 0), 0u) << transport.out;
+  EXPECT_EQ(model->received_copy_bytes.at(0), 12u);
+  EXPECT_EQ(metrics.bodyAssembledBytes() - assembled, 12u);
+}
+
+// Refuse before copying: the admission answer is the response, nothing is placed, the body
+// is discarded unread (not assembled), and the next pipelined request is answered.
+TEST_F(StreamFixture, AdmissionRefusalDiscardsTheBodyAndTheNextRequestIsAnswered) {
+  model->admit = absl::UnavailableError("queue full");
+  const std::string json_body =
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[1,3],"data":[1,2,3]}]})";
+  const std::string json_req = "POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                               std::to_string(json_body.size()) + "\r\n\r\n" + json_body;
+  for (bool chunked : {false, true}) {
+    reset();
+    const uint64_t assembled = metrics.bodyAssembledBytes();
+    feed(binaryRequest(chunked) + json_req + "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n", 3);
+    EXPECT_EQ(count("HTTP/1.1 503 "), 2u) << transport.out;
+    EXPECT_EQ(count("queue full"), 2u);
+    EXPECT_NE(transport.out.find("HTTP/1.1 200 OK"), std::string::npos);  // the health check
+    EXPECT_EQ(model->place_calls, 0);
+    EXPECT_TRUE(model->received_copy_bytes.empty());  // nothing reached the model
+    // Only the binary request's JSON header was kept (to learn its priority).
+    EXPECT_EQ(metrics.bodyAssembledBytes() - assembled, kJsonHeader.size());
+  }
+  EXPECT_EQ(model->admission_calls, 4);
+}
+
+// Bytes beyond the announced sizes, or fewer: 400 from the decoder, the connection goes on.
+TEST_F(StreamFixture, OverlongAndShortBodiesAre400) {
+  for (bool chunked : {false, true}) {
+    reset();
+    feed(binaryRequest(chunked, "xyz") + "GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n", 4);
+    EXPECT_EQ(transport.out.rfind("HTTP/1.1 400 ", 0), 0u) << transport.out;
+    EXPECT_NE(transport.out.find("3 bytes after the JSON header are not claimed"), std::string::npos);
+    EXPECT_NE(transport.out.find("HTTP/1.1 200 OK"), std::string::npos);
+    EXPECT_FALSE(transport.closed);
+  }
+  // Short: binary_data_size 12 but 5 bytes follow (chunked: only known at the end).
+  const std::string body = kJsonHeader + kTensor.substr(0, 5);
+  reset();
+  feed("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: " +
+           std::to_string(kJsonHeader.size()) + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
+           [&] { char b[16]; std::snprintf(b, sizeof b, "%zx\r\n", body.size()); return std::string(b); }() +
+           body + "\r\n0\r\n\r\n",
+       6);
+  EXPECT_EQ(transport.out.rfind("HTTP/1.1 400 ", 0), 0u) << transport.out;
+  EXPECT_NE(transport.out.find("binary_data_size 12 exceeds the remaining 5 bytes"), std::string::npos);
+  EXPECT_EQ(model->live_reservations, 0);
+}
+
+// Hostile header lengths: over the Content-Length, or huge with a chunked body.
+TEST_F(StreamFixture, HostileHeaderLengths) {
+  reset();
+  feed("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: 99\r\n"
+       "Content-Length: 4\r\n\r\nabcd", 3);
+  EXPECT_NE(transport.out.find("Inference-Header-Content-Length 99 exceeds the body length 4"),
+            std::string::npos) << transport.out;
+  reset();
+  const uint64_t assembled = metrics.bodyAssembledBytes();
+  feed("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: "
+       "18446744073709551615\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nabcd\r\n0\r\n\r\n", 3);
+  EXPECT_NE(transport.out.find("exceeds the body length 4"), std::string::npos) << transport.out;
+  EXPECT_EQ(metrics.bodyAssembledBytes(), assembled);  // nothing kept for a header that cannot fit
+  EXPECT_EQ(model->place_calls, 0);
+}
+
+// Broken chunk framing in the middle of a streamed body: the stream's error (400 bad_chunk),
+// the connection closes, and the reservation taken at header time is released.
+TEST_F(StreamFixture, BadChunkFramingMidStream) {
+  reset();
+  std::string req = binaryRequest(true);
+  // Whole 7-byte chunks (12 bytes framed) past the JSON header, then a chunk size that is not hex.
+  const size_t head_end = req.find("\r\n\r\n") + 4;
+  req.resize(head_end + 12 * (kJsonHeader.size() / 7 + 1));
+  feed(req + "zz\r\n", 2);
+  EXPECT_EQ(model->live_reservations, 1);  // the header pass placed the input
+  EXPECT_NE(transport.out.find("HTTP/1.1 400 "), std::string::npos) << transport.out;
+  EXPECT_NE(transport.out.find("Malformed chunked body"), std::string::npos);
+  EXPECT_TRUE(transport.closed);
+  session->onClosed();
+  session.reset();
+  EXPECT_EQ(model->live_reservations, 0);
+}
+
+// Expect: 100-continue and the body limit keep working with a streamed body.
+TEST_F(StreamFixture, ExpectContinueAndBodyLimit) {
+  reset();
+  const std::string req = binaryRequest(false, "", "Expect: 100-continue\r\n");
+  const size_t head_end = req.find("\r\n\r\n") + 4;
+  feed(req.substr(0, head_end), 1000);
+  EXPECT_EQ(transport.out, "HTTP/1.1 100 Continue\r\n\r\n");
+  feed(req.substr(head_end), 1000);
+  EXPECT_NE(transport.out.find("HTTP/1.1 200 OK"), std::string::npos) << transport.out;
+
+  options.limits.max_body_bytes = kJsonHeader.size() + 4;
+  reset();
+  feed(binaryRequest(true), 9);
+  EXPECT_NE(transport.out.find("HTTP/1.1 413 "), std::string::npos) << transport.out;
 }
 
 }  // namespace
