@@ -1,5 +1,7 @@
 #include "frontend/tf_predict_codec.h"
 
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <unordered_map>
@@ -25,6 +27,112 @@ absl::Status parseError() {
 // proto3 `string` fields are UTF-8 checked by libprotobuf's parser (a failure fails the parse).
 bool utf8(std::string_view s) { return simdjson::validate_utf8(s.data(), s.size()); }
 
+// The PredictRequest reader, with the exact acceptance rules of the libprotobuf the former
+// decode used (3.21's parser; common/protowire.h is laxer on two points): a key is at most 5
+// bytes (its low 32 bits), a length at most 5 bytes and below 2^31 - 16; a zero key, field
+// number 0, wire types 6 and 7, and an end-group key outside its group fail the parse; groups
+// (skipped as unknown fields) nest to a depth of 100 counting the messages around them.
+class Input {
+ public:
+  explicit Input(std::string_view s, int level = 0)
+      : p_(reinterpret_cast<const uint8_t*>(s.data())), end_(p_ + s.size()), level_(level) {}
+
+  bool atEnd() const { return p_ >= end_; }
+  // The next key of this message; 0 at its end (consumedEntireMessage()) or when malformed.
+  uint32_t readTag() {
+    if (p_ >= end_) {
+      clean_end_ = true;
+      return 0;
+    }
+    uint32_t tag = 0;
+    if (!readKey(tag)) return 0;
+    const uint32_t wt = protowire::tagWireType(tag);
+    if (wt == protowire::kEndGroup || wt > kFixed32 || protowire::tagField(tag) == 0) return 0;
+    return tag;
+  }
+  bool consumedEntireMessage() const { return clean_end_; }
+
+  bool readVarint(uint64_t& v) {  // up to 10 bytes, modulo 2^64
+    v = 0;
+    for (int i = 0; i < 10 && p_ < end_; ++i) {
+      const uint8_t b = *p_++;
+      v |= uint64_t{b & 0x7fu} << (7 * i);
+      if (b < 0x80) return true;
+    }
+    return false;
+  }
+  bool readFixed32(uint32_t& v) {
+    if (end_ - p_ < 4) return false;
+    std::memcpy(&v, p_, 4);  // little-endian host
+    p_ += 4;
+    return true;
+  }
+  bool readFixed64(uint64_t& v) {
+    if (end_ - p_ < 8) return false;
+    std::memcpy(&v, p_, 8);
+    p_ += 8;
+    return true;
+  }
+  bool readView(std::string_view& out) {
+    uint32_t len = 0;
+    int i = 0;
+    for (;; ++i) {
+      if (i == 5 || p_ >= end_) return false;
+      const uint8_t b = *p_++;
+      if (i == 4 && b >= 8) return false;  // 2 GiB or more
+      len |= uint32_t{b & 0x7fu} << (7 * i);
+      if (b < 0x80) break;
+    }
+    if (len > INT32_MAX - 16 || len > static_cast<size_t>(end_ - p_)) return false;
+    out = std::string_view(reinterpret_cast<const char*>(p_), len);
+    p_ += len;
+    return true;
+  }
+  // Skips the payload of the field whose key `tag` (from readTag) was just read.
+  bool skipField(uint32_t tag) { return skip(tag, level_); }
+
+ private:
+  bool readKey(uint32_t& tag) {
+    tag = 0;
+    for (int i = 0; i < 5 && p_ < end_; ++i) {
+      const uint8_t b = *p_++;
+      tag |= static_cast<uint32_t>(b & 0x7fu) << (7 * i);  // bits past 32 dropped
+      if (b < 0x80) return tag != 0;
+    }
+    return false;
+  }
+  bool skip(uint32_t tag, int level) {
+    uint64_t v = 0;
+    std::string_view view;
+    switch (protowire::tagWireType(tag)) {
+      case kVarint: return readVarint(v);
+      case kFixed64: return readFixed64(v);
+      case kLen: return readView(view);
+      case kFixed32: {
+        uint32_t x = 0;
+        return readFixed32(x);
+      }
+      case protowire::kStartGroup: {
+        if (level + 1 > 100) return false;
+        const uint32_t field = protowire::tagField(tag);
+        for (;;) {
+          uint32_t inner = 0;
+          if (!readKey(inner)) return false;
+          const uint32_t wt = protowire::tagWireType(inner);
+          if (wt == protowire::kEndGroup) return protowire::tagField(inner) == field;
+          if (wt > kFixed32 || protowire::tagField(inner) == 0) return false;
+          if (!skip(inner, level + 1)) return false;
+        }
+      }
+      default: return false;
+    }
+  }
+  const uint8_t* p_;
+  const uint8_t* end_;
+  int level_;
+  bool clean_end_ = false;
+};
+
 // TensorProto's repeated value fields: field number and the wire type of one unpacked element,
 // in TfTensorView::values order; then scomplex_val / dcomplex_val (checked, not kept).
 struct ValueField {
@@ -46,7 +154,7 @@ int valueFieldIndex(uint32_t f) {
   return -1;
 }
 
-bool readElement(protowire::Input& in, uint32_t wt, uint64_t& bits) {
+bool readElement(Input& in, uint32_t wt, uint64_t& bits) {
   if (wt == kVarint) return in.readVarint(bits);
   if (wt == kFixed32) {
     uint32_t v = 0;
@@ -66,7 +174,7 @@ std::optional<uint64_t> packedCount(std::string_view packed, uint32_t wt) {
     return packed.size() / w;
   }
   uint64_t n = 0;
-  protowire::Input pin(packed);
+  Input pin(packed);
   while (!pin.atEnd()) {
     uint64_t v = 0;
     if (!pin.readVarint(v)) return std::nullopt;
@@ -76,7 +184,7 @@ std::optional<uint64_t> packedCount(std::string_view packed, uint32_t wt) {
 }
 
 bool scanDim(std::string_view v, int64_t& size) {
-  protowire::Input in(v);
+  Input in(v, 4);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f == 1 && wt == kVarint) {
@@ -94,7 +202,7 @@ bool scanDim(std::string_view v, int64_t& size) {
 }
 
 bool scanShape(std::string_view v, std::vector<int64_t>& shape) {
-  protowire::Input in(v);
+  Input in(v, 3);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f == 2 && wt == kLen) {
@@ -114,7 +222,7 @@ bool scanShape(std::string_view v, std::vector<int64_t>& shape) {
 
 // Reads the fields of one TensorProto into `t` (a recurring message merges into it).
 bool scanTensor(std::string_view v, TfTensorView& t) {
-  protowire::Input in(v);
+  Input in(v, 2);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if ((f == 1 || f == 3) && wt == kVarint) {  // dtype, version_number
@@ -164,7 +272,7 @@ bool scanTensor(std::string_view v, TfTensorView& t) {
 }
 
 bool scanModelSpec(std::string_view v, PredictModelSpec& spec, int64_t& version) {
-  protowire::Input in(v);
+  Input in(v, 1);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if ((f == 1 || f == 3 || f == 4) && wt == kLen) {
@@ -186,7 +294,7 @@ bool scanModelSpec(std::string_view v, PredictModelSpec& spec, int64_t& version)
         spec.version_label.clear();
         version = 0;
       }
-      protowire::Input win(w);
+      Input win(w, 2);
       for (uint32_t wtag; (wtag = win.readTag()) != 0;) {
         if (wtag == protowire::makeTag(1, kVarint)) {
           uint64_t x = 0;
@@ -207,7 +315,7 @@ bool scanModelSpec(std::string_view v, PredictModelSpec& spec, int64_t& version)
 // One map entry: key (1) and value (2) in any order, recurring keys overwrite, recurring
 // values merge (libprotobuf parses the entry as a message, then replaces the map's value).
 bool scanEntry(std::string_view v, TfTensorView& t) {
-  protowire::Input in(v);
+  Input in(v, 1);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     if (f == 1 && wt == kLen) {
@@ -281,7 +389,7 @@ template <typename F, typename Run>
 void forEachElement(const TfTensorView& tv, int k, F&& f, Run&& run) {
   const uint32_t field = kValueFields[k].field, ewt = kValueFields[k].wire_type;
   for (std::string_view m : tv.messages) {
-    protowire::Input in(m);
+    Input in(m, 2);
     for (uint32_t tag; (tag = in.readTag()) != 0;) {
       const uint32_t wt = protowire::tagWireType(tag);
       if (protowire::tagField(tag) != field || (wt != kLen && wt != ewt)) {
@@ -311,7 +419,7 @@ void writeTyped(const TfTensorView& tv, uint64_t n, uint8_t* dst) {
   const size_t width = ewt == kFixed32 ? 4 : 8;
   const bool raw = ewt != kVarint && width == sizeof(Out);  // packed runs are the slot's layout
   const auto unpack = [&](std::string_view packed, auto&& f) {
-    protowire::Input pin(packed);
+    Input pin(packed);
     while (!pin.atEnd()) {
       uint64_t bits = 0;
       readElement(pin, ewt, bits);
@@ -436,7 +544,7 @@ absl::Status scanPredictRequest(std::string_view wire, PredictRequestScan& out) 
   int64_t version = 0;
   constexpr size_t kIndexFrom = 16;
   std::unordered_map<std::string_view, size_t> index;  // key -> out.inputs, from kIndexFrom keys
-  protowire::Input in(wire);
+  Input in(wire);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
     std::string_view v;

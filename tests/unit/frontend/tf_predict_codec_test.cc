@@ -709,6 +709,50 @@ TEST(TfPredictCodec, ManyEntriesAndUnpackedValuesStayLinear) {
   ASSERT_NO_FATAL_FAILURE(expectSame(req, cfg));
 }
 
+// Found by fuzz_tf_predict (tests/fuzz/regressions/fuzz_tf_predict/long_key_in_entry): libprotobuf
+// reads a key of at most 5 bytes and a length of at most 5 (common/protowire.h takes 10): a
+// padded key or length fails the parse; groups nest to 100 levels counting the messages.
+TEST(TfPredictCodec, KeyAndLengthEncodingsAndGroupDepthAsLibprotobuf) {
+  const ModelConfig cfg = allTypes(0);
+  const std::string spec = std::string("\n\x05\n\x03" "all", 7);
+  std::vector<std::string> wires;
+  for (int pad = 0; pad <= 6; ++pad) {
+    // model_spec's key 0x0a padded to 1 + pad bytes, then the same for its length
+    std::string key = "\x8a", len = "\x85";
+    for (int i = 1; i < pad; ++i) key += '\x80', len += '\x80';
+    key += '\0';
+    len += '\0';
+    if (pad == 0) key = "\n", len = "\x05";
+    wires.push_back(key + "\x05\n\x03" "all");
+    wires.push_back(std::string("\n") + len + "\n\x03" "all");
+    wires.push_back(key.substr(0, key.size() - 1) + "\x7f" + "\x05\n\x03" "all");  // high bits
+  }
+  for (int depth : {1, 50, 98, 99, 100, 101}) {
+    std::string groups;
+    for (int i = 0; i < depth; ++i) groups += '\x0b';  // field 1, start group
+    for (int i = 0; i < depth; ++i) groups += '\x0c';  // field 1, end group
+    wires.push_back(spec + groups);
+    std::string dim;  // the same groups inside a Dim (level 4)
+    pw::putString(dim, 2, groups);
+    std::string tensor;
+    pw::putString(tensor, 2, dim);
+    std::string entry;
+    pw::putString(entry, 1, "FP32");
+    pw::putString(entry, 2, tensor);
+    std::string w = spec;
+    pw::putString(w, 2, entry);
+    wires.push_back(w);
+  }
+  wires.push_back(spec + std::string("\x0b\x14\x0c", 3));  // end group of another field
+  wires.push_back(spec + std::string("\x0c", 1));          // end group outside a group
+  wires.push_back(spec + std::string("\x02\x00", 2));      // field number 0
+  wires.push_back(spec + std::string("\x0e", 1));          // wire type 6
+  for (const std::string& w : wires) {
+    SCOPED_TRACE(::testing::PrintToString(w));
+    ASSERT_NO_FATAL_FAILURE(expectSame(w, cfg));
+  }
+}
+
 // The callgrind figure of docs (issue 16): one 1 MiB tensor_content Predict decoded the former
 // way (libprotobuf parse, then Tensor::data; the batcher staged it once more at dispatch) and
 // the wire way (into a placed slot). Run by hand:
