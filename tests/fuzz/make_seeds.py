@@ -373,6 +373,23 @@ def tf_predict_seeds():
     s["unknown_input"] = predict_request("m", [("y", tensor_proto(DT_FLOAT, [1, 3], float_val=[1]))])
     s["identity_int64_mismatch"] = predict_request("identity", [("INPUT0", tensor_proto(
         DT_INT64, [1, 16], int64_val=list(range(16))))])
+    # Issue 16, the wire decoder's cases (tests/unit/frontend/tf_predict_codec_test.cc): a map
+    # entry with the value before the key, unpacked values after a packed run, a value split in
+    # two messages of one entry (merged), a key given twice (the last entry wins), unknown
+    # fields and a group, a known field of another wire type, version_label after version.
+    unpacked = pb_int(1, DT_INT32) + pb_len(2, pb_len(2, pb_int(1, 1)) + pb_len(2, pb_int(1, 2))) + \
+        pb_len(7, varint(5)) + pb_int(7, 2**64 - 6)
+    s["two_value_first_unpacked"] = pb_len(1, pb_str(1, "two")) + \
+        pb_len(2, pb_len(2, unpacked) + pb_str(1, "a")) + \
+        pb_len(2, pb_str(1, "s") + pb_len(2, pb_int(1, DT_STRING)) +
+               pb_len(2, pb_len(2, pb_len(2, pb_int(1, 1)) + pb_len(2, pb_int(1, 1))) +
+                      pb_str(8, b"\x00\xff")))
+    s["m_duplicate_key_unknown_fields"] = pb_len(1, pb_str(4, "stable") + pb_str(1, "m") +
+                                                 pb_len(2, pb_int(1, 1)) + pb_int(99, 7)) + \
+        pb_len(2, pb_str(1, "x") + pb_len(2, tensor_proto(DT_FLOAT, [9], float_val=[1]))) + \
+        varint(77 << 3 | 3) + pb_int(1, 5) + varint(77 << 3 | 4) + \
+        pb_len(2, pb_str(1, "x") + pb_len(2, tensor_proto(DT_FLOAT, [1, 3], float_val=[1, 2, 3]) +
+                                          pb_int(4, 7))) + pb_str(3, "x_out")
     return {k: b"\x00" + v for k, v in s.items()}  # timeout byte 0: no deadline
 
 
@@ -745,6 +762,8 @@ if __name__ == "__main__":
     write("fuzz_modelinfer", model_infer_target_seeds())
     write("fuzz_tf_predict", tf_predict_seeds())
     write("fuzz_kserve_json", kserve_json_seeds())
+    # fuzz_kserve_stream reads the same format (mode bits 6-7: chunked, copied deliveries).
+    write("fuzz_kserve_stream", kserve_json_seeds())
     write("fuzz_tfserving_rest", tfserving_rest_seeds())
     write("fuzz_config", config_seeds())
     write("fuzz_grpc_client", grpc_client_seeds())
