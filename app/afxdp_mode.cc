@@ -395,8 +395,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       so.queue = static_cast<uint32_t>(q);
       so.rx_frames = o.frames;
       so.tx_frames = o.frames;
-      // Spare rx frames for out-of-order segments the stack holds (TcpOptions::max_held_frames).
-      so.hold_frames = tcp::TcpOptions{}.max_held_frames;
+      // Spare rx frames for out-of-order segments the stack holds (xdp.held_frames).
+      so.hold_frames = c.afxdp_held_frames;
       so.zero_copy = zc;
       so.metadata = true;
       so.xskmap_fd = filter.xskMapFd();
@@ -412,6 +412,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
       ro.busy_poll = c.xdp.busy_poll;
       ro.tcp.max_connections = conns_per_reactor;
+      ro.tcp.max_held_frames = c.afxdp_held_frames;
+      ro.tcp.max_held_frames_per_connection = c.afxdp_held_frames_per_connection;
       ro.tcp.syn_backlog = syn_backlog;
       ro.tcp.syn_cookies = stack_cookies;
       ro.tcp.cookie_jar = st.cookie_jar;  // one key pair for every reactor and the program

@@ -443,7 +443,7 @@ class Loader {
     if (YAML::Node n = root["admin"]; n.IsDefined()) IG_CONFIG_TRY(readAdmin(n, c));
     if (YAML::Node n = root["limits"]; n.IsDefined()) IG_CONFIG_TRY(readLimits(n, c.limits));
     if (YAML::Node n = root["logging"]; n.IsDefined()) IG_CONFIG_TRY(readLogging(n, c.logging));
-    if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c.xdp));
+    if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c));
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
     // The XDP program applies the same rule to the priority header it reads.
@@ -711,7 +711,8 @@ class Loader {
     return absl::OkStatus();
   }
 
-  absl::Status readXdp(const YAML::Node& n, xdp::XdpOptions& x) const {
+  absl::Status readXdp(const YAML::Node& n, Config& c) const {
+    xdp::XdpOptions& x = c.xdp;
     IG_CONFIG_TRY(checkMap(n, "xdp",
                            {"interface", "attach", "methods", "path_prefixes",
                             "http2_max_frame_size", "rate_limit", "request_rate_limit",
@@ -719,7 +720,8 @@ class Loader {
                             "send_rst", "track_flows", "reject_mid_stream", "pin_path",
                             "fragments", "rst_rate_limit", "source_prefix_v4",
                             "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
-                            "busy_poll_usecs", "busy_poll_budget"}));
+                            "busy_poll_usecs", "busy_poll_budget", "held_frames",
+                            "held_frames_per_connection"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -852,6 +854,13 @@ class Loader {
     }
     if (YAML::Node v = n["busy_poll_budget"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, "xdp.busy_poll_budget", 1, 65535, x.busy_poll_budget));
+    }
+    if (YAML::Node v = n["held_frames"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.held_frames", 0, 65536, c.afxdp_held_frames));
+    }
+    if (YAML::Node v = n["held_frames_per_connection"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.held_frames_per_connection", 0, 65536,
+                               c.afxdp_held_frames_per_connection));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

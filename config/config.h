@@ -91,6 +91,12 @@ struct Config {
   // The `xdp:` section (xdp-filter and afxdp modes), read straight into the XDP program's
   // options; service_ports and the afxdp-only knobs are left for the app to fill.
   xdp::XdpOptions xdp;
+  // afxdp mode (keys in the `xdp:` section): out-of-order TCP segments held in their received
+  // frames instead of copied (docs/TCP.md "Out-of-order data in its frames"): spare UMEM rx
+  // frames per queue, which bound the frames each reactor's stack holds (xdp.held_frames), and
+  // the bound per connection (xdp.held_frames_per_connection); 0 copies them instead.
+  uint32_t afxdp_held_frames = 1024;
+  uint32_t afxdp_held_frames_per_connection = 256;
   SecurityConfig security;
   PriorityConfig priority;
   std::vector<backends::ModelConfig> models;

@@ -176,7 +176,7 @@ xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
       http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
       fragments: drop_all, rst_rate_limit: {rate_per_sec: 5, burst: 7}, source_prefix_v4: 24,
       source_prefix_v6: 48, syn_cookies: always, busy_poll: true, prefer_busy_poll: false,
-      busy_poll_usecs: 50, busy_poll_budget: 16}
+      busy_poll_usecs: 50, busy_poll_budget: 16, held_frames: 64, held_frames_per_connection: 0}
 models:
   - name: m.v-1_x
     version: 7
@@ -223,6 +223,8 @@ models:
   EXPECT_FALSE(c->xdp.prefer_busy_poll);
   EXPECT_EQ(c->xdp.busy_poll_usecs, 50u);
   EXPECT_EQ(c->xdp.busy_poll_budget, 16u);
+  EXPECT_EQ(c->afxdp_held_frames, 64u);
+  EXPECT_EQ(c->afxdp_held_frames_per_connection, 0u);
   EXPECT_EQ(c->models[0].name, "m.v-1_x");
   EXPECT_EQ(c->models[0].version, "7");
   EXPECT_EQ(c->models[0].max_batch_size, 0);
@@ -295,6 +297,8 @@ TEST(ConfigTest, XdpDefaultsAreTheOptionsDefaults) {
   EXPECT_TRUE(c->xdp.prefer_busy_poll);
   EXPECT_EQ(c->xdp.busy_poll_usecs, 20u);
   EXPECT_EQ(c->xdp.busy_poll_budget, 64u);
+  EXPECT_EQ(c->afxdp_held_frames, 1024u);  // out-of-order segments held in their frames
+  EXPECT_EQ(c->afxdp_held_frames_per_connection, 256u);
   EXPECT_EQ(c->xdp.priority_from, d.priority_from);
   EXPECT_EQ(c->xdp.trusted_sources, d.trusted_sources);
   EXPECT_EQ(PriorityConfig{}.trusted_sources, d.trusted_sources);
@@ -480,6 +484,8 @@ std::vector<BadCase> badCases() {
        "must be an absolute path"},
       {"busy_poll not a boolean", withBase("xdp: {busy_poll: 1}\n"), "xdp.busy_poll",
        "expected true or false"},
+      {"too many held frames", withBase("xdp: {held_frames: 70000}\n"), "xdp.held_frames",
+       "must be between 0 and 65536, got 70000"},
       {"zero busy-poll budget", withBase("xdp: {busy_poll_budget: 0}\n"), "xdp.busy_poll_budget",
        "must be between 1 and 65535, got 0"},
       {"busy-poll usecs too large", withBase("xdp: {busy_poll_usecs: 2000000}\n"),
