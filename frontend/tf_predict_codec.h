@@ -5,7 +5,8 @@
 //
 // Two steps, so the caller can look the model up and ask Model::admission before any tensor
 // byte is touched:
-// 1. scanPredictRequest reads the PredictRequest wire format with common/protowire.h and keeps
+// 1. scanPredictRequest reads the PredictRequest wire format (common/protowire.h's constants,
+//    its own cursor with libprotobuf 3.21's limits on keys, lengths and group depth) and keeps
 //    views into the message: model_spec, the inputs map (dtype, shape, tensor_content and the
 //    typed *_val fields as views), output_filter. It accepts exactly the messages libprotobuf's
 //    ParseFromArray accepts (unknown fields and groups skipped, a known field number with a wire
