@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace infergate::frontend {
 namespace {
@@ -11,7 +12,58 @@ namespace {
 // body), so a hostile Inference-Header-Content-Length commits nothing.
 constexpr uint64_t kMaxUpfrontReserve = 64 * 1024;
 
+// Per-thread recycling: a few objects' memory, and header buffers up to 16 KiB of capacity.
+constexpr size_t kMaxPooled = 8;
+constexpr size_t kMaxPooledBuffer = 16 * 1024;
+
+struct Pool {
+  std::vector<void*> blocks;
+  std::vector<std::string> buffers;
+  ~Pool() {
+    for (void* b : blocks) ::operator delete(b);
+  }
+};
+Pool& pool() {
+  thread_local Pool p;
+  return p;
+}
+
 }  // namespace
+
+void* KServeBodyStream::operator new(size_t size) {
+  Pool& p = pool();
+  if (size == sizeof(KServeBodyStream) && !p.blocks.empty()) {
+    void* b = p.blocks.back();
+    p.blocks.pop_back();
+    return b;
+  }
+  return ::operator new(size);
+}
+
+void KServeBodyStream::operator delete(void* b, size_t size) {
+  Pool& p = pool();
+  if (size == sizeof(KServeBodyStream) && p.blocks.size() < kMaxPooled) {
+    p.blocks.push_back(b);
+    return;
+  }
+  ::operator delete(b);
+}
+
+KServeBodyStream::KServeBodyStream(backends::Model* model) : model_(model) {
+  Pool& p = pool();
+  if (!p.buffers.empty()) {
+    buf_ = std::move(p.buffers.back());
+    p.buffers.pop_back();
+  }
+}
+
+KServeBodyStream::~KServeBodyStream() {
+  Pool& p = pool();
+  if (buf_.capacity() <= kMaxPooledBuffer && p.buffers.size() < kMaxPooled) {
+    buf_.clear();
+    p.buffers.push_back(std::move(buf_));
+  }
+}
 
 std::unique_ptr<KServeBodyStream> KServeBodyStream::binary(backends::Model& model,
                                                            uint64_t header_length,

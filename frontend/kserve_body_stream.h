@@ -64,6 +64,12 @@ class KServeBodyStream final : public HttpBodyReader {
   // Tests: the header pass has run and the bytes go straight to the inputs.
   bool streamingBinary() const { return stage_ == Stage::kBinary; }
 
+  ~KServeBodyStream() override;
+  // Per-thread recycling (no allocation per request on a keep-alive connection): the object's
+  // memory and its header buffer's capacity are reused by the next stream on the thread.
+  static void* operator new(size_t size);
+  static void operator delete(void* p, size_t size);
+
  private:
   enum class Stage : uint8_t {
     kHeader,    // collecting the JSON header into buf_
@@ -71,7 +77,7 @@ class KServeBodyStream final : public HttpBodyReader {
     kDiscard,   // the answer is decided (error or refusal): counting bytes only
     kAssemble,  // fallback: the whole body into buf_, decoded at finish()
   };
-  explicit KServeBodyStream(backends::Model* model) : model_(model) {}
+  explicit KServeBodyStream(backends::Model* model);
   void headerDone();
   absl::Status admit(backends::InferRequest& r);
   void startBinary();
