@@ -54,6 +54,8 @@ class Input {
       : Input(reinterpret_cast<const uint8_t*>(s.data()), s.size()) {}
 
   bool atEnd() const { return p_ >= end_; }
+  // Where the next read starts (for callers that resume a scan over bytes still arriving).
+  const uint8_t* position() const { return p_; }
   // The next field key (a varint of up to 10 bytes, kept to its low 32 bits, as protobuf reads
   // keys); 0 at the end of the input, on a malformed key or on a zero key: only the first sets
   // consumedEntireMessage(). A key with field number 0 but a nonzero wire type is returned

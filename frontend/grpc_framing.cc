@@ -27,6 +27,17 @@ absl::Status parsePrefix(const char* p, size_t max, uint32_t& n) {
 }
 }  // namespace
 
+bool GrpcMessageReader::takePrefix(const char*& data, size_t& len) {
+  const size_t take = std::min(len, kGrpcPrefixBytes - have_);
+  std::memcpy(prefix_ + have_, data, take);
+  have_ += take;
+  data += take;
+  len -= take;
+  if (have_ < kGrpcPrefixBytes) return false;
+  status_ = parsePrefix(prefix_, max_, body_len_);
+  return status_.ok();
+}
+
 absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessage& on_message) {
   while (len > 0 && status_.ok()) {
     if (have_ < kGrpcPrefixBytes) {
@@ -43,14 +54,7 @@ absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessa
           continue;
         }
       }
-      const size_t take = std::min(len, kGrpcPrefixBytes - have_);
-      std::memcpy(prefix_ + have_, data, take);
-      have_ += take;
-      data += take;
-      len -= take;
-      if (have_ < kGrpcPrefixBytes) break;
-      status_ = parsePrefix(prefix_, max_, body_len_);
-      if (!status_.ok()) break;
+      if (!takePrefix(data, len)) break;
       body_.clear();
       // Not body_len_: a 5-byte prefix announcing 64 MiB must not cost 64 MiB until the bytes
       // come (a connection with 128 streams would pin 8 GiB with 640 bytes).
@@ -68,6 +72,30 @@ absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessa
       have_ = 0;
       status_ = on_message(body_);
       std::string().swap(body_);  // the memory goes with the message, not with the stream
+    }
+  }
+  return status_;
+}
+
+absl::Status GrpcMessageReader::feedPieces(const char* data, size_t len, PieceHandler& handler) {
+  while (len > 0 && status_.ok()) {
+    if (have_ < kGrpcPrefixBytes) {
+      if (!takePrefix(data, len)) break;
+      status_ = handler.onBegin(body_len_);
+      if (!status_.ok()) break;
+    }
+    const size_t take = std::min<size_t>(len, body_len_ - (have_ - kGrpcPrefixBytes));
+    if (take > 0) {
+      status_ = handler.onPiece(data, take);
+      data += take;
+      len -= take;
+      have_ += take;
+      if (!status_.ok()) break;
+    }
+    if (have_ - kGrpcPrefixBytes == body_len_) {
+      ++messages_;
+      have_ = 0;
+      status_ = handler.onEnd();
     }
   }
   return status_;

@@ -30,6 +30,22 @@ class GrpcMessageReader {
 
   explicit GrpcMessageReader(size_t max_message_bytes) : max_(max_message_bytes) {}
 
+  // Streaming mode: the message bytes are handed over as they arrive instead of gathered.
+  // A non-OK status from a handler stops the reader, as from OnMessage.
+  class PieceHandler {
+   public:
+    virtual absl::Status onBegin(uint32_t size) = 0;  // a message of `size` bytes begins
+    virtual absl::Status onPiece(const char* data, size_t len) = 0;  // its next bytes
+    virtual absl::Status onEnd() = 0;                 // it is complete
+
+   protected:
+    ~PieceHandler() = default;
+  };
+  // As feed(), but each message's bytes go to `handler` piece by piece, views into `data`
+  // (nothing is gathered: gatheredBytes() and bufferedBytes() stay 0). Do not mix with feed()
+  // on one reader.
+  absl::Status feedPieces(const char* data, size_t len, PieceHandler& handler);
+
   // Feeds DATA payload bytes. Errors (sticky): RESOURCE_EXHAUSTED for a message over the
   // limit, UNIMPLEMENTED for a compressed message (only identity is supported), or whatever
   // `on_message` returned.
@@ -48,6 +64,8 @@ class GrpcMessageReader {
   static constexpr size_t kMaxReserveBytes = 64 * 1024;
 
  private:
+  // Takes prefix bytes from data/len; true once the prefix is whole and valid (body_len_ set).
+  bool takePrefix(const char*& data, size_t& len);
   size_t max_;
   char prefix_[kGrpcPrefixBytes] = {};
   size_t have_ = 0;           // bytes of the current message seen (prefix + body)

@@ -8,6 +8,7 @@
 
 #include "common/checked.h"
 #include "frontend/grpc_framing.h"
+#include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
 #include "grpc_service.pb.h"
 #include "tf_predict.pb.h"
@@ -248,8 +249,74 @@ void InferenceGrpcServices::call(const GrpcMethod& method, GrpcCall& call,
   }
 }
 
+absl::Status InferenceGrpcServices::admitHeader(GrpcCall& call, backends::InferRequest& header,
+                                                backends::Model*& model) {
+  model = registry_.find(header.model_name, header.model_version);
+  if (model == nullptr || !model->ready()) return absl::OkStatus();  // answered after decoding
+  if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(header.model_name);
+  absl::StatusOr<int64_t> prio =
+      resolvePriority(header.priority, call.priority_metadata ? &*call.priority_metadata : nullptr,
+                      call.priority_class, model->priorityLevels(), call.priority_trusted);
+  if (prio.ok()) {
+    // Refuse before copying: what enqueue would answer, before any tensor byte is written.
+    if (absl::Status st = model->admission(*prio); !st.ok()) return st;
+  }
+  model->placeInputs(header);
+  return absl::OkStatus();
+}
+
+// ModelInfer's streaming decode: raw_input_contents go from each DATA chunk straight into the
+// model's batch slots; the header is admitted (refused before copying) and placed first.
+class InferenceGrpcServices::ModelInferSink final : public GrpcMessageSink {
+ public:
+  ModelInferSink(InferenceGrpcServices& services, GrpcCall& call)
+      : services_(services),
+        hook_([this, &call](backends::InferRequest& r) {
+          return services_.admitHeader(call, r, model_);
+        }) {}
+
+  void begin(uint32_t size) override {
+    model_ = nullptr;
+    decoder_.begin(size, &hook_);
+  }
+  absl::Status piece(const char* data, size_t len, bool copied) override {
+    return decoder_.piece(data, len, copied);
+  }
+  void end(GrpcCall& call, GrpcRespond respond) override {
+    backends::InferRequest req;
+    absl::Status st = decoder_.finish(req);
+    services_.answerInfer(call, std::move(st), std::move(req), model_, std::move(respond), false);
+  }
+  size_t bufferedBytes() const override { return decoder_.bufferedBytes(); }
+  uint64_t gatheredBytes() const override { return decoder_.gatheredBytes(); }
+
+ private:
+  InferenceGrpcServices& services_;
+  backends::Model* model_ = nullptr;
+  const HeaderHook hook_;
+  ModelInferStreamDecoder decoder_;
+};
+
+std::unique_ptr<GrpcMessageSink> InferenceGrpcServices::openSink(const GrpcMethod& method,
+                                                                 GrpcCall& call) {
+  if (method.id != kModelInfer) return nullptr;
+  return std::make_unique<ModelInferSink>(*this, call);
+}
+
 void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
                                        GrpcRespond respond, bool stream) {
+  // One copy: raw_input_contents (and typed contents) go from the message bytes straight into
+  // the model's batch slots, once the header names the model and it admits the request.
+  backends::Model* model = nullptr;
+  const HeaderHook hook = [&](backends::InferRequest& r) { return admitHeader(call, r, model); };
+  backends::InferRequest req;
+  absl::Status st = decodeModelInferRequest(message, req, nullptr, &hook);
+  answerInfer(call, std::move(st), std::move(req), model, std::move(respond), stream);
+}
+
+void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
+                                        backends::InferRequest req, backends::Model* model,
+                                        GrpcRespond respond, bool stream) {
   // In a stream, errors of one request are reported in its response message and the stream
   // goes on (Triton's ModelStreamInfer).
   auto fail = [stream](const absl::Status& st) {
@@ -258,18 +325,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
     encodeModelStreamInferResponse(nullptr, std::string(st.message()), r.framed);
     return r;
   };
-  // One copy: raw_input_contents go from the message bytes (a view of the DATA payload, or the
-  // reader's gather buffer when the message spanned DATA frames) straight into the model's
-  // batch slots, once the header names the model.
-  backends::Model* model = nullptr;
-  const backends::InputPlacer place = [&](backends::InferRequest& r) {
-    model = registry_.find(r.model_name, r.model_version);
-    return model != nullptr && model->placeInputs(r);
-  };
-  backends::InferRequest req;
-  if (absl::Status st = decodeModelInferRequest(message, req, nullptr, &place); !st.ok()) {
-    return respond(fail(st));
-  }
+  if (!decoded.ok()) return respond(fail(decoded));
   if (model == nullptr) model = registry_.find(req.model_name, req.model_version);
   if (model == nullptr) {
     return respond(fail(absl::NotFoundError(unknownModel(req.model_name, req.model_version))));

@@ -6,6 +6,7 @@
 // Errors carry the gRPC codes Triton uses (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE, ...).
 // Threading: resolve()/call() on a loop thread; models may answer from any thread.
 
+#include <memory>
 #include <string_view>
 
 #include "backends/model.h"
@@ -38,8 +39,22 @@ class InferenceGrpcServices : public GrpcServices {
   GrpcMethod resolve(std::string_view path) const override;
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override;
+  // ModelInfer: a streaming decoder (grpc_infer_stream.h) that writes raw_input_contents from
+  // the DATA chunks into the slots; other methods: none (whole messages).
+  std::unique_ptr<GrpcMessageSink> openSink(const GrpcMethod& method, GrpcCall& call) override;
+
+  // What a ModelInfer header is checked against before any tensor byte is copied: finds the
+  // model (into `model`), resolves the priority, asks Model::admission (refuse before copying:
+  // its status is the answer) and places the inputs. Unknown/unready models and priority
+  // errors are answered after the decode, as before.
+  absl::Status admitHeader(GrpcCall& call, backends::InferRequest& header,
+                           backends::Model*& model);
+  // The rest of ModelInfer/ModelStreamInfer once the message is decoded (`decoded`).
+  void answerInfer(GrpcCall& call, absl::Status decoded, backends::InferRequest req,
+                   backends::Model* model, GrpcRespond respond, bool stream);
 
  private:
+  class ModelInferSink;
   void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream);
   void predict(GrpcCall& call, std::string_view message, GrpcRespond respond);
 

@@ -125,15 +125,24 @@ constexpr const char* kContentsNames[] = {"",           "bool_contents",   "int_
                                           "int64_contents", "uint_contents", "uint64_contents",
                                           "fp32_contents",  "fp64_contents", "bytes_contents"};
 
+// Where typed elements go: `p` (a slot or Tensor::data sized by a first pass), or nowhere
+// (p == nullptr: the measuring pass, which counts the bytes the elements take).
+struct ElemOut {
+  uint8_t* p = nullptr;
+  size_t n = 0;
+  void put(const void* b, size_t len) {
+    if (p != nullptr && len != 0) std::memcpy(p + n, b, len);
+    n += len;
+  }
+};
+
 template <typename T>
-void appendLe(std::vector<uint8_t>& data, T v) {
-  const size_t at = data.size();
-  data.resize(at + sizeof(T));
-  std::memcpy(data.data() + at, &v, sizeof(T));
+void appendLe(ElemOut& data, T v) {
+  data.put(&v, sizeof(T));
 }
 
 // One scalar element (already read as raw varint/fixed bits) into `data`.
-absl::Status appendElement(DataType t, uint64_t bits, std::vector<uint8_t>& data,
+absl::Status appendElement(DataType t, uint64_t bits, ElemOut& data,
                            std::string_view input) {
   auto range = [&](const char* type) {
     return absl::InvalidArgumentError("input '" + std::string(input) + "': value out of range for " +
@@ -186,7 +195,7 @@ bool readElement(protowire::Input& in, uint32_t wt, uint64_t& bits) {
   return in.readFixed64(bits);
 }
 
-absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t>& data) {
+absl::Status decodeContents(const InputView& iv, DataType t, ElemOut& data) {
   const uint32_t want = contentsFieldFor(t);
   const std::string input(iv.name);
   if (want == 0) {
@@ -210,22 +219,20 @@ absl::Status decodeContents(const InputView& iv, DataType t, std::vector<uint8_t
       std::string_view b;
       if (wt != kLen || !in.readView(b)) return bad("broken bytes_contents");
       appendLe<uint32_t>(data, static_cast<uint32_t>(b.size()));
-      data.insert(data.end(), b.begin(), b.end());
+      data.put(b.data(), b.size());
       continue;
     }
     const uint32_t ewt = elementWireType(f);
     if (wt == kLen) {  // packed
       std::string_view packed;
       if (!in.readView(packed)) return bad(std::string("truncated ") + kContentsNames[f]);
-      const size_t esize = backends::dataTypeSize(t);
       if (ewt == kFixed32 || ewt == kFixed64) {
         const size_t w = ewt == kFixed32 ? 4 : 8;
         if (packed.size() % w != 0) return bad(std::string("truncated ") + kContentsNames[f]);
         // Little-endian fixed-width elements are already our layout: one copy.
-        data.insert(data.end(), packed.begin(), packed.end());
+        data.put(packed.data(), packed.size());
         continue;
       }
-      data.reserve(data.size() + packed.size() * esize);  // >= one byte per varint
       protowire::Input pin(packed);
       while (!pin.atEnd()) {
         uint64_t bits = 0;
@@ -310,17 +317,14 @@ void writeInferResponse(const backends::InferResponse& r, std::string& out) {
 
 }  // namespace
 
-absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
-                                     uint64_t* copied_bytes) {
-  return decodeModelInferRequest(wire, out, copied_bytes, nullptr);
-}
+namespace {
 
-absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
-                                     uint64_t* copied_bytes, const backends::InputPlacer* place) {
+// The field loop of a ModelInferRequest: header fields into `out`, inputs into `inputs`, each
+// raw_input_contents into `raws`. Errors are the first malformation in field order.
+absl::Status scanFields(std::string_view wire, backends::InferRequest& out,
+                        std::vector<InputView>& inputs, std::vector<std::string_view>& raws) {
   out.protocol = net::Protocol::kGrpcKserve;
   out.binary_data_output = true;
-  std::vector<InputView> inputs;
-  std::vector<std::string_view> raws;
   protowire::Input in(wire);
   for (uint32_t tag; (tag = in.readTag()) != 0;) {
     const uint32_t f = protowire::tagField(tag), wt = protowire::tagWireType(tag);
@@ -384,21 +388,53 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
     }
   }
   if (!in.consumedEntireMessage()) return bad("truncated or invalid tag");
+  return absl::OkStatus();
+}
+
+absl::Status unknownDatatype(const InputView& iv) {
+  return absl::InvalidArgumentError("input '" + std::string(iv.name) + "': unknown datatype '" +
+                                    std::string(iv.datatype) + "'");
+}
+
+}  // namespace
+
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes) {
+  return decodeModelInferRequest(wire, out, copied_bytes, static_cast<const HeaderHook*>(nullptr));
+}
+
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes, const backends::InputPlacer* place) {
+  if (place == nullptr || !*place) {
+    return decodeModelInferRequest(wire, out, copied_bytes, static_cast<const HeaderHook*>(nullptr));
+  }
+  const HeaderHook hook = [place](backends::InferRequest& r) {
+    (*place)(r);
+    return absl::OkStatus();
+  };
+  return decodeModelInferRequest(wire, out, copied_bytes, &hook);
+}
+
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes, const HeaderHook* hook) {
+  std::vector<InputView> inputs;
+  std::vector<std::string_view> raws;
+  if (absl::Status st = scanFields(wire, out, inputs, raws); !st.ok()) return st;
 
   if (!raws.empty() && raws.size() != inputs.size()) {
     return absl::InvalidArgumentError("expected " + std::to_string(inputs.size()) +
                                       " raw_input_contents (one per input), got " +
                                       std::to_string(raws.size()));
   }
+  // Header pass: every input's byte size (raw: its entry; typed contents: measured by a
+  // decoding pass that writes nothing), so the inputs can be placed before any byte is written.
   uint64_t copied = 0;
+  bool all_sized = !inputs.empty();
   out.inputs.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputView& iv = inputs[i];
     std::optional<DataType> dt = backends::parseDataType(iv.datatype);
-    if (!dt) {
-      return absl::InvalidArgumentError("input '" + std::string(iv.name) + "': unknown datatype '" +
-                                        std::string(iv.datatype) + "'");
-    }
+    if (!dt) return unknownDatatype(iv);
     backends::Tensor& t = out.inputs.emplace_back();
     t.name.assign(iv.name);
     t.dtype = *dt;
@@ -409,27 +445,64 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
             "contents field must not be specified when using raw_input_contents for '" + t.name +
             "'");
       }
-      t.slot_bytes = raws[i].size();  // written after placement, below
-      copied += raws[i].size();
+      t.slot_bytes = raws[i].size();
     } else if (iv.has_contents) {
-      if (absl::Status st = decodeContents(iv, *dt, t.data); !st.ok()) return st;
-      copied += t.data.size();
+      ElemOut measure;
+      if (absl::Status st = decodeContents(iv, *dt, measure); !st.ok()) return st;
+      t.slot_bytes = measure.n;
+    } else {
+      all_sized = false;
     }
+    copied += t.slot_bytes;
   }
-  if (!raws.empty()) {
-    // raw_input_contents: one memcpy each from the message bytes into the input's slot when
-    // the model places the inputs, else into Tensor::data.
-    const bool placed = place != nullptr && *place && (*place)(out);
-    for (size_t i = 0; i < out.inputs.size(); ++i) {
-      backends::Tensor& t = out.inputs[i];
-      if (!placed) {
-        t.data.resize(t.slot_bytes);
-        t.slot_bytes = 0;
-      }
+  // One copy: the hook (the model) may place the inputs into its batch slots; each element is
+  // then written once, from the message bytes into the slot (else into Tensor::data).
+  if (all_sized && hook != nullptr && *hook) {
+    if (absl::Status st = (*hook)(out); !st.ok()) return st;
+  }
+  for (size_t i = 0; i < out.inputs.size(); ++i) {
+    backends::Tensor& t = out.inputs[i];
+    if (t.slot == nullptr) {
+      t.data.resize(t.slot_bytes);
+      t.slot_bytes = 0;
+    }
+    if (!raws.empty()) {
       if (!raws[i].empty()) std::memcpy(t.mutableBytes(), raws[i].data(), raws[i].size());
+    } else if (inputs[i].has_contents) {
+      ElemOut write{t.mutableBytes(), 0};
+      (void)decodeContents(inputs[i], t.dtype, write);  // measured above: cannot fail now
     }
   }
   if (copied_bytes != nullptr) *copied_bytes = copied;
+  return absl::OkStatus();
+}
+
+absl::Status decodeModelInferHeader(std::string_view head, backends::InferRequest& out,
+                                    bool& streamable) {
+  streamable = false;
+  std::vector<InputView> inputs;
+  std::vector<std::string_view> raws;
+  if (absl::Status st = scanFields(head, out, inputs, raws); !st.ok()) return st;
+  if (!raws.empty()) return absl::OkStatus();  // not a header: the caller stops at field 7
+  out.inputs.reserve(inputs.size());
+  for (const InputView& iv : inputs) {
+    std::optional<DataType> dt = backends::parseDataType(iv.datatype);
+    if (!dt || *dt == DataType::kBytes || (iv.has_contents && !iv.contents.empty())) {
+      out.inputs.clear();
+      return absl::OkStatus();  // the whole-message decoder decides (its error, its sizes)
+    }
+    std::optional<uint64_t> bytes = backends::tensorByteSize(iv.shape, *dt);
+    if (!bytes) {
+      out.inputs.clear();
+      return absl::OkStatus();
+    }
+    backends::Tensor& t = out.inputs.emplace_back();
+    t.name.assign(iv.name);
+    t.dtype = *dt;
+    t.shape = iv.shape;
+    t.slot_bytes = static_cast<size_t>(*bytes);
+  }
+  streamable = true;
   return absl::OkStatus();
 }
 

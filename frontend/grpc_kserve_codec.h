@@ -11,6 +11,7 @@
 // type, contents/raw mix, unknown datatype, value out of range...). Nothing throws.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -29,9 +30,30 @@ absl::Status decodeModelInferRequest(std::string_view wire, backends::InferReque
 // (model_name/version set, each input's size in Tensor::slot_bytes), `place` (when non-null
 // and non-empty) is asked to place the inputs (Model::placeInputs); each raw_input_contents
 // entry is then one memcpy from `wire` into its slot (else into Tensor::data). Typed
-// `contents` are never placed (decoded element by element into Tensor::data).
+// `contents` are measured first (Tensor::slot_bytes), placed the same way and decoded element
+// by element straight into the slot.
 absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
                                      uint64_t* copied_bytes, const backends::InputPlacer* place);
+
+// Called once a request's header is decoded (model_name/version/id, parameters, outputs, and
+// every input's name, datatype, shape and byte size in Tensor::slot_bytes, no data yet) and
+// before any tensor byte is written: it may place the inputs (Model::placeInputs: set
+// Tensor::slot) and may refuse the request (refuse before copying: a non-OK status is what the
+// decoder returns, nothing is copied). Typed `contents` are measured by a decoding pass that
+// writes nothing (as the REST JSON decoder does), so they are placed too.
+using HeaderHook = std::function<absl::Status(backends::InferRequest&)>;
+absl::Status decodeModelInferRequest(std::string_view wire, backends::InferRequest& out,
+                                     uint64_t* copied_bytes, const HeaderHook* hook);
+
+// For the streaming decoder (grpc_infer_stream.h): `head` is every field of a ModelInferRequest
+// before its first raw_input_contents. Errors: the whole-message decoder's error for those
+// bytes (it meets them first). OK with `streamable` true: `out` holds the header and one input
+// per `inputs` entry with Tensor::slot_bytes = the byte size its shape and datatype give (the
+// size its raw_input_contents entry must have). OK with `streamable` false: only the whole
+// message can be decoded the way decodeModelInferRequest does (BYTES, an unknown datatype,
+// contents next to raw contents, a shape without a byte size).
+absl::Status decodeModelInferHeader(std::string_view head, backends::InferRequest& out,
+                                    bool& streamable);
 
 // Appends one framed ModelInferResponse (gRPC prefix + message) to `framed`: model_name,
 // model_version, id, outputs (name, datatype, shape) and raw_output_contents, for the outputs

@@ -7,6 +7,7 @@
 // Threading: resolve() and call() run on the connection's loop thread; a GrpcRespond may be
 // called from any thread (the session moves it to its loop).
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,9 +61,41 @@ struct GrpcCall {
   int model_index = -1;
 };
 
+// Streaming decode of a call's request messages (optional, GrpcServices::openSink): instead of
+// a gathered message, the session hands the sink each message's bytes as the DATA arrives, as
+// pointers into the DATA chunk nghttp2 passes up (the bytes the transport delivered: the AF_XDP
+// frame's payload in order, or the socket read buffer), so a decoder can write tensor bytes
+// straight from there into their slots. The session keeps the framing (prefix, message limit,
+// compressed flag), flow control, deadlines and the one-message rule of unary calls.
+// Threading: the connection's loop thread; one sink per call, destroyed with the call.
+class GrpcMessageSink {
+ public:
+  virtual ~GrpcMessageSink() = default;
+  // A request message of `size` bytes begins (its prefix is read; size within the limit).
+  virtual void begin(uint32_t size) = 0;
+  // Its next `len` bytes, in order (the pieces add up to `size`); valid only during the call.
+  // `copied`: net::Transport::deliveringCopy() while they were delivered (the transport had
+  // copied them into a buffer of its own). A non-OK status answers the call now (refused before
+  // copying, or malformed): the session ends the call with it and discards the rest unread,
+  // still acknowledging it for flow control.
+  virtual absl::Status piece(const char* data, size_t len, bool copied) = 0;
+  // The message is complete: answer it through `respond`, exactly once (as GrpcServices::call).
+  virtual void end(GrpcCall& call, GrpcRespond respond) = 0;
+  // Memory the sink holds for the message in progress (counted against the connection budget).
+  virtual size_t bufferedBytes() const = 0;
+  // Message bytes it gathered into a buffer of its own (cumulative; Http2SessionStats).
+  virtual uint64_t gatheredBytes() const = 0;
+};
+
 class GrpcServices {
  public:
   virtual ~GrpcServices() = default;
+  // A sink for the request messages of `call` (after its headers; `call` outlives the sink),
+  // or null: the session gathers each message and hands it to call() (the default).
+  virtual std::unique_ptr<GrpcMessageSink> openSink(const GrpcMethod& /*method*/,
+                                                    GrpcCall& /*call*/) {
+    return nullptr;
+  }
   // Maps a :path ("/inference.GRPCInferenceService/ModelInfer") to a method.
   virtual GrpcMethod resolve(std::string_view path) const = 0;
   // One request message of `method` (valid only during the call: decode it before returning).

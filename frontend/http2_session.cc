@@ -43,7 +43,12 @@ struct Http2Session::Stream {
   size_t held = 0;          // this stream's share of held_bytes_ (reader buffer + out)
   size_t withheld = 0;      // DATA bytes received and not yet acknowledged
 
-  size_t holding() const { return reader.bufferedBytes() + (out.size() - out_off); }
+  // Streaming decode (GrpcServices::openSink): messages go to the sink piece by piece.
+  std::unique_ptr<GrpcMessageSink> sink;
+
+  size_t holding() const {
+    return reader.bufferedBytes() + (sink ? sink->bufferedBytes() : 0) + (out.size() - out_off);
+  }
 
   explicit Stream(size_t max_message) : reader(max_message) {}
 };
@@ -504,18 +509,69 @@ void Http2Session::onHeadersDone(Stream& s) {
       return;
     }
   }
+  s.sink = services_.openSink(s.method, s.call);
 }
+
+// Hands a stream's message bytes to its sink as they arrive (GrpcMessageReader::feedPieces).
+struct Http2Session::SinkFeed final : GrpcMessageReader::PieceHandler {
+  Http2Session& h;
+  Stream& s;
+  bool copied;
+  SinkFeed(Http2Session& session, Stream& stream, bool c) : h(session), s(stream), copied(c) {}
+
+  absl::Status onBegin(uint32_t size) override {
+    if (!s.ended) s.sink->begin(size);
+    return absl::OkStatus();
+  }
+  absl::Status onPiece(const char* data, size_t len) override {
+    if (s.ended) return absl::OkStatus();  // answered: the rest is discarded unread
+    absl::Status st;
+    // Inside an nghttp2 callback: no exception may cross it (as in dispatch()).
+    try {
+      st = s.sink->piece(data, len, copied);
+    } catch (const std::bad_alloc&) {
+      ++h.stats_.service_exceptions;
+      st = absl::ResourceExhaustedError("out of memory for this request");
+    } catch (const std::exception& e) {
+      ++h.stats_.service_exceptions;
+      st = absl::InternalError(std::string("internal error: ") + e.what());
+    }
+    if (!st.ok()) h.finishStream(s, st.code(), std::string(st.message()));
+    return absl::OkStatus();
+  }
+  absl::Status onEnd() override {
+    if (!s.ended) h.dispatch(s, nullptr);
+    return absl::OkStatus();
+  }
+};
 
 void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
   if (transport_ != nullptr) s.last_rx_ns = transport_->loop().nowNs();
   if (s.ended || !s.headers_done) return;  // already answered: the rest is discarded
-  const uint64_t gathered = s.reader.gatheredBytes();
-  const absl::Status st =
-      s.reader.feed(reinterpret_cast<const char*>(data), len, [&](std::string_view message) {
-        if (!s.ended) dispatch(s, message);
-        return absl::OkStatus();
-      });
-  stats_.gathered_bytes += s.reader.gatheredBytes() - gathered;
+  if (s.call.deadline_ns != 0 && transport_ != nullptr &&
+      transport_->loop().nowNs() >= s.call.deadline_ns) {
+    // The deadline passed before the message completed: refused before copying its bytes.
+    ++stats_.deadline_exceeded;
+    finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
+    if (s.sink) s.sink.reset();  // drops the message in progress (and its placement)
+    rehold(s);
+    return;
+  }
+  absl::Status st;
+  if (s.sink) {
+    // One copy: the sink writes tensor bytes straight from this DATA chunk.
+    const uint64_t gathered = s.sink->gatheredBytes();
+    SinkFeed feed(*this, s, transport_ != nullptr && transport_->deliveringCopy());
+    st = s.reader.feedPieces(reinterpret_cast<const char*>(data), len, feed);
+    if (s.sink) stats_.gathered_bytes += s.sink->gatheredBytes() - gathered;
+  } else {
+    const uint64_t gathered = s.reader.gatheredBytes();
+    st = s.reader.feed(reinterpret_cast<const char*>(data), len, [&](std::string_view message) {
+      if (!s.ended) dispatch(s, &message);
+      return absl::OkStatus();
+    });
+    stats_.gathered_bytes += s.reader.gatheredBytes() - gathered;
+  }
   rehold(s);
   if (!st.ok() && !s.ended) {
     if (metrics_ != nullptr) {
@@ -527,7 +583,7 @@ void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
   }
 }
 
-void Http2Session::dispatch(Stream& s, std::string_view message) {
+void Http2Session::dispatch(Stream& s, const std::string_view* message) {
   ++s.messages;
   if (!s.method.client_streaming && s.messages > 1) {
     finishStream(s, absl::StatusCode::kInternal, "unary call with more than one request message");
@@ -540,7 +596,11 @@ void Http2Session::dispatch(Stream& s, std::string_view message) {
   // (out of memory decoding a hostile message, a bug) fails its own stream, nothing else.
   try {
     if (!s.call.cancel) s.call.cancel = std::make_shared<net::CancelToken>();
-    services_.call(s.method, s.call, message, std::move(respond));
+    if (message != nullptr) {
+      services_.call(s.method, s.call, *message, std::move(respond));
+    } else {
+      s.sink->end(s.call, std::move(respond));
+    }
   } catch (const std::bad_alloc&) {
     ++stats_.service_exceptions;
     if (!s.ended) finishStream(s, absl::StatusCode::kResourceExhausted, "out of memory for this request");

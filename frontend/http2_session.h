@@ -88,7 +88,8 @@ struct Http2SessionStats {
   uint64_t cancelled = 0;         // RST_STREAM by the peer before the call ended
   uint64_t deadline_exceeded = 0;
   uint64_t protocol_errors = 0;   // connection-level errors (GOAWAY sent)
-  uint64_t gathered_bytes = 0;    // request bytes copied to reassemble split messages
+  uint64_t gathered_bytes = 0;    // request bytes copied to reassemble split messages (by the
+                                  // reader, or by a sink's fallback; 0 on the streamed path)
   uint64_t service_exceptions = 0;   // a service threw: its stream failed (RESOURCE_EXHAUSTED /
                                      // INTERNAL), the connection went on
   uint64_t callback_exceptions = 0;  // an exception reached an nghttp2 callback: connection ended
@@ -124,6 +125,7 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
 
   struct Stream;  // implementation detail (public for the nghttp2 C callbacks)
   struct Callbacks;
+  struct SinkFeed;
 
  private:
   void flush();
@@ -133,7 +135,8 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   void onHeadersDone(Stream& s);
   void onStreamData(Stream& s, const uint8_t* data, size_t len);
   void onStreamEnd(Stream& s);
-  void dispatch(Stream& s, std::string_view message);
+  // One complete request message: `message`, or (null) the one the stream's sink received.
+  void dispatch(Stream& s, const std::string_view* message);
   void record(Stream& s, absl::StatusCode code);
   void fatal(int nghttp2_error);
   void updateReading();

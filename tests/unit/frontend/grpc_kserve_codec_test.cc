@@ -288,3 +288,67 @@ TEST(KServeGrpcEncode, ResponseReadsBackWithProtobuf) {
 
 }  // namespace
 }  // namespace infergate::frontend
+
+namespace infergate::frontend {
+namespace {
+
+// Issue 16: typed contents are measured in the header pass (Tensor::slot_bytes), placed, and
+// decoded straight into the slot's typed elements (one copy); a header hook may refuse before
+// anything is written.
+TEST(KServeGrpcDecode, TypedContentsAreDecodedStraightIntoSlots) {
+  inference::ModelInferRequest m;
+  m.set_model_name("identity");
+  auto* a = m.add_inputs();
+  a->set_name("I16");
+  a->set_datatype("INT16");
+  a->add_shape(3);
+  for (int v : {1, -2, 300}) a->mutable_contents()->add_int_contents(v);
+  auto* b = m.add_inputs();
+  b->set_name("S");
+  b->set_datatype("BYTES");
+  b->add_shape(1);
+  b->mutable_contents()->add_bytes_contents("hey");
+  std::vector<uint8_t> arena(32, 0xEE);
+  backends::InputPlacer place = [&](backends::InferRequest& r) {
+    EXPECT_EQ(r.inputs[0].slot_bytes, 6u);
+    EXPECT_EQ(r.inputs[1].slot_bytes, 7u);
+    r.inputs[0].slot = arena.data();
+    r.inputs[1].slot = arena.data() + 6;
+    return true;
+  };
+  backends::InferRequest r;
+  uint64_t copied = 0;
+  ASSERT_TRUE(decodeModelInferRequest(m.SerializeAsString(), r, &copied, &place).ok());
+  EXPECT_EQ(copied, 13u);
+  EXPECT_TRUE(r.inputs[0].data.empty());
+  EXPECT_EQ(r.inputs[0].slot, arena.data());
+  const auto i16 = le<int16_t>({1, -2, 300});
+  EXPECT_EQ(std::vector<uint8_t>(arena.begin(), arena.begin() + 6), i16);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(arena.data() + 6), 7),
+            std::string("\x03\x00\x00\x00hey", 7));
+  EXPECT_EQ(arena[13], 0xEE);
+}
+
+TEST(KServeGrpcDecode, HeaderHookRefusesBeforeAnyWrite) {
+  inference::ModelInferRequest m;
+  m.set_model_name("identity");
+  auto* a = m.add_inputs();
+  a->set_name("A");
+  a->set_datatype("UINT8");
+  a->add_shape(2);
+  m.add_raw_input_contents("ab");
+  int calls = 0;
+  const HeaderHook hook = [&](backends::InferRequest& r) {
+    ++calls;
+    EXPECT_EQ(r.inputs[0].slot_bytes, 2u);
+    return absl::ResourceExhaustedError("over quota");
+  };
+  backends::InferRequest r;
+  const absl::Status st = decodeModelInferRequest(m.SerializeAsString(), r, nullptr, &hook);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(r.inputs[0].data.empty());
+}
+
+}  // namespace
+}  // namespace infergate::frontend

@@ -1,7 +1,10 @@
 #pragma once
 // Hand-built HTTP/2 client bytes for the session tests: frames and HPACK literals.
 
+#include <nghttp2/nghttp2.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -25,6 +28,31 @@ inline std::string literal(std::string_view n, std::string_view v) {
   s += static_cast<char>(v.size());
   s.append(v);
   return s;
+}
+
+// Decodes one HEADERS payload with `inflater` (which keeps the HPACK state of the connection)
+// into `out`.
+inline void inflateHeaders(nghttp2_hd_inflater* inflater, std::string_view payload,
+                           std::map<std::string, std::string>& out) {
+  const auto* in = reinterpret_cast<const uint8_t*>(payload.data());
+  size_t left = payload.size();
+  for (;;) {
+    nghttp2_nv nv;
+    int fl = 0;
+    const ssize_t r = nghttp2_hd_inflate_hd2(inflater, &nv, &fl, in, left, 1);
+    if (r < 0) break;
+    in += r;
+    left -= static_cast<size_t>(r);
+    if (fl & NGHTTP2_HD_INFLATE_EMIT) {
+      out[std::string(reinterpret_cast<char*>(nv.name), nv.namelen)] =
+          std::string(reinterpret_cast<char*>(nv.value), nv.valuelen);
+    }
+    if (fl & NGHTTP2_HD_INFLATE_FINAL) {
+      nghttp2_hd_inflate_end_headers(inflater);
+      break;
+    }
+    if (r == 0 && left == 0) break;
+  }
 }
 
 }  // namespace infergate::frontend::testing

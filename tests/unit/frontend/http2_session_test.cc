@@ -18,18 +18,69 @@ namespace infergate::frontend {
 namespace {
 
 using mocks::FakeLoop;
-using mocks::FakeTransport;
+
+// A transport that can say it delivers bytes from a copy of its own (net::Transport).
+struct FakeTransport : mocks::FakeTransport {
+  bool copying = false;
+  bool deliveringCopy() const override { return copying; }
+};
+
+// What a streaming sink ("/t.S/Sink") was handed: each piece's address (to tell views of the
+// fed bytes from copies), its bytes and its `copied` flag.
+struct SinkLog {
+  std::vector<uint32_t> begins;
+  std::vector<std::pair<const char*, size_t>> pieces;
+  std::vector<bool> copied;
+  std::string bytes;
+  int ends = 0;
+  absl::Status refuse = absl::OkStatus();  // returned by every piece
+};
+
+class RecordingSink : public GrpcMessageSink {
+ public:
+  explicit RecordingSink(SinkLog& log) : log_(log) {}
+  void begin(uint32_t size) override {
+    log_.begins.push_back(size);
+    message_.clear();
+  }
+  absl::Status piece(const char* data, size_t len, bool copied) override {
+    log_.pieces.emplace_back(data, len);
+    log_.copied.push_back(copied);
+    log_.bytes.append(data, len);
+    message_.append(data, len);
+    return log_.refuse;
+  }
+  void end(GrpcCall&, GrpcRespond respond) override {
+    ++log_.ends;
+    GrpcReply r;
+    appendGrpcMessage(r.framed, message_);
+    respond(std::move(r));
+  }
+  size_t bufferedBytes() const override { return 0; }
+  uint64_t gatheredBytes() const override { return 0; }
+
+ private:
+  SinkLog& log_;
+  std::string message_;
+};
 
 // "/t.S/Echo" answers inline with the request bytes; "/t.S/Later" holds the reply;
-// "/t.S/Stream" is client-streaming and echoes each message.
+// "/t.S/Stream" is client-streaming and echoes each message; "/t.S/Sink" takes its messages
+// through a RecordingSink (GrpcServices::openSink) and echoes them.
 class FakeServices : public GrpcServices {
  public:
+  SinkLog sink_log;
+  std::unique_ptr<GrpcMessageSink> openSink(const GrpcMethod& method, GrpcCall&) override {
+    if (method.id != 4) return nullptr;
+    return std::make_unique<RecordingSink>(sink_log);
+  }
   std::vector<std::shared_ptr<net::CancelToken>> tokens;  // each call's GrpcCall::cancel
   GrpcMethod resolve(std::string_view path) const override {
     GrpcMethod m;
     if (path == "/t.S/Echo") m.id = 0;
     if (path == "/t.S/Later") m.id = 1;
     if (path == "/t.S/Throw") m.id = 3;  // the service throws std::bad_alloc
+    if (path == "/t.S/Sink") m.id = 4;
     if (path == "/t.S/Stream") {
       m.id = 2;
       m.client_streaming = true;
@@ -107,27 +158,7 @@ struct Fixture : ::testing::Test {
                                     (uint8_t(o[pos + 6]) << 16) | (uint8_t(o[pos + 7]) << 8) |
                                     uint8_t(o[pos + 8])),
               o.substr(pos + 9, n), {}};
-      if (f.type == kHeaders) {
-        const uint8_t* in = reinterpret_cast<const uint8_t*>(f.payload.data());
-        size_t left = f.payload.size();
-        for (;;) {
-          nghttp2_nv nv;
-          int fl = 0;
-          const ssize_t r = nghttp2_hd_inflate_hd2(inflater, &nv, &fl, in, left, 1);
-          if (r < 0) break;
-          in += r;
-          left -= static_cast<size_t>(r);
-          if (fl & NGHTTP2_HD_INFLATE_EMIT) {
-            f.headers[std::string(reinterpret_cast<char*>(nv.name), nv.namelen)] =
-                std::string(reinterpret_cast<char*>(nv.value), nv.valuelen);
-          }
-          if (fl & NGHTTP2_HD_INFLATE_FINAL) {
-            nghttp2_hd_inflate_end_headers(inflater);
-            break;
-          }
-          if (r == 0 && left == 0) break;
-        }
-      }
+      if (f.type == kHeaders) testing::inflateHeaders(inflater, f.payload, f.headers);
       fs.push_back(std::move(f));
       pos += 9 + n;
     }
@@ -564,6 +595,117 @@ TEST_F(Fixture, IdleTimeoutSendsGoawayAndCloses) {
   auto fs = frames();
   ASSERT_TRUE(find(fs, kGoaway, 0));
   EXPECT_TRUE(transport.closed);
+}
+
+}  // namespace
+}  // namespace infergate::frontend
+
+namespace infergate::frontend {
+namespace {
+
+// Issue 16: a call with a sink gets its message piece by piece, as views into the bytes the
+// transport delivered (nothing gathered), at every split of the DATA frames.
+TEST_F(Fixture, SinkGetsViewsOfTheDeliveredBytesAtEverySplit) {
+  start();
+  frames();
+  const std::string body = grpc("abcdefghijklmnopqrstuvwxyz");
+  uint32_t id = 1;
+  for (size_t i = 0; i <= body.size(); ++i) {
+    for (size_t j = i; j <= body.size(); j += 3) {
+      services.sink_log = SinkLog();
+      const std::string wire = frame(kHeaders, 4, id, requestHeaders("/t.S/Sink")) +
+                               frame(kData, 0, id, body.substr(0, i)) +
+                               frame(kData, 0, id, body.substr(i, j - i)) +
+                               frame(kData, 1, id, body.substr(j));
+      feed(wire);
+      const SinkLog& log = services.sink_log;
+      ASSERT_EQ(log.begins, std::vector<uint32_t>{26}) << i << "," << j;
+      EXPECT_EQ(log.bytes, "abcdefghijklmnopqrstuvwxyz");
+      EXPECT_EQ(log.ends, 1);
+      for (const auto& [p, n] : log.pieces) {
+        EXPECT_GE(p, wire.data());  // a view of the fed bytes, not a copy
+        EXPECT_LE(p + n, wire.data() + wire.size());
+      }
+      for (bool c : log.copied) EXPECT_FALSE(c);
+      const std::vector<Frame> fs = frames();
+      const Frame* d = find(fs, kData, id);
+      ASSERT_TRUE(d);
+      EXPECT_EQ(d->payload, body);
+      id += 2;
+    }
+  }
+  EXPECT_EQ(session->stats().gathered_bytes, 0u);
+  EXPECT_TRUE(services.received.empty());  // call() is not used for sink methods
+}
+
+TEST_F(Fixture, SinkPiecesCarryTheTransportsCopyFlag) {
+  start();
+  frames();
+  const std::string body = grpc("0123456789");
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Sink")) + frame(kData, 0, 1, body.substr(0, 8)));
+  transport.copying = true;
+  feed(frame(kData, 1, 1, body.substr(8)));
+  transport.copying = false;
+  ASSERT_EQ(services.sink_log.copied.size(), 2u);
+  EXPECT_FALSE(services.sink_log.copied[0]);
+  EXPECT_TRUE(services.sink_log.copied[1]);
+  expectOkTrailers(1);
+}
+
+// Refused before copying: the sink's status is the answer now, the rest of the message is
+// discarded unread, and the connection keeps serving.
+TEST_F(Fixture, SinkRefusalAnswersAndDiscardsTheRest) {
+  start();
+  frames();
+  services.sink_log.refuse = absl::UnavailableError("queue full");
+  const std::string body = grpc(std::string(1000, 'x'));
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Sink")) + frame(kData, 0, 1, body.substr(0, 100)));
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "14");
+  EXPECT_EQ(h->headers.at("grpc-message"), "queue full");
+  const size_t pieces = services.sink_log.pieces.size();
+  feed(frame(kData, 0, 1, body.substr(100, 500)) + frame(kData, 1, 1, body.substr(600)));
+  EXPECT_EQ(services.sink_log.pieces.size(), pieces);  // nothing more handed over
+  EXPECT_EQ(services.sink_log.ends, 0);
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 1, 3, grpc("next")));
+  EXPECT_EQ(services.received, std::vector<std::string>{"next"});
+  expectOkTrailers(3);
+  EXPECT_EQ(session->stats().window_withheld, 0u);
+}
+
+// The deadline passes while the message is still arriving: refused at the next DATA, before
+// its bytes reach the sink.
+TEST_F(Fixture, DeadlinePassedMidMessageIsRefusedBeforeCopying) {
+  start();
+  frames();
+  const std::string body = grpc(std::string(100, 'y'));
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Sink", literal("grpc-timeout", "100m"))) +
+       frame(kData, 0, 1, body.substr(0, 50)));
+  const size_t pieces = services.sink_log.pieces.size();
+  transport.loop_.now += 150'000'000;  // no tick in between
+  feed(frame(kData, 1, 1, body.substr(50)));
+  EXPECT_EQ(services.sink_log.pieces.size(), pieces);
+  EXPECT_EQ(services.sink_log.ends, 0);
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "4");
+  EXPECT_EQ(session->stats().deadline_exceeded, 1u);
+}
+
+TEST_F(Fixture, SinkMessageOverTheLimitIsRefusedBeforeItsBytes) {
+  options.max_message_bytes = 64;
+  restartWithOptions();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Sink")) +
+       frame(kData, 1, 1, grpc(std::string(65, 'z'))));
+  EXPECT_TRUE(services.sink_log.begins.empty());
+  EXPECT_TRUE(services.sink_log.pieces.empty());
+  auto fs = frames();
+  const Frame* h = find(fs, kHeaders, 1);
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->headers.at("grpc-status"), "8");
 }
 
 }  // namespace
