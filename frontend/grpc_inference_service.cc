@@ -6,10 +6,10 @@
 #include <string>
 #include <utility>
 
-#include "common/checked.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
+#include "frontend/tf_predict_codec.h"
 #include "grpc_service.pb.h"
 #include "tf_predict.pb.h"
 
@@ -53,87 +53,8 @@ std::string unknownModel(std::string_view name, std::string_view version) {
 
 // --- TF Serving tensors -----------------------------------------------------------------------
 
-std::optional<DataType> fromTf(tensorflow::DataType t) {
-  return backends::fromTfDataType(static_cast<int>(t));
-}
-
 tensorflow::DataType toTf(DataType t) {
   return static_cast<tensorflow::DataType>(backends::tfDataType(t));
-}
-
-// A single value broadcast over a shape (TF's version-0 rule) makes data that was never on the
-// wire: at most this much of it.
-constexpr uint64_t kMaxTfBroadcastBytes = 64ull << 20;
-
-template <typename Out, typename Rep>
-absl::Status appendTyped(const std::string& name, const Rep& values, uint64_t count,
-                         std::vector<uint8_t>& data) {
-  // TF's version-0 rule: a single value fills the whole shape.
-  const uint64_t n = values.size() == 1 && count > 1 ? count : static_cast<uint64_t>(values.size());
-  uint64_t bytes = 0;
-  if (!common::checkedMul(n, static_cast<uint64_t>(sizeof(Out)), bytes) ||
-      (n != static_cast<uint64_t>(values.size()) && bytes > kMaxTfBroadcastBytes)) {
-    return absl::InvalidArgumentError("input '" + name + "': broadcasting one value over " +
-                                      std::to_string(count) + " elements exceeds " +
-                                      std::to_string(kMaxTfBroadcastBytes) + " bytes");
-  }
-  data.resize(bytes);
-  for (uint64_t i = 0; i < n; ++i) {
-    const Out v = static_cast<Out>(values.Get(values.size() == 1 ? 0 : static_cast<int>(i)));
-    std::memcpy(data.data() + i * sizeof(Out), &v, sizeof(Out));
-  }
-  return absl::OkStatus();
-}
-
-// Decodes one Predict input. The shape is checked against the model (checkInputShape) before
-// any value is decoded, so no size below comes from the client unbounded.
-absl::Status tensorFromTf(const std::string& name, const tensorflow::TensorProto& tp,
-                          const backends::ModelConfig& cfg, const backends::TensorSpec& spec,
-                          backends::Tensor& t) {
-  std::optional<DataType> dt = fromTf(tp.dtype());
-  if (!dt) {
-    return absl::InvalidArgumentError("input '" + name + "': unsupported dtype " +
-                                      tensorflow::DataType_Name(tp.dtype()));
-  }
-  t.name = name;
-  t.dtype = *dt;
-  for (const auto& d : tp.tensor_shape().dim()) t.shape.push_back(d.size());
-  if (absl::Status st = backends::checkInputShape(cfg, spec, t.dtype, t.shape); !st.ok()) {
-    return st;
-  }
-  const uint64_t count = backends::elementCount(t.shape).value_or(0);
-  if (!tp.tensor_content().empty()) {
-    if (*dt == DataType::kBytes) {
-      return absl::InvalidArgumentError("input '" + name + "': DT_STRING needs string_val");
-    }
-    t.data.assign(tp.tensor_content().begin(), tp.tensor_content().end());
-    return absl::OkStatus();
-  }
-  switch (*dt) {
-    case DataType::kFp32: return appendTyped<float>(name, tp.float_val(), count, t.data);
-    case DataType::kFp64: return appendTyped<double>(name, tp.double_val(), count, t.data);
-    case DataType::kInt32: return appendTyped<int32_t>(name, tp.int_val(), count, t.data);
-    case DataType::kInt16: return appendTyped<int16_t>(name, tp.int_val(), count, t.data);
-    case DataType::kInt8: return appendTyped<int8_t>(name, tp.int_val(), count, t.data);
-    case DataType::kUint8: return appendTyped<uint8_t>(name, tp.int_val(), count, t.data);
-    case DataType::kUint16: return appendTyped<uint16_t>(name, tp.int_val(), count, t.data);
-    case DataType::kInt64: return appendTyped<int64_t>(name, tp.int64_val(), count, t.data);
-    case DataType::kBool: return appendTyped<uint8_t>(name, tp.bool_val(), count, t.data);
-    case DataType::kFp16:
-    case DataType::kBf16: return appendTyped<uint16_t>(name, tp.half_val(), count, t.data);
-    case DataType::kUint32: return appendTyped<uint32_t>(name, tp.uint32_val(), count, t.data);
-    case DataType::kUint64: return appendTyped<uint64_t>(name, tp.uint64_val(), count, t.data);
-    case DataType::kBytes:
-      for (const std::string& s : tp.string_val()) {
-        const uint32_t len = static_cast<uint32_t>(s.size());
-        const size_t at = t.data.size();
-        t.data.resize(at + 4 + s.size());
-        std::memcpy(t.data.data() + at, &len, 4);
-        std::memcpy(t.data.data() + at + 4, s.data(), s.size());
-      }
-      break;
-  }
-  return absl::OkStatus();
 }
 
 void tensorToTf(const backends::Tensor& t, tensorflow::TensorProto& tp) {
@@ -371,13 +292,14 @@ void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
 
 void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
                                     GrpcRespond respond) {
-  tensorflow::serving::PredictRequest pr;
-  if (!parse(message, pr)) {
-    return respond(errorReply(absl::StatusCode::kInvalidArgument, "failed to parse PredictRequest"));
+  // The wire decoder (tf_predict_codec.h): the message is checked as libprotobuf would, then
+  // the inputs are decoded with one write per tensor byte into the model's slots.
+  PredictRequestScan scan;
+  if (absl::Status st = scanPredictRequest(message, scan); !st.ok()) {
+    return respond(errorReply(st));
   }
-  const std::string& name = pr.model_spec().name();
-  const std::string version =
-      pr.model_spec().has_version() ? std::to_string(pr.model_spec().version().value()) : "";
+  const std::string& name = scan.spec.name;
+  const std::string& version = scan.spec.version;
   backends::Model* model = registry_.find(name, version);
   if (model == nullptr) {
     const std::string which =
@@ -389,30 +311,16 @@ void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
   if (!model->ready()) {
     return respond(errorReply(absl::StatusCode::kUnavailable, "model '" + name + "' is not ready"));
   }
+  // Refuse before copying (Predict carries no priority: the default level).
+  if (absl::Status st = model->admission(0); !st.ok()) return respond(errorReply(st));
   const backends::ModelConfig& cfg = model->config();
   backends::InferRequest req;
-  req.protocol = net::Protocol::kGrpcTfServing;
-  req.model_name = name;
-  req.model_version = version;
-  req.binary_data_output = true;
-  // Map order is unspecified on the wire; present inputs in the model's order.
-  for (const backends::TensorSpec& spec : cfg.inputs) {
-    auto it = pr.inputs().find(spec.name);
-    if (it == pr.inputs().end()) continue;
-    if (absl::Status st = tensorFromTf(it->first, it->second, cfg, spec, req.inputs.emplace_back());
-        !st.ok()) {
-      return respond(errorReply(st));
-    }
+  const backends::InputPlacer place = [model](backends::InferRequest& r) {
+    return model->placeInputs(r);
+  };
+  if (absl::Status st = decodePredictInputs(scan, cfg, req, &place); !st.ok()) {
+    return respond(errorReply(st));
   }
-  for (const auto& [alias, tp] : pr.inputs()) {
-    bool known = false;
-    for (const backends::TensorSpec& spec : cfg.inputs) known = known || spec.name == alias;
-    if (!known) {
-      return respond(errorReply(absl::StatusCode::kInvalidArgument,
-                                "input '" + alias + "' is not an input of model '" + name + "'"));
-    }
-  }
-  for (const std::string& f : pr.output_filter()) req.outputs.push_back({f, true});
   if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) {
     return respond(errorReply(st));
   }
