@@ -368,7 +368,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   xo.write_metadata = true;
   xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
-  xo.synack_wscale = tcp::windowShiftFor(tcp::TcpOptions{}.rcv_buf);
+  xo.synack_wscale = tcp::windowShiftFor(c.afxdp_tcp_rcv_buf);
   const tcp::SynCookies stack_cookies = xo.syn_cookies == xdp::SynCookies::kOff
                                             ? tcp::SynCookies::kOff
                                         : xo.syn_cookies == xdp::SynCookies::kAlways
@@ -412,6 +412,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
       ro.busy_poll = c.xdp.busy_poll;
       ro.tcp.max_connections = conns_per_reactor;
+      ro.tcp.rcv_buf = c.afxdp_tcp_rcv_buf;  // xdp.tcp_rcv_buf (the shift above follows it)
       ro.tcp.max_held_frames = c.afxdp_held_frames;
       ro.tcp.max_held_frames_per_connection = c.afxdp_held_frames_per_connection;
       ro.tcp.syn_backlog = syn_backlog;

@@ -721,7 +721,7 @@ class Loader {
                             "fragments", "rst_rate_limit", "source_prefix_v4",
                             "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
                             "busy_poll_usecs", "busy_poll_budget", "held_frames",
-                            "held_frames_per_connection"}));
+                            "held_frames_per_connection", "tcp_rcv_buf"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -861,6 +861,10 @@ class Loader {
     if (YAML::Node v = n["held_frames_per_connection"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, "xdp.held_frames_per_connection", 0, 65536,
                                c.afxdp_held_frames_per_connection));
+    }
+    if (YAML::Node v = n["tcp_rcv_buf"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "xdp.tcp_rcv_buf", 64 * 1024, 16 * 1024 * 1024,
+                               c.afxdp_tcp_rcv_buf));
     }
     if (YAML::Node v = n["pin_path"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.pin_path", x.pin_path));

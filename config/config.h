@@ -97,6 +97,10 @@ struct Config {
   // the bound per connection (xdp.held_frames_per_connection); 0 copies them instead.
   uint32_t afxdp_held_frames = 1024;
   uint32_t afxdp_held_frames_per_connection = 256;
+  // afxdp mode (xdp.tcp_rcv_buf): each connection's TCP receive memory = its largest
+  // advertised window (TcpOptions::rcv_buf); the window-scale shift our SYN-ACKs (and the XDP
+  // program's cookie SYN-ACKs) announce follows it. Allocated in chunks as data arrives.
+  uint32_t afxdp_tcp_rcv_buf = 256 * 1024;
   SecurityConfig security;
   PriorityConfig priority;
   std::vector<backends::ModelConfig> models;

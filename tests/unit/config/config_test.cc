@@ -176,7 +176,8 @@ xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
       http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
       fragments: drop_all, rst_rate_limit: {rate_per_sec: 5, burst: 7}, source_prefix_v4: 24,
       source_prefix_v6: 48, syn_cookies: always, busy_poll: true, prefer_busy_poll: false,
-      busy_poll_usecs: 50, busy_poll_budget: 16, held_frames: 64, held_frames_per_connection: 0}
+      busy_poll_usecs: 50, busy_poll_budget: 16, held_frames: 64, held_frames_per_connection: 0,
+      tcp_rcv_buf: 4194304}
 models:
   - name: m.v-1_x
     version: 7
@@ -225,6 +226,7 @@ models:
   EXPECT_EQ(c->xdp.busy_poll_budget, 16u);
   EXPECT_EQ(c->afxdp_held_frames, 64u);
   EXPECT_EQ(c->afxdp_held_frames_per_connection, 0u);
+  EXPECT_EQ(c->afxdp_tcp_rcv_buf, 4u << 20);
   EXPECT_EQ(c->models[0].name, "m.v-1_x");
   EXPECT_EQ(c->models[0].version, "7");
   EXPECT_EQ(c->models[0].max_batch_size, 0);
@@ -299,6 +301,7 @@ TEST(ConfigTest, XdpDefaultsAreTheOptionsDefaults) {
   EXPECT_EQ(c->xdp.busy_poll_budget, 64u);
   EXPECT_EQ(c->afxdp_held_frames, 1024u);  // out-of-order segments held in their frames
   EXPECT_EQ(c->afxdp_held_frames_per_connection, 256u);
+  EXPECT_EQ(c->afxdp_tcp_rcv_buf, 256u * 1024);  // the TCP stack's receive memory
   EXPECT_EQ(c->xdp.priority_from, d.priority_from);
   EXPECT_EQ(c->xdp.trusted_sources, d.trusted_sources);
   EXPECT_EQ(PriorityConfig{}.trusted_sources, d.trusted_sources);
@@ -486,6 +489,10 @@ std::vector<BadCase> badCases() {
        "expected true or false"},
       {"too many held frames", withBase("xdp: {held_frames: 70000}\n"), "xdp.held_frames",
        "must be between 0 and 65536, got 70000"},
+      {"TCP receive buffer too small", withBase("xdp: {tcp_rcv_buf: 65535}\n"),
+       "xdp.tcp_rcv_buf", "must be between 65536 and 16777216, got 65535"},
+      {"TCP receive buffer too large", withBase("xdp: {tcp_rcv_buf: 16777217}\n"),
+       "xdp.tcp_rcv_buf", "must be between 65536 and 16777216, got 16777217"},
       {"zero busy-poll budget", withBase("xdp: {busy_poll_budget: 0}\n"), "xdp.busy_poll_budget",
        "must be between 1 and 65535, got 0"},
       {"busy-poll usecs too large", withBase("xdp: {busy_poll_usecs: 2000000}\n"),
