@@ -80,6 +80,19 @@ absl::Status GrpcMessageReader::feed(const char* data, size_t len, const OnMessa
 absl::Status GrpcMessageReader::feedPieces(const char* data, size_t len, PieceHandler& handler) {
   while (len > 0 && status_.ok()) {
     if (have_ < kGrpcPrefixBytes) {
+      if (have_ == 0 && len >= kGrpcPrefixBytes) {
+        // Fast path: a whole message in the caller's bytes (the small-message case).
+        uint32_t n = 0;
+        status_ = parsePrefix(data, max_, n);
+        if (!status_.ok()) break;
+        if (len - kGrpcPrefixBytes >= n) {
+          ++messages_;
+          status_ = handler.onWhole(std::string_view(data + kGrpcPrefixBytes, n));
+          data += kGrpcPrefixBytes + n;
+          len -= kGrpcPrefixBytes + n;
+          continue;
+        }
+      }
       if (!takePrefix(data, len)) break;
       status_ = handler.onBegin(body_len_);
       if (!status_.ok()) break;

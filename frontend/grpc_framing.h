@@ -37,6 +37,8 @@ class GrpcMessageReader {
     virtual absl::Status onBegin(uint32_t size) = 0;  // a message of `size` bytes begins
     virtual absl::Status onPiece(const char* data, size_t len) = 0;  // its next bytes
     virtual absl::Status onEnd() = 0;                 // it is complete
+    // A whole message inside the fed bytes (a view; no onBegin/onPiece/onEnd for it).
+    virtual absl::Status onWhole(std::string_view message) = 0;
 
    protected:
     ~PieceHandler() = default;

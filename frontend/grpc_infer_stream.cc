@@ -32,8 +32,8 @@ void ModelInferStreamDecoder::reset() {
   phase_ = Phase::kHead;
   size_ = off_ = 0;
   // The memory goes with the message, not with the call.
-  std::string().swap(head_);
-  std::string().swap(gather_);
+  if (head_.capacity() > std::string().capacity()) std::string().swap(head_);
+  if (gather_.capacity() > std::string().capacity()) std::string().swap(gather_);
   scan_ = 0;
   gather_copied_ = false;
   req_ = backends::InferRequest();
@@ -63,15 +63,13 @@ absl::Status ModelInferStreamDecoder::decide(absl::Status st) {
 
 absl::Status ModelInferStreamDecoder::decodeWhole(std::string_view wire, bool gathered,
                                                   bool copied) {
-  backends::InferRequest r;
   uint64_t c = 0;
-  absl::Status st = decodeModelInferRequest(wire, r, &c, hook_);
+  absl::Status st = decodeModelInferRequest(wire, req_, &c, hook_);  // req_ is fresh (begin)
   if (st.ok()) {
     // Every tensor byte was copied once before the decoder's write when the message was
     // gathered, and once more when the transport delivered it from its own copy.
-    r.received_copy_bytes = (gathered ? c : 0) + (copied ? c : 0);
+    req_.received_copy_bytes = (gathered ? c : 0) + (copied ? c : 0);
     final_copied_ = c;
-    req_ = std::move(r);
   }
   return decide(std::move(st));
 }
@@ -338,8 +336,7 @@ absl::Status ModelInferStreamDecoder::finish(backends::InferRequest& out, uint64
     }
   }
   if (final_.ok()) {
-    out = std::move(req_);
-    req_ = backends::InferRequest();
+    out = std::move(req_);  // begin() gives the next message a fresh one
     if (copied_bytes != nullptr) *copied_bytes = final_copied_;
   }
   std::string().swap(head_);

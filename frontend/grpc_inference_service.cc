@@ -99,6 +99,7 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
     if (n == name) {
       m.id = id;
       m.client_streaming = id == kModelStreamInfer;
+      m.streaming_decode = id == kModelInfer;  // ModelInferSink for split messages
     }
   }
   return m;
@@ -236,7 +237,7 @@ void InferenceGrpcServices::modelInfer(GrpcCall& call, std::string_view message,
 }
 
 void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
-                                        backends::InferRequest req, backends::Model* model,
+                                        backends::InferRequest&& req, backends::Model* model,
                                         GrpcRespond respond, bool stream) {
   // In a stream, errors of one request are reported in its response message and the stream
   // goes on (Triton's ModelStreamInfer).

@@ -50,7 +50,7 @@ class InferenceGrpcServices : public GrpcServices {
   absl::Status admitHeader(GrpcCall& call, backends::InferRequest& header,
                            backends::Model*& model);
   // The rest of ModelInfer/ModelStreamInfer once the message is decoded (`decoded`).
-  void answerInfer(GrpcCall& call, absl::Status decoded, backends::InferRequest req,
+  void answerInfer(GrpcCall& call, absl::Status decoded, backends::InferRequest&& req,
                    backends::Model* model, GrpcRespond respond, bool stream);
 
  private:

@@ -37,6 +37,9 @@ struct GrpcMethod {
   int id = -1;              // -1: unknown method (UNIMPLEMENTED)
   bool client_streaming = false;  // bidirectional stream: one call() per request message
   net::Protocol protocol = net::Protocol::kGrpcKserve;  // metrics label
+  // Messages that span DATA chunks go to a sink (GrpcServices::openSink, opened at the first
+  // such message); a message inside one DATA chunk still goes to call(), as a view.
+  bool streaming_decode = false;
 };
 
 // The per-call context the session passes with each message.
@@ -90,8 +93,8 @@ class GrpcMessageSink {
 class GrpcServices {
  public:
   virtual ~GrpcServices() = default;
-  // A sink for the request messages of `call` (after its headers; `call` outlives the sink),
-  // or null: the session gathers each message and hands it to call() (the default).
+  // A sink for the request messages of `call` that span DATA chunks, for a method with
+  // streaming_decode (opened at the first such message; `call` outlives the sink).
   virtual std::unique_ptr<GrpcMessageSink> openSink(const GrpcMethod& /*method*/,
                                                     GrpcCall& /*call*/) {
     return nullptr;

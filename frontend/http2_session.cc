@@ -509,7 +509,6 @@ void Http2Session::onHeadersDone(Stream& s) {
       return;
     }
   }
-  s.sink = services_.openSink(s.method, s.call);
 }
 
 // Hands a stream's message bytes to its sink as they arrive (GrpcMessageReader::feedPieces).
@@ -520,7 +519,17 @@ struct Http2Session::SinkFeed final : GrpcMessageReader::PieceHandler {
   SinkFeed(Http2Session& session, Stream& stream, bool c) : h(session), s(stream), copied(c) {}
 
   absl::Status onBegin(uint32_t size) override {
-    if (!s.ended) s.sink->begin(size);
+    if (s.ended) return absl::OkStatus();
+    if (!s.sink) s.sink = h.services_.openSink(s.method, s.call);  // the first split message
+    if (!s.sink) {
+      h.finishStream(s, absl::StatusCode::kInternal, "no message sink for a streaming method");
+      return absl::OkStatus();
+    }
+    s.sink->begin(size);
+    return absl::OkStatus();
+  }
+  absl::Status onWhole(std::string_view message) override {
+    if (!s.ended) h.dispatch(s, &message);  // inside one DATA chunk: decoded in place
     return absl::OkStatus();
   }
   absl::Status onPiece(const char* data, size_t len) override {
@@ -558,9 +567,9 @@ void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
     return;
   }
   absl::Status st;
-  if (s.sink) {
+  if (s.method.streaming_decode) {
     // One copy: the sink writes tensor bytes straight from this DATA chunk.
-    const uint64_t gathered = s.sink->gatheredBytes();
+    const uint64_t gathered = s.sink ? s.sink->gatheredBytes() : 0;
     SinkFeed feed(*this, s, transport_ != nullptr && transport_->deliveringCopy());
     st = s.reader.feedPieces(reinterpret_cast<const char*>(data), len, feed);
     if (s.sink) stats_.gathered_bytes += s.sink->gatheredBytes() - gathered;
