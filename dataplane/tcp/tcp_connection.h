@@ -36,6 +36,8 @@ struct Tcb {
   bool wscale_ok = false, sack_ok = false, ts_ok = false;
   uint32_t ts_recent = 0, ts_offset = 0, last_ack_sent = 0;
   uint32_t cwnd = 0, ssthresh = 0xffffffffu, recover = 0, dupacks = 0;
+  // The highest right edge the peer's SACK blocks reported for our data (dupack detection).
+  uint32_t sack_high = 0;
   bool in_recovery = false;
   uint64_t srtt = 0, rttvar = 0, rto = 0;
   bool have_rtt = false, rtt_timing = false;

@@ -132,6 +132,7 @@ void TcpStack::initConn(Conn& c, const Segment& seg, uint16_t listener, uint32_t
   c.rcv_adv = c.rcv_nxt;  // nothing advertised yet (seqMax against it must not stick at 0)
   c.iss = iss;
   c.snd_una = iss;
+  c.sack_high = iss;
   c.snd_nxt = iss + 1;
   c.snd_max = iss + 1;
   c.recover = iss;
@@ -226,6 +227,7 @@ bool TcpStack::acceptCookie(const Segment& seg, uint16_t listener) {
            o.ts ? seg.opt.ts_val : 0);
   if (c.ts_ok) c.ts_offset = seg.opt.ts_ecr - static_cast<uint32_t>(now_ / kMs);
   c.snd_una = c.iss + 1;
+  c.sack_high = c.snd_una;
   c.rcv_adv = c.rcv_nxt + std::min<uint32_t>(options_.rcv_buf, 65535);  // the SYN-ACK's window
   c.last_ack_sent = c.rcv_nxt;
   c.snd_wnd = static_cast<uint32_t>(seg.window) << c.snd_wscale;
@@ -298,6 +300,7 @@ void TcpStack::handleSynReceived(Conn& c, const Segment& seg) {
   std::memcpy(c.remote_mac, seg.src_mac, 6);  // replies go where the (proven) peer is now
   std::memcpy(c.local_mac, seg.dst_mac, 6);
   c.snd_una = c.iss + 1;
+  c.sack_high = c.snd_una;
   c.snd_wnd = static_cast<uint32_t>(seg.window) << c.snd_wscale;
   c.max_snd_wnd = std::max(c.max_snd_wnd, c.snd_wnd);
   c.snd_wl1 = seg.seq;

@@ -191,6 +191,22 @@ void TcpStack::handleSynchronized(Conn& c, const Segment& seg) {
   markDirty(c);
 }
 
+// True when seg's SACK blocks report bytes of ours above c.sack_high (and snd_una) that no
+// earlier ACK reported; advances c.sack_high. D-SACK blocks (below snd_una) never count.
+bool TcpStack::sacksNewData(Conn& c, const Segment& seg) {
+  if (!c.sack_ok) return false;
+  bool fresh = false;
+  for (uint8_t i = 0; i < seg.opt.num_sack; ++i) {
+    const uint32_t end = seg.opt.sack[i][1];
+    if (seqGt(end, seqMax(c.sack_high, c.snd_una)) && seqLeq(end, c.snd_max) &&
+        seqLt(seg.opt.sack[i][0], end)) {
+      c.sack_high = end;
+      fresh = true;
+    }
+  }
+  return fresh;
+}
+
 bool TcpStack::processAck(Conn& c, const Segment& seg) {
   const uint32_t ack = seg.ack;
   if (seqGt(ack, c.snd_max)) {  // acknowledges what we never sent
@@ -221,6 +237,7 @@ bool TcpStack::processAck(Conn& c, const Segment& seg) {
     }
     c.snd_una = ack;
     if (seqLt(c.snd_nxt, c.snd_una)) c.snd_nxt = c.snd_una;
+    if (seqLt(c.sack_high, c.snd_una)) c.sack_high = c.snd_una;  // never stale by 2^31
     c.retries = 0;
     c.persist_probes = 0;
     if (c.snd_una - c.drain_mark_una >= options_.output.min_drain_bytes || c.tx.empty()) {
@@ -268,8 +285,12 @@ bool TcpStack::processAck(Conn& c, const Segment& seg) {
       }
     }
   } else if (ack == c.snd_una && seg.payload_len == 0 && !(seg.flags & (kSyn | kFin)) &&
-             c.snd_max != c.snd_una && seg_wnd == c.snd_wnd) {
-    ++c.dupacks;  // RFC 5681 duplicate ACK
+             c.snd_max != c.snd_una && (sacksNewData(c, seg) || seg_wnd == c.snd_wnd)) {
+    // A duplicate ACK: RFC 5681's (same window), or one whose SACK blocks report data above
+    // the hole not reported before (RFC 6675 §2), whatever its window. Linux receivers grow
+    // their window while out-of-order data arrives, so with the window rule alone their
+    // duplicate ACKs never counted and every loss waited for the RTO and went back N.
+    ++c.dupacks;
     if (c.dupacks == 3 && !c.in_recovery && seqGt(ack, c.recover)) {
       // Fast retransmit + fast recovery (RFC 6582).
       const uint32_t flight = c.snd_max - c.snd_una;

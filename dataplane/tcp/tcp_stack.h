@@ -171,6 +171,7 @@ class TcpStack {
   void handleSynchronized(Conn& c, const Segment& seg);
   void sendChallengeAck(Conn& c);
   bool processAck(Conn& c, const Segment& seg);  // false: connection freed or segment dropped
+  bool sacksNewData(Conn& c, const Segment& seg);  // SACK blocks above any reported before
   void processData(Conn& c, const Segment& seg);
   void processPeerFin(Conn& c);
   void enterTimeWait(Conn& c);
