@@ -350,6 +350,12 @@ void Http2Session::onData(const char* data, size_t len) {
   flush();
 }
 
+void Http2Session::addGathered(uint64_t bytes) {
+  if (bytes == 0) return;
+  stats_.gathered_bytes += bytes;
+  if (metrics_ != nullptr) metrics_->recordGrpcGathered(bytes);
+}
+
 void Http2Session::fatal(int err) {
   // nghttp2 queues GOAWAY itself for the connection errors it detects; errors returned from
   // mem_recv (bad client preface, flooding, callback failure) get one here.
@@ -572,14 +578,14 @@ void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
     const uint64_t gathered = s.sink ? s.sink->gatheredBytes() : 0;
     SinkFeed feed(*this, s, transport_ != nullptr && transport_->deliveringCopy());
     st = s.reader.feedPieces(reinterpret_cast<const char*>(data), len, feed);
-    if (s.sink) stats_.gathered_bytes += s.sink->gatheredBytes() - gathered;
+    if (s.sink) addGathered(s.sink->gatheredBytes() - gathered);
   } else {
     const uint64_t gathered = s.reader.gatheredBytes();
     st = s.reader.feed(reinterpret_cast<const char*>(data), len, [&](std::string_view message) {
       if (!s.ended) dispatch(s, &message);
       return absl::OkStatus();
     });
-    stats_.gathered_bytes += s.reader.gatheredBytes() - gathered;
+    addGathered(s.reader.gatheredBytes() - gathered);
   }
   rehold(s);
   if (!st.ok() && !s.ended) {

@@ -138,6 +138,8 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   // One complete request message: `message`, or (null) the one the stream's sink received.
   void dispatch(Stream& s, const std::string_view* message);
   void record(Stream& s, absl::StatusCode code);
+  // Bytes gathered across DATA frames: stats_.gathered_bytes and the server's /metrics counter.
+  void addGathered(uint64_t bytes);
   void fatal(int nghttp2_error);
   void updateReading();
   // Flow control (manual): `len` DATA bytes of `s` (null: a stream we do not track) were

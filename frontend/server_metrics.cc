@@ -8,7 +8,11 @@ ServerMetrics::ServerMetrics(common::MetricsRegistry& registry,
       models_(models),
       body_assembled_(&registry.counter(
           "infergate_http_body_assembled_bytes_total",
-          "HTTP/1.1 request body bytes assembled into a buffer before decoding (not streamed).")) {
+          "HTTP/1.1 request body bytes assembled into a buffer before decoding (not streamed).")),
+      grpc_gathered_(&registry.counter(
+          "infergate_grpc_gathered_bytes_total",
+          "gRPC request message bytes gathered into a buffer because a message spanned DATA "
+          "frames and could not be streamed into its slots (docs/PROTOCOLS.md).")) {
   requests_.resize(models.size() + 1);
   latency_.resize(models.size() + 1);
   for (size_t m = 0; m <= models.size(); ++m) {

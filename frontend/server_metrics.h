@@ -34,6 +34,11 @@ class ServerMetrics {
   // copies in the request's received_copy_bytes; JSON text is counted only here.
   void recordBodyAssembled(uint64_t bytes) { body_assembled_->inc(bytes); }
   uint64_t bodyAssembledBytes() const { return body_assembled_->value(); }
+  // gRPC message bytes gathered across DATA frames (Http2SessionStats::gathered_bytes, every
+  // connection): infergate_grpc_gathered_bytes_total. Tensor bytes among them are also in the
+  // request's received_copy_bytes.
+  void recordGrpcGathered(uint64_t bytes) { grpc_gathered_->inc(bytes); }
+  uint64_t grpcGatheredBytes() const { return grpc_gathered_->value(); }
 
   int modelIndex(std::string_view name) const;
 
@@ -46,6 +51,7 @@ class ServerMetrics {
   // [model+1][protocol]
   std::vector<std::array<common::Histogram*, net::kProtocols>> latency_;
   common::Counter* body_assembled_;
+  common::Counter* grpc_gathered_;
   std::mutex parse_mu_;  // only on the error path
   std::vector<std::pair<std::string, common::Counter*>> parse_errors_;
 };

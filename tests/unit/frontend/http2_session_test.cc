@@ -12,7 +12,9 @@
 
 #include "tests/mocks/fake_transport.h"
 #include "tests/unit/frontend/h2_frames.h"
+#include "common/metrics.h"
 #include "frontend/http2_session.h"
+#include "frontend/server_metrics.h"
 
 namespace infergate::frontend {
 namespace {
@@ -233,6 +235,23 @@ TEST_F(Fixture, MessageSplitAtEveryByteAcrossDataFrames) {
   EXPECT_EQ(services.received.size(), body.size() + 1);
   for (const auto& r : services.received) EXPECT_EQ(r, "abcdefghij");
   EXPECT_GT(session->stats().gathered_bytes, 0u);
+}
+
+// Issue 16: the bytes a session gathers across DATA frames reach /metrics
+// (infergate_grpc_gathered_bytes_total), not only the session's own stats.
+TEST_F(Fixture, GatheredBytesAreExportedToTheServerMetrics) {
+  common::MetricsRegistry registry;
+  ServerMetrics metrics(registry, {});
+  session = std::make_shared<Http2Session>(transport, services, options, &metrics);
+  start();
+  const std::string body = grpc("abcdefghij");
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")) + frame(kData, 0, 1, body.substr(0, 7)) +
+       frame(kData, 1, 1, body.substr(7)));
+  ASSERT_EQ(services.received, std::vector<std::string>{"abcdefghij"});
+  EXPECT_EQ(session->stats().gathered_bytes, 10u);
+  EXPECT_EQ(metrics.grpcGatheredBytes(), session->stats().gathered_bytes);
+  EXPECT_NE(registry.renderPrometheus().find("infergate_grpc_gathered_bytes_total 10"),
+            std::string::npos);
 }
 
 TEST_F(Fixture, UnknownMethodIsTrailersOnlyUnimplemented) {
