@@ -10,6 +10,7 @@
 #include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
 #include "frontend/tf_predict_codec.h"
+#include "frontend/tf_predict_stream.h"
 #include "grpc_service.pb.h"
 #include "tf_predict.pb.h"
 
@@ -86,6 +87,7 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
   if (path == kTfPredict) {
     m.id = kPredict;
     m.protocol = net::Protocol::kGrpcTfServing;
+    m.streaming_decode = true;  // PredictSink for split messages
     return m;
   }
   if (path.substr(0, kKserve.size()) != kKserve) return m;
@@ -219,8 +221,61 @@ class InferenceGrpcServices::ModelInferSink final : public GrpcMessageSink {
   ModelInferStreamDecoder decoder_;
 };
 
+// Predict's streaming decode: a tensor_content that ends the message goes from each DATA chunk
+// straight into the model's batch slot, after the model is found, admits the request (refuse
+// before copying) and the input is placed; any other message is gathered and decoded whole.
+class InferenceGrpcServices::PredictSink final : public GrpcMessageSink {
+ public:
+  PredictSink(InferenceGrpcServices& services, GrpcCall& call)
+      : services_(services),
+        hook_([this, &call](PredictRequestScan& scan,
+                            backends::InferRequest& req) -> absl::StatusOr<bool> {
+          backends::Model* model = nullptr;
+          const absl::Status st = services_.admitPredict(call, scan, model);
+          // Not found or not ready: the whole decode gives that answer.
+          if (model == nullptr || !model->ready()) return false;
+          if (!st.ok()) return st;  // refused before copying
+          const backends::InputPlacer place = [model](backends::InferRequest& r) {
+            return model->placeInputs(r);
+          };
+          if (!decodePredictInputs(scan, model->config(), req, &place).ok()) return false;
+          model_ = model;
+          return true;
+        }) {}
+
+  void begin(uint32_t size) override {
+    model_ = nullptr;
+    decoder_.begin(size, &hook_);
+  }
+  absl::Status piece(const char* data, size_t len, bool copied) override {
+    return decoder_.piece(data, len, copied);
+  }
+  void end(GrpcCall& call, GrpcRespond respond) override {
+    PredictStreamDecoder::Result r = decoder_.finish();
+    if (!r.status.ok()) {
+      decoder_.reset();
+      return respond(errorReply(r.status));
+    }
+    if (r.streamed) {
+      decoder_.reset();
+      return services_.answerPredict(call, std::move(r.request), model_, std::move(respond));
+    }
+    services_.predict(call, r.whole, std::move(respond), r.copies_before);
+    decoder_.reset();  // the gathered message goes
+  }
+  size_t bufferedBytes() const override { return decoder_.bufferedBytes(); }
+  uint64_t gatheredBytes() const override { return decoder_.gatheredBytes(); }
+
+ private:
+  InferenceGrpcServices& services_;
+  backends::Model* model_ = nullptr;
+  const PredictStreamHook hook_;
+  PredictStreamDecoder decoder_;
+};
+
 std::unique_ptr<GrpcMessageSink> InferenceGrpcServices::openSink(const GrpcMethod& method,
                                                                  GrpcCall& call) {
+  if (method.id == kPredict) return std::make_unique<PredictSink>(*this, call);
   if (method.id != kModelInfer) return nullptr;
   return std::make_unique<ModelInferSink>(*this, call);
 }
@@ -291,43 +346,58 @@ void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
   });
 }
 
+absl::Status InferenceGrpcServices::admitPredict(GrpcCall& call, const PredictRequestScan& scan,
+                                                 backends::Model*& model) {
+  const std::string& name = scan.spec.name;
+  const std::string& version = scan.spec.version;
+  model = registry_.find(name, version);
+  if (model == nullptr) {
+    const std::string which =
+        version.empty() ? "Latest(" + name + ")" : "Specific(" + name + ", " + version + ")";
+    return absl::NotFoundError("Servable not found for request: " + which);
+  }
+  if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(name);
+  if (!model->ready()) return absl::UnavailableError("model '" + name + "' is not ready");
+  // Refuse before copying (Predict carries no priority: the default level).
+  return model->admission(0);
+}
+
 void InferenceGrpcServices::predict(GrpcCall& call, std::string_view message,
-                                    GrpcRespond respond) {
+                                    GrpcRespond respond, int copies_before) {
   // The wire decoder (tf_predict_codec.h): the message is checked as libprotobuf would, then
   // the inputs are decoded with one write per tensor byte into the model's slots.
   PredictRequestScan scan;
   if (absl::Status st = scanPredictRequest(message, scan); !st.ok()) {
     return respond(errorReply(st));
   }
-  const std::string& name = scan.spec.name;
-  const std::string& version = scan.spec.version;
-  backends::Model* model = registry_.find(name, version);
-  if (model == nullptr) {
-    const std::string which =
-        version.empty() ? "Latest(" + name + ")" : "Specific(" + name + ", " + version + ")";
-    return respond(errorReply(absl::StatusCode::kNotFound,
-                              "Servable not found for request: " + which));
+  backends::Model* model = nullptr;
+  if (absl::Status st = admitPredict(call, scan, model); !st.ok()) {
+    return respond(errorReply(st));
   }
-  if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(name);
-  if (!model->ready()) {
-    return respond(errorReply(absl::StatusCode::kUnavailable, "model '" + name + "' is not ready"));
-  }
-  // Refuse before copying (Predict carries no priority: the default level).
-  if (absl::Status st = model->admission(0); !st.ok()) return respond(errorReply(st));
   const backends::ModelConfig& cfg = model->config();
   backends::InferRequest req;
   const backends::InputPlacer place = [model](backends::InferRequest& r) {
     return model->placeInputs(r);
   };
-  if (absl::Status st = decodePredictInputs(scan, cfg, req, &place); !st.ok()) {
+  uint64_t copied = 0;
+  if (absl::Status st = decodePredictInputs(scan, cfg, req, &place, &copied); !st.ok()) {
     return respond(errorReply(st));
   }
+  req.received_copy_bytes = copied * static_cast<uint64_t>(copies_before);
+  answerPredict(call, std::move(req), model, std::move(respond));
+}
+
+void InferenceGrpcServices::answerPredict(GrpcCall& call, backends::InferRequest&& req,
+                                          backends::Model* model, GrpcRespond respond) {
+  const backends::ModelConfig& cfg = model->config();
   if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) {
     return respond(errorReply(st));
   }
   if (call.timeout_ns != 0) req.timeout_us = (call.timeout_ns + 999) / 1000;
   req.cancel = call.cancel;
-  model->infer(std::move(req), [respond = std::move(respond), name, version = cfg.version](
+  std::string name = req.model_name;
+  model->infer(std::move(req), [respond = std::move(respond), name = std::move(name),
+                                version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) return respond(errorReply(result.status()));
     tensorflow::serving::PredictResponse resp;

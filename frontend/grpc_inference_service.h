@@ -14,6 +14,7 @@
 #include "frontend/http2_session.h"
 #include "frontend/kserve_rest.h"
 #include "frontend/server_metrics.h"
+#include "frontend/tf_predict_codec.h"
 
 namespace infergate::frontend {
 
@@ -40,7 +41,8 @@ class InferenceGrpcServices : public GrpcServices {
   void call(const GrpcMethod& method, GrpcCall& call, std::string_view message,
             GrpcRespond respond) override;
   // ModelInfer: a streaming decoder (grpc_infer_stream.h) that writes raw_input_contents from
-  // the DATA chunks into the slots; other methods: none (whole messages).
+  // the DATA chunks into the slots; Predict: one (tf_predict_stream.h) that writes a
+  // tensor_content ending the message likewise; other methods: none (whole messages).
   std::unique_ptr<GrpcMessageSink> openSink(const GrpcMethod& method, GrpcCall& call) override;
 
   // What a ModelInfer header is checked against before any tensor byte is copied: finds the
@@ -55,8 +57,19 @@ class InferenceGrpcServices : public GrpcServices {
 
  private:
   class ModelInferSink;
+  class PredictSink;
   void modelInfer(GrpcCall& call, std::string_view message, GrpcRespond respond, bool stream);
-  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond);
+  // `copies_before`: userspace copies of each tensor byte before the decoder's write (a
+  // gathered message: InferRequest::received_copy_bytes).
+  void predict(GrpcCall& call, std::string_view message, GrpcRespond respond,
+               int copies_before = 0);
+  // The Predict header checks in the whole decoder's order once `scan` is known: the model
+  // (into `model`; an error: NOT_FOUND / UNAVAILABLE), then Model::admission.
+  absl::Status admitPredict(GrpcCall& call, const PredictRequestScan& scan,
+                            backends::Model*& model);
+  // Validation, the deadline and the model's answer for a decoded Predict request.
+  void answerPredict(GrpcCall& call, backends::InferRequest&& req, backends::Model* model,
+                     GrpcRespond respond);
 
   const backends::ModelRegistry& registry_;
   ServerInfo info_;

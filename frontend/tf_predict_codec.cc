@@ -474,12 +474,12 @@ absl::Status planInput(const TfTensorView& tv, const backends::ModelConfig& cfg,
     return st;
   }
   plan.view = &tv;
-  if (!tv.content.empty()) {
+  if (!tv.content.empty() || tv.streamed_content != 0) {
     if (*dt == DataType::kBytes) {
       return absl::InvalidArgumentError("input '" + name + "': DT_STRING needs string_val");
     }
     plan.content = true;
-    t.slot_bytes = tv.content.size();
+    t.slot_bytes = tv.content.empty() ? tv.streamed_content : tv.content.size();
     return absl::OkStatus();
   }
   const int k = valueFieldOf(*dt);

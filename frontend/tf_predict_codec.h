@@ -58,6 +58,9 @@ struct TfTensorView {
   int32_t dtype = 0;
   std::vector<int64_t> shape;
   std::string_view content;                // tensor_content (last occurrence)
+  // > 0: a tensor_content of this many bytes that is not in `content` (empty): the streaming
+  // decoder (tf_predict_stream.h) writes it into the slot itself; the write pass leaves it.
+  uint64_t streamed_content = 0;
   std::vector<std::string_view> messages;  // the value's TensorProto bytes (several: merged)
   std::array<uint64_t, 9> counts{};        // elements per typed value field
   uint64_t string_bytes = 0;               // string_val as BYTES elements (4 + length each)
