@@ -596,6 +596,21 @@ TEST_F(PredictSession, OneMiBTensorIsCopiedOnce) {
   EXPECT_EQ(session->stats().gathered_bytes, 0u);
 }
 
+TEST_F(PredictSession, OneMiBTensorFollowedByAFieldIsGatheredAndCounted) {
+  // The layout the stream cannot take (output_filter after the tensor): the path every split
+  // Predict took before, two copies of each tensor byte, both counted.
+  const size_t n = (1 << 20) / 4;
+  tensorflow::serving::PredictRequest r = oneInput(n);
+  r.add_output_filter("o");
+  const std::string wire = r.SerializeAsString();
+  feed(call(1, wire, {}));
+  ASSERT_EQ(model->seen.size(), 1u);
+  EXPECT_EQ(lastStatus(), "0");
+  EXPECT_EQ(std::memcmp(model->seen[0].inputs[0].bytes(), floats(n, 1.f).data(), n * 4), 0);
+  EXPECT_EQ(model->seen[0].received_copy_bytes, n * 4);
+  EXPECT_EQ(session->stats().gathered_bytes, wire.size());
+}
+
 TEST_F(PredictSession, AdmissionRefusalAnswersBeforeAnyCopy) {
   model->admit = absl::UnavailableError("queue full for model 'm'");
   const std::string wire = oneInput(256).SerializeAsString();
