@@ -471,7 +471,9 @@ TEST(TfPredictCodec, GeneratedRequestsDecodeAsLibprotobufDoes) {
       SCOPED_TRACE(i);
       ASSERT_NO_FATAL_FAILURE(expectSame(wire, cfg, &ok));
     }
-    EXPECT_GT(ok, 300);  // the generator reaches the decode, not only the errors
+    // The generator reaches the decode, not only the errors (about 1 in 10; the exact count
+    // depends on the compiler's order of evaluating the generator's calls: 296 with clang).
+    EXPECT_GT(ok, 200);
   }
 }
 
@@ -552,14 +554,17 @@ TEST(TfPredictCodec, ScanGivesTheModelSpecWithoutDecodingInputs) {
   pr.mutable_model_spec()->set_signature_name("sig");
   (*pr.mutable_inputs())["IN"].set_tensor_content("abcd");
   PredictRequestScan scan;
-  ASSERT_TRUE(scanPredictRequest(pr.SerializeAsString(), scan).ok());
+  // The scan keeps views of the message: the wire must outlive it.
+  const std::string wire = pr.SerializeAsString();
+  ASSERT_TRUE(scanPredictRequest(wire, scan).ok());
   EXPECT_EQ(scan.spec.name, "m");
   EXPECT_EQ(scan.spec.version, "3");
   EXPECT_EQ(scan.spec.signature_name, "sig");
   ASSERT_EQ(scan.inputs.size(), 1u);
   EXPECT_EQ(scan.inputs[0].content, "abcd");  // a view of the message, not a copy
   pr.mutable_model_spec()->set_version_label("stable");  // the oneof's other member
-  ASSERT_TRUE(scanPredictRequest(pr.SerializeAsString(), scan).ok());
+  const std::string wire2 = pr.SerializeAsString();
+  ASSERT_TRUE(scanPredictRequest(wire2, scan).ok());
   EXPECT_EQ(scan.spec.version, "");
   EXPECT_FALSE(scan.spec.has_version);
 }

@@ -198,15 +198,17 @@ void expectSame(const Outcome& a, const Outcome& b, const std::string& where) {
 // Every 2-way split, 3-way splits (all for short messages, strided for long ones) and byte
 // by byte: the same outcome as the whole decode, streamed or not as `expect_streamed`.
 // `expect_streamed`: 1 streamed, 0 not, -1 either (mutated bytes).
+// `pairs`: also every two-cut split on a grid (the costly part: hostile variants skip it, so the
+// sanitized CI run stays short).
 void differential(const std::string& wire, int expect_streamed,
                   const absl::Status& admit = absl::OkStatus(),
-                  const backends::ModelConfig& cfg = modelConfig()) {
+                  const backends::ModelConfig& cfg = modelConfig(), bool pairs = true) {
   Arena arena;
   const Outcome want = whole(wire, cfg, arena, admit);
   const size_t step = std::max<size_t>(1, wire.size() / 24);
   std::vector<std::vector<size_t>> splits;
   for (size_t i = 0; i <= wire.size(); ++i) splits.push_back({i});
-  for (size_t i = 0; i <= wire.size(); i += step) {
+  for (size_t i = 0; pairs && i <= wire.size(); i += step) {
     for (size_t j = i; j <= wire.size(); j += step) splits.push_back({i, j});
   }
   std::vector<size_t> bytewise;
@@ -396,10 +398,10 @@ TEST(PredictStream, HostileLengthsAreCheckedBeforeAnyByte) {
   const std::string good = oneInput(16).SerializeAsString();
   // Each length byte of the message raised or lowered, and cut short: the whole decoder's answer.
   for (size_t i = 0; i < 40 && i < good.size(); ++i) {
-    for (uint8_t v : {uint8_t{0x00}, uint8_t{0x7f}, uint8_t{0xff}, uint8_t{0x80}}) {
+    for (uint8_t v : {uint8_t{0x00}, uint8_t{0x7f}, uint8_t{0xff}}) {  // 0x80 ~ 0xff (continuation)
       std::string w = good;
       w[i] = static_cast<char>(v);
-      differential(w, -1);
+      differential(w, -1, absl::OkStatus(), modelConfig(), /*pairs=*/false);
     }
   }
 }
