@@ -20,6 +20,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <limits>
@@ -28,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "common/cidr.h"
+#include "common/priority.h"
 #include "fmt/format.h"
 #include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
@@ -408,7 +410,7 @@ class Loader {
     IG_CONFIG_TRY(checkMap(
         root, "",
         {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "security",
-         "priority", "models"}));
+         "priority", "gpu", "models"}));
     if (YAML::Node n = root["mode"]; n.IsDefined()) {
       std::string name;
       IG_CONFIG_TRY(readString(n, "mode", name));
@@ -446,6 +448,7 @@ class Loader {
     if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c));
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
+    if (YAML::Node n = root["gpu"]; n.IsDefined()) IG_CONFIG_TRY(readGpu(n, c.gpu));
     // The XDP program applies the same rule to the priority header it reads.
     c.xdp.priority_from = *xdp::parseNamed(xdp::kPriorityFromNames, c.priority.from_client);
     c.xdp.trusted_sources = c.priority.trusted_sources;
@@ -672,6 +675,108 @@ class Loader {
       return err("security.drop_privileges",
                  "false, but security.seccomp, user or group ask for a drop (set seccomp: false "
                  "and leave user/group out, or keep drop_privileges: true)");
+    }
+    return absl::OkStatus();
+  }
+
+  // A decimal number in [lo, hi] (finite). Refuses quoted strings and null.
+  absl::Status readDouble(const YAML::Node& n, const std::string& path, double lo, double hi,
+                          double& out) const {
+    if (!n.IsScalar() || isStringScalar(n)) {
+      return err(path, fmt::format("expected a number, got {}", describe(n)));
+    }
+    const std::string& s = n.Scalar();
+    double v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || p != s.data() + s.size() || ec != std::errc() || !std::isfinite(v)) {
+      return err(path, fmt::format("expected a number, got '{}'", s));
+    }
+    if (v < lo || v > hi) {
+      return err(path, fmt::format("must be between {} and {}, got {}", lo, hi, s));
+    }
+    out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status readGpu(const YAML::Node& n, GpuConfig& g) const {
+    IG_CONFIG_TRY(checkMap(
+        n, "gpu",
+        {"enabled", "required", "library", "interval_ms", "large_alloc_bytes", "leak_window_ms",
+         "leak_min_age_ms", "anomaly_factor", "anomaly_min_syncs", "baseline_windows",
+         "default_quota_bytes", "quotas", "log_interval_ms", "webhook_url", "webhook_timeout_ms",
+         "max_series", "overload_level", "prefer_healthy_endpoints"}));
+    constexpr int64_t kDay = 86'400'000;
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    if (YAML::Node v = n["enabled"]; v.IsDefined()) IG_CONFIG_TRY(readBool(v, "gpu.enabled", g.enabled));
+    if (YAML::Node v = n["required"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "gpu.required", g.required));
+    }
+    if (YAML::Node v = n["library"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "gpu.library", g.library));
+      if (!g.library.empty() && g.library[0] != '/') {
+        return err("gpu.library", fmt::format("'{}' is not an absolute path (give the path of "
+                                              "libcuda.so.1, or leave the key out to find it)",
+                                              g.library));
+      }
+    }
+    struct U64Key {
+      const char* key;
+      int64_t lo, hi;
+      uint64_t* out;
+    };
+    for (const U64Key& k : {U64Key{"interval_ms", 10, 3'600'000, &g.interval_ms},
+                            U64Key{"large_alloc_bytes", 0, kMax, &g.large_alloc_bytes},
+                            U64Key{"leak_window_ms", 1, kDay, &g.leak_window_ms},
+                            U64Key{"leak_min_age_ms", 0, kDay, &g.leak_min_age_ms},
+                            U64Key{"anomaly_min_syncs", 1, 1'000'000'000, &g.anomaly_min_syncs},
+                            U64Key{"default_quota_bytes", 0, kMax, &g.default_quota_bytes},
+                            U64Key{"log_interval_ms", 0, kDay, &g.log_interval_ms},
+                            U64Key{"webhook_timeout_ms", 1, 60'000, &g.webhook_timeout_ms}}) {
+      if (YAML::Node v = n[k.key]; v.IsDefined()) {
+        IG_CONFIG_TRY(readNumber(v, join("gpu", k.key), k.lo, k.hi, *k.out));
+      }
+    }
+    if (YAML::Node v = n["anomaly_factor"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readDouble(v, "gpu.anomaly_factor", 1.1, 1000.0, g.anomaly_factor));
+    }
+    if (YAML::Node v = n["baseline_windows"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "gpu.baseline_windows", 1, 100000, g.baseline_windows));
+    }
+    if (YAML::Node v = n["max_series"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "gpu.max_series", 1, 1000, g.max_series));
+    }
+    if (YAML::Node v = n["overload_level"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "gpu.overload_level", 0, common::kPriorityClasses - 1,
+                               g.overload_level));
+    }
+    if (YAML::Node v = n["prefer_healthy_endpoints"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "gpu.prefer_healthy_endpoints", g.prefer_healthy_endpoints));
+    }
+    if (YAML::Node v = n["webhook_url"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "gpu.webhook_url", g.webhook_url));
+      if (!g.webhook_url.empty() && g.webhook_url.rfind("http://", 0) != 0) {
+        return err("gpu.webhook_url", fmt::format("'{}' is not an http:// URL (https is not "
+                                                  "supported: post to a local relay)",
+                                                  g.webhook_url));
+      }
+    }
+    if (YAML::Node q = n["quotas"]; q.IsDefined()) {
+      IG_CONFIG_TRY(checkSeq(q, "gpu.quotas"));
+      if (q.size() > 1024) return err("gpu.quotas", "more than 1024 entries");
+      for (size_t i = 0; i < q.size(); ++i) {
+        const std::string path = at("gpu.quotas", i);
+        IG_CONFIG_TRY(checkMap(q[i], path, {"match", "max_device_bytes"}));
+        GpuQuotaConfig rule;
+        if (!q[i]["match"].IsDefined()) return err(join(path, "match"), "required");
+        IG_CONFIG_TRY(readString(q[i]["match"], join(path, "match"), rule.match));
+        if (rule.match.empty()) return err(join(path, "match"), "must not be empty");
+        if (!q[i]["max_device_bytes"].IsDefined()) {
+          return err(join(path, "max_device_bytes"), "required");
+        }
+        IG_CONFIG_TRY(readNumber(q[i]["max_device_bytes"], join(path, "max_device_bytes"), 1, kMax,
+                                 rule.max_device_bytes));
+        g.quotas.push_back(std::move(rule));
+      }
     }
     return absl::OkStatus();
   }

@@ -79,6 +79,37 @@ struct SecurityConfig {
   std::string group;                  // and this group; empty with `user`: the user's group
 };
 
+// GPU observability (docs/GPU.md): uprobes on the CUDA driver library of the node's GPU
+// processes, the detectors, and what their signals do to admission. Off by default.
+struct GpuQuotaConfig {
+  std::string match;              // container label, pod name or uid, container id prefix, or cgroup path prefix
+  uint64_t max_device_bytes = 0;
+};
+
+struct GpuConfig {
+  bool enabled = false;
+  bool required = false;          // true: start-up fails when the probes cannot attach
+  std::string library;            // libcuda.so.1 to probe; empty: found from the processes / standard places
+  uint64_t interval_ms = 1000;    // monitor poll period
+  uint64_t large_alloc_bytes = 1ull << 30;  // a rare event per allocation at least this big (0: none)
+  uint64_t leak_window_ms = 300000;
+  uint64_t leak_min_age_ms = 300000;
+  double anomaly_factor = 3.0;
+  uint64_t anomaly_min_syncs = 20;
+  uint32_t baseline_windows = 10;
+  uint64_t default_quota_bytes = 0;  // per container; 0: none
+  std::vector<GpuQuotaConfig> quotas;
+  uint64_t log_interval_ms = 60000;
+  std::string webhook_url;        // http://host:port/path; empty: none
+  uint64_t webhook_timeout_ms = 1000;
+  uint32_t max_series = 32;       // per-process / per-container metric series
+  // Closing the loop: while every GPU process behind a model is over its quota or in an
+  // anomaly, the model's overload level is raised to at least this (0: never); the endpoint
+  // pool prefers endpoints whose GPU process is healthy.
+  int overload_level = 1;
+  bool prefer_healthy_endpoints = true;
+};
+
 struct Config {
   std::string source = "<embedded>";  // file name the config came from (for messages)
   Mode mode = Mode::kSocket;
@@ -103,6 +134,7 @@ struct Config {
   uint32_t afxdp_tcp_rcv_buf = 256 * 1024;
   SecurityConfig security;
   PriorityConfig priority;
+  GpuConfig gpu;
   std::vector<backends::ModelConfig> models;
 };
 
