@@ -8,7 +8,8 @@ namespace {
 
 constexpr const char* kRejectionsHelp =
     "Requests refused at enqueue (queue_full: the level's max_queue_size; overload: the "
-    "model's max_total_queue_size with nothing lower to shed)";
+    "model's max_total_queue_size with nothing lower to shed; gpu_unhealthy: a level the "
+    "external overload level sheds, docs/GPU.md)";
 
 common::Labels withReason(common::Labels labels, const char* reason) {
   labels.push_back({"reason", reason});
@@ -49,6 +50,8 @@ LevelMetrics::LevelMetrics(common::MetricsRegistry& r, const common::Labels& lab
                               withReason(labels, "queue_full"))),
       rejected_overload(r.counter("infergate_batcher_rejections_total", kRejectionsHelp,
                                   withReason(labels, "overload"))),
+      rejected_external(r.counter("infergate_batcher_rejections_total", kRejectionsHelp,
+                                  withReason(labels, "gpu_unhealthy"))),
       shed(r.counter(
           "infergate_batcher_shed_total",
           "Queued requests dropped (and answered) to admit a higher-priority one under overload",
@@ -114,6 +117,11 @@ BatchMetrics::BatchMetrics(common::MetricsRegistry& r, const ModelConfig& m, uin
       overload_level(r.gauge(
           "infergate_batcher_overload_level",
           "Overload level published for the NIC: how many of the lowest priority classes to shed",
+          labels)),
+      external_overload_level(r.gauge(
+          "infergate_batcher_external_overload_level",
+          "Overload level set from outside the queues (the GPU processes behind the model are "
+          "over quota or in an anomaly, docs/GPU.md); the published level is the higher of the two",
           labels)) {
   levels.reserve(n_levels);
   for (uint32_t l = 1; l <= n_levels; ++l) levels.emplace_back(r, m.name, l);

@@ -23,6 +23,7 @@ struct LevelMetrics {
   common::Counter& delayed;        // expired with DELAY
   common::Counter& rejected_full;      // refused: the level's max_queue_size
   common::Counter& rejected_overload;  // refused: max_total_queue_size, nothing lower to shed
+  common::Counter& rejected_external;  // refused: shed by the external overload level (GPU health)
   common::Counter& shed;           // queued, dropped for a higher level
   common::Counter& cancelled;      // cancelled by the client
 
@@ -59,6 +60,7 @@ struct BatchMetrics {
   common::Gauge& inflight;
   common::Gauge& overloaded;
   common::Gauge& overload_level;
+  common::Gauge& external_overload_level;
 
  private:
   BatchMetrics(common::MetricsRegistry& registry, const ModelConfig& model, uint32_t levels,

@@ -45,6 +45,14 @@ class BatchBackend {
     (void)buffers;
     return absl::OkStatus();
   }
+  // GPU health (docs/GPU.md "Closing the loop"): the endpoints (host:port) the backend sends
+  // to (empty: in-process), and a mark on those whose GPU process is unhealthy, which a pool
+  // picks only when no unmarked endpoint is healthy. Any thread.
+  virtual std::vector<std::string> endpoints() const { return {}; }
+  virtual void setEndpointDegraded(const std::string& address, bool degraded) {
+    (void)address;
+    (void)degraded;
+  }
 };
 
 class BatchedModel : public Model {
@@ -75,6 +83,12 @@ class BatchedModel : public Model {
   // (Batcher::setOverloadListener). Cleared by the destructor.
   void setOverloadListener(OverloadListener listener) override {
     batcher_->setOverloadListener(std::move(listener));
+  }
+  // GPU health: Batcher::setExternalOverload and the backend's endpoints.
+  void setExternalOverload(int level) override { batcher_->setExternalOverload(level); }
+  std::vector<std::string> backendEndpoints() const override { return backend_->endpoints(); }
+  void setEndpointDegraded(const std::string& address, bool degraded) override {
+    backend_->setEndpointDegraded(address, degraded);
   }
   // The batching config's priority_levels (1 = highest .. N).
   uint32_t priorityLevels() const override { return batcher_->config().priority_levels; }

@@ -9,6 +9,11 @@
 
 namespace infergate::backends {
 
+namespace {
+constexpr const char* kGpuShedMessage =
+    "Model is shedding low priority: its GPU backend is unhealthy (over quota or slow)";
+}  // namespace
+
 Batcher::Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock,
                  std::unique_ptr<common::MetricsRegistry> own_registry,
                  std::unique_ptr<BatchMetrics> metrics, std::shared_ptr<SlotArena> arena)
@@ -102,7 +107,7 @@ void Batcher::notify() {
 void Batcher::setOverloadListener(std::function<void(int level)> listener) {
   std::lock_guard<std::mutex> lock(publish_mu_);
   overload_listener_ = std::move(listener);
-  const int level = overload_level_.load(std::memory_order_acquire);
+  const int level = publishedLevel();
   published_level_.store(level, std::memory_order_release);
   if (overload_listener_ && level != 0) overload_listener_(level);
 }
@@ -118,14 +123,28 @@ void Batcher::updateOverloadLocked(uint32_t refused_level) {
   }
 }
 
+int Batcher::publishedLevel() const {
+  return std::max(overload_level_.load(std::memory_order_acquire),
+                  external_level_.load(std::memory_order_acquire));
+}
+
+void Batcher::setExternalOverload(int level) {
+  level = std::clamp(level, 0, kMaxShedClasses);
+  if (external_level_.exchange(level, std::memory_order_acq_rel) == level) return;
+  metrics_->external_overload_level.set(level);
+  publishOverload();
+}
+
+bool Batcher::externallyShed(uint32_t level) const {
+  const int ext = external_level_.load(std::memory_order_acquire);
+  return ext > 0 && shedClassesForLevel(level, config_.priority_levels) <= ext;
+}
+
 void Batcher::publishOverload() {
   // Fast path: nothing changed since the last publication (no lock).
-  if (overload_level_.load(std::memory_order_acquire) ==
-      published_level_.load(std::memory_order_acquire)) {
-    return;
-  }
+  if (publishedLevel() == published_level_.load(std::memory_order_acquire)) return;
   std::lock_guard<std::mutex> lock(publish_mu_);
-  const int level = overload_level_.load(std::memory_order_acquire);
+  const int level = publishedLevel();
   if (level == published_level_.load(std::memory_order_relaxed)) return;
   published_level_.store(level, std::memory_order_release);
   if (overload_listener_) overload_listener_(level);
@@ -217,6 +236,9 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) {
       answers.push_back({std::move(r->done), absl::UnavailableError("Model is shutting down")});
+    } else if (externallyShed(r->level)) {
+      metrics_->levels[r->level - 1].rejected_external.inc();
+      answers.push_back({std::move(r->done), queues_.overloadStatus(kGpuShedMessage)});
     } else {
       ticket = queues_.push(std::move(r), answers, refused_level);
     }
@@ -243,6 +265,11 @@ absl::Status Batcher::admission(int64_t priority) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return absl::UnavailableError("Model is shutting down");
     const uint32_t level = queues_.levelOf(priority);
+    if (externallyShed(level)) {
+      metrics_->refused_before_copy.inc();
+      metrics_->levels[level - 1].rejected_external.inc();
+      return queues_.overloadStatus(kGpuShedMessage);
+    }
     st = queues_.admission(level);
     if (st.ok()) return st;
     metrics_->refused_before_copy.inc();

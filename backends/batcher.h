@@ -111,6 +111,18 @@ class Batcher {
   void setOverloadListener(std::function<void(int level)> listener);
   int overloadLevel() const { return overload_level_.load(std::memory_order_acquire); }
 
+  // Closing the GPU loop (docs/GPU.md "Closing the loop"): an overload level from outside the
+  // queues (0 .. kMaxShedClasses; the app sets it while the GPU processes behind the model are
+  // over their memory quota or in a latency anomaly). The published level (the listener's: the
+  // NIC's) is the higher of the queues' and this one. While it is n > 0, requests of a level
+  // that only the n shed classes map to (shedClassesForLevel(level) <= n) are refused with the
+  // overload status, before copying (admission) and at enqueue, counted as
+  // rejections{reason="gpu_unhealthy"}. Any thread.
+  void setExternalOverload(int level);
+  int externalOverload() const { return external_level_.load(std::memory_order_acquire); }
+  // The level published to the listener: max(overloadLevel(), externalOverload()).
+  int publishedLevel() const;
+
   // The level (1..levels) of a KServe priority: 0, negative or > levels -> default level
   // (Triton's rule).
   uint32_t levelOf(int64_t priority) const;
@@ -138,6 +150,8 @@ class Batcher {
   // `refused_level`: the level of a request just refused or shed for overload (0: none).
   void updateOverloadLocked(uint32_t refused_level);
   void publishOverload();
+  // The external level refuses requests of `level` (called under mu_).
+  bool externallyShed(uint32_t level) const;
 
   const ModelConfig model_;
   const BatchingConfig config_;
@@ -158,6 +172,7 @@ class Batcher {
 
   // Overload level: written under mu_, published under publish_mu_.
   std::atomic<int> overload_level_{0};
+  std::atomic<int> external_level_{0};  // setExternalOverload; read by publishOverload, admission
   std::atomic<int> published_level_{0};
   std::mutex publish_mu_;
   std::function<void(int)> overload_listener_;  // guarded by publish_mu_

@@ -84,6 +84,14 @@ class Model {
   // model without a queue is never overloaded, and ignores the listener.
   using OverloadListener = std::function<void(int level)>;
   virtual void setOverloadListener(OverloadListener /*listener*/) {}
+
+  // GPU health (docs/GPU.md "Closing the loop"; optional, any thread): an overload level from
+  // outside the model's queues (Batcher::setExternalOverload), the remote endpoints (host:port)
+  // behind the model (empty: in-process or none), and a mark on the endpoints whose GPU process
+  // is unhealthy (the pool picks them last). Defaults: nothing to raise, no endpoints.
+  virtual void setExternalOverload(int /*level*/) {}
+  virtual std::vector<std::string> backendEndpoints() const { return {}; }
+  virtual void setEndpointDegraded(const std::string& /*address*/, bool /*degraded*/) {}
 };
 
 // Triton level (1 = highest .. levels) of priority class `priority_class` (0 high .. 3

@@ -58,6 +58,8 @@ struct Pool::Endpoint {
   uint64_t scrape_errors = 0;
   bool scrape_failing = false;  // last scrape failed (logged once per episode)
   bool depth_missing_logged = false;
+  bool gpu_degraded = false;  // setEndpointDegraded
+  common::Gauge* degraded_gauge = nullptr;
   common::Gauge* depth_gauge = nullptr;  // -1 when there is no fresh reading
   common::Counter* scrape_errors_counter = nullptr;
 };
@@ -79,6 +81,11 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
       e->health_gauge = &metrics_->gauge(
           "infergate_backend_healthy",
           "Endpoint health: 1 healthy, 0 unhealthy or not probed yet, -1 ejected", l);
+      e->degraded_gauge = &metrics_->gauge(
+          "infergate_backend_gpu_degraded",
+          "1 while the endpoint's GPU process is over its quota or in a latency anomaly "
+          "(docs/GPU.md): picked only when no other healthy endpoint is unmarked",
+          l);
       e->latency = &metrics_->histogram("infergate_backend_request_duration_seconds",
                                         "Batch round trip to a backend endpoint", l,
                                         common::latencyBucketsSeconds(), 1e6);
@@ -338,11 +345,17 @@ void Pool::metricsLoop() {
 
 Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   *all_busy = false;
+  // GPU health: while some healthy endpoint is not marked degraded, only those are candidates.
+  bool skip_degraded = false;
+  for (auto& e : endpoints_) {
+    if (e->state == State::kHealthy && !e->gpu_degraded) skip_degraded = true;
+  }
   // Candidates: healthy, untried, below the concurrency limit.
   Endpoint* cand[2] = {nullptr, nullptr};
   uint32_t seen = 0;
   for (auto& e : endpoints_) {
     if (e->state != State::kHealthy || p.tried[e->index]) continue;
+    if (skip_degraded && e->gpu_degraded) continue;
     if (config_.max_concurrency > 0 && e->inflight >= config_.max_concurrency) {
       *all_busy = true;
       continue;
@@ -368,6 +381,29 @@ Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   const uint64_t l1 = loadLocked(*cand[1], now);
   if (l0 != l1) return l0 < l1 ? cand[0] : cand[1];
   return (rng_ & 1) ? cand[0] : cand[1];
+}
+
+std::vector<std::string> Pool::endpoints() const {
+  std::vector<std::string> out;
+  for (auto& e : endpoints_) out.push_back(e->client->address());
+  return out;
+}
+
+void Pool::setEndpointDegraded(const std::string& address, bool degraded) {
+  std::vector<Pending> ready;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : endpoints_) {
+      if (e->client->address() != address || e->gpu_degraded == degraded) continue;
+      e->gpu_degraded = degraded;
+      if (e->degraded_gauge) e->degraded_gauge->set(degraded ? 1 : 0);
+      spdlog::info("model '{}': {} endpoint {} {} (GPU health)", model_, kind_, address,
+                   degraded ? "marked degraded: picked last" : "no longer degraded");
+    }
+    // A batch waiting for a busy unmarked endpoint may go to one whose mark was just cleared.
+    drainPendingLocked(ready);
+  }
+  for (Pending& p : ready) dispatch(std::move(p));
 }
 
 std::string Pool::unavailableMessageLocked() const {
@@ -558,7 +594,7 @@ std::vector<Pool::EndpointStatus> Pool::status() const {
     out.push_back({e->client->address(), e->state, e->inflight, e->batches, e->failures,
                    e->reason,
                    freshLocked(*e, now) ? static_cast<int64_t>(e->depth_value) : -1,
-                   e->scrape_errors});
+                   e->scrape_errors, e->gpu_degraded});
   }
   return out;
 }

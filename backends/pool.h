@@ -116,6 +116,7 @@ class Pool : public BatchBackend {
     std::string reason;     // why not healthy
     int64_t queue_depth;    // the server's fresh queue-depth reading; -1: none (or stale)
     uint64_t scrape_errors; // failed metrics scrapes
+    bool gpu_degraded;      // setEndpointDegraded: picked only when no unmarked one is healthy
   };
 
   // `model`: for messages and metric labels; `kind`: "triton" | "tfserving". `metrics` nullptr:
@@ -139,6 +140,12 @@ class Pool : public BatchBackend {
   absl::Status prepare(const std::vector<SharedBuffer>& buffers) override;
 
   std::vector<EndpointStatus> status() const;
+  // GPU health (BatchBackend): the endpoints' addresses, and the mark on those whose GPU process
+  // is unhealthy (docs/GPU.md): while some unmarked endpoint is healthy, marked ones are not
+  // picked (batches wait for an unmarked one's concurrency slot); when every healthy endpoint is
+  // marked, they are picked as before. An unknown address is ignored.
+  std::vector<std::string> endpoints() const override;
+  void setEndpointDegraded(const std::string& address, bool degraded) override;
   // One health round now, on the calling thread (tests).
   void probeAll();
   // One metrics round now, on the calling thread (tests): scrapes every endpoint that has a

@@ -1055,5 +1055,40 @@ TEST(BatchedModelTest, ShutdownAnswersQueuedRequests) {
   EXPECT_GE(unavailable.load(), 1);
 }
 
+// GPU health (docs/GPU.md "Closing the loop"): the external level is published as the higher
+// of it and the queues' level, refuses the levels only shed classes map to (before copying and
+// at enqueue, counted), and falls back when cleared.
+TEST_F(BatcherTest, ExternalOverloadIsPublishedAndShedsTheLowestLevels) {
+  BatchingConfig cfg;
+  cfg.priority_levels = 4;
+  cfg.max_queue_delay_us = 1000000;
+  make(model(8), cfg);
+  std::vector<int> published;
+  batcher_->setOverloadListener([&](int level) { published.push_back(level); });
+  batcher_->setExternalOverload(1);
+  EXPECT_EQ(published, (std::vector<int>{1}));
+  EXPECT_EQ(batcher_->publishedLevel(), 1);
+  EXPECT_EQ(batcher_->overloadLevel(), 0);  // the queues' own level
+  EXPECT_EQ(sample("infergate_batcher_external_overload_level{model=\"m\"}"), 1);
+  // Level 4 (class 3 only) is refused; level 3 (class 2) is not.
+  EXPECT_EQ(batcher_->admission(4).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(batcher_->admission(3).ok());
+  EXPECT_EQ(enqueue(fp32("bg", 1, 4, 0, 4)), 0u);
+  EXPECT_EQ(statusOf("bg").code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(std::string(statusOf("bg").message()).find("GPU backend is unhealthy"), std::string::npos);
+  EXPECT_NE(enqueue(fp32("low", 1, 4, 0, 3)), 0u);
+  EXPECT_EQ(sample("infergate_batcher_rejections_total{level=\"4\",model=\"m\",reason=\"gpu_unhealthy\"}"), 2);
+  EXPECT_EQ(sample("infergate_batcher_refused_before_copy_total{model=\"m\"}"), 1);
+  // Level 2 sheds classes 2 and 3: level 3 goes too, level 2 (class 1) stays.
+  batcher_->setExternalOverload(2);
+  EXPECT_EQ(batcher_->admission(3).code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(batcher_->admission(2).ok());
+  batcher_->setExternalOverload(2);  // unchanged: nothing published
+  batcher_->setExternalOverload(0);
+  EXPECT_EQ(published, (std::vector<int>{1, 2, 0}));
+  EXPECT_TRUE(batcher_->admission(4).ok());
+  EXPECT_NE(enqueue(fp32("bg2", 1, 4, 0, 4)), 0u);
+}
+
 }  // namespace
 }  // namespace infergate::backends

@@ -498,3 +498,45 @@ TEST(PoolQueueDepth, MetricsThreadScrapesTheConfiguredURL) {
 
 }  // namespace
 }  // namespace infergate::backends
+
+namespace infergate::backends {
+namespace {
+
+// GPU health (docs/GPU.md "Closing the loop"): a degraded endpoint is not picked while an
+// unmarked one is healthy, even when it is idle and the unmarked one is busy; once every
+// healthy endpoint is marked, marked ones are picked again.
+TEST(PoolGpuHealth, DegradedEndpointsArePickedLast) {
+  Fixture f(3, {.max_concurrency = 2});
+  f.probeAndHold();
+  EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"ep0", "ep1", "ep2"}));
+  f.pool->setEndpointDegraded("ep0", true);
+  f.pool->setEndpointDegraded("ep2", true);
+  f.pool->setEndpointDegraded("nope", true);  // unknown: ignored
+  EXPECT_TRUE(f.pool->status()[0].gpu_degraded);
+  EXPECT_FALSE(f.pool->status()[1].gpu_degraded);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_gpu_degraded", {{"model", "m"}, {"endpoint", "ep0"}}), 1);
+  EXPECT_EQ(sample(f.metrics, "infergate_backend_gpu_degraded", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
+  Batch b;
+  std::deque<Result> held;
+  executeHeld(f, b, held, 5);
+  // ep1 takes its 2; the other 3 wait for it rather than go to the idle degraded endpoints.
+  EXPECT_EQ(f.sends(0), 0);
+  EXPECT_EQ(f.sends(1), 2);
+  EXPECT_EQ(f.sends(2), 0);
+  // ep1 degraded too: every healthy endpoint is marked, so the waiting batches go out.
+  f.pool->setEndpointDegraded("ep1", true);
+  EXPECT_EQ(f.sends(0) + f.sends(2), 3);
+  // Everything answered; now only ep0 is unmarked: new batches go there alone.
+  f.drain();
+  f.pool->setEndpointDegraded("ep0", false);
+  const int before[3] = {f.sends(0), f.sends(1), f.sends(2)};
+  executeHeld(f, b, held, 2);
+  EXPECT_EQ(f.sends(0), before[0] + 2);
+  EXPECT_EQ(f.sends(1), before[1]);
+  EXPECT_EQ(f.sends(2), before[2]);
+  f.drain();
+  for (auto& x : held) EXPECT_TRUE(x.status.ok()) << x.status;
+}
+
+}  // namespace
+}  // namespace infergate::backends
