@@ -2,6 +2,7 @@
 //   infergate run [-c FILE]        serve (the embedded default config without -c)
 //   infergate check-config -c FILE validate a config and exit
 //   infergate print-config         print the embedded default config
+//   infergate gpu [--once]         the GPU watch of a running gateway (docs/GPU.md)
 //   infergate --version
 
 #include <malloc.h>
@@ -11,6 +12,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "app/gpu_watch.h"
 #include "app/modes/mode.h"
 #include "app/server.h"
 #include "common/logging.h"
@@ -101,7 +103,21 @@ int main(int argc, char** argv) {
       "stats", "Print the XDP program's counters from the maps a running gateway pinned (xdp.pin_path)");
   stats->add_option("--pin-path", pin_path, "bpffs directory of the pinned maps")->capture_default_str();
 
+  std::string gpu_admin = "127.0.0.1:8002";
+  bool gpu_once = false, gpu_json = false;
+  uint64_t gpu_interval_ms = 1000;
+  CLI::App* gpu = app.add_subcommand(
+      "gpu", "Show the GPU processes a running gateway watches (its /admin/gpu), refreshed like top");
+  gpu->add_option("--admin", gpu_admin, "host:port of the gateway's admin listener")->capture_default_str();
+  gpu->add_flag("--once", gpu_once, "Print one view and exit");
+  gpu->add_flag("--json", gpu_json, "The view as JSON (with --once for scripts)");
+  gpu->add_option("--interval-ms", gpu_interval_ms, "Refresh period")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*gpu) return infergate::app::runGpuView(gpu_admin, gpu_once, gpu_interval_ms, gpu_json);
 
   if (*run) return runServer(run_config, drain_ms);
   if (*check) {

@@ -403,6 +403,11 @@ std::vector<std::string> seccompAllowlist(const SeccompOptions& options) {
   if (options.bpf_maps) out.push_back("bpf");  // map commands only
   if (options.raise_caps) out.push_back("capset");
   if (options.cuda) out.insert(out.end(), std::begin(kCudaSyscalls), std::end(kCudaSyscalls));
+  if (options.gpu_watch) {
+    for (const char* name : {"getdents64", "readlink", "readlinkat"}) {
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.emplace_back(name);
+    }
+  }
   return out;
 }
 

@@ -48,6 +48,9 @@ struct SeccompOptions {
   // stream and event calls) and may open device files: ioctl, openat for writing and a few
   // calls the driver makes (kCudaSyscalls). Not measured on a GPU yet (docs/OPERATIONS.md).
   bool cuda = false;
+  // gpu.enabled (app/gpu_watch.h): the monitor lists /proc and reads /proc/PID/fd links to
+  // map a backend's port to its process (getdents64, readlink, readlinkat).
+  bool gpu_watch = false;
   bool all_threads = true;  // every thread of the process (TSYNC); false: the caller's only
 };
 

@@ -1,5 +1,7 @@
 #include "app/server.h"
 
+#include "app/gpu_watch.h"
+
 
 #include <linux/capability.h>
 #include <sys/stat.h>
@@ -102,6 +104,19 @@ absl::Status Server::start() {
     mode_->stop(0);
     return st;
   }
+  // GPU observability (docs/GPU.md): the probes attach now, while we still have the privilege.
+  if (c.gpu.enabled) {
+    absl::StatusOr<std::unique_ptr<GpuWatch>> w = GpuWatch::start(c.gpu, models_, registry);
+    if (!w.ok()) {
+      mode_->stop(0);
+      return w.status();
+    }
+    gpu_ = std::move(*w);
+    GpuWatch* watch = gpu_.get();
+    admin_handler_->addRoute("/admin/gpu", [watch](const frontend::HttpRequest& r) {
+      return watch->adminResponse(r);
+    });
+  }
   if (c.admin.enabled) {
     uint16_t port = c.admin.port;
     absl::StatusOr<int> fd = dataplane::openListener(c.admin.address, port, &port);
@@ -114,7 +129,8 @@ absl::Status Server::start() {
     ro.name = "admin";
     admin_ = std::make_unique<dataplane::SocketReactor>(ro);
     admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
-    spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*)", c.admin.address, port);
+    spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*{})", c.admin.address, port,
+                 gpu_ ? ", /admin/gpu" : "");
   }
   // Every privileged step is done: give up what serving does not need (app/privileges.h).
   if (absl::Status st = dropPrivileges(registry); !st.ok()) {
@@ -148,7 +164,9 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
   po.seccomp_options.action = sec.seccomp_action == "kill"  ? SeccompAction::kKill
                               : sec.seccomp_action == "log" ? SeccompAction::kLog
                                                             : SeccompAction::kErrno;
-  po.seccomp_options.bpf_maps = xdp;
+  const bool gpu_probes = gpu_ && gpu_->probesActive();
+  po.seccomp_options.bpf_maps = xdp || gpu_probes;
+  po.seccomp_options.gpu_watch = gpu_ != nullptr;
   po.seccomp_options.raise_caps = xdp;
 #ifdef INFERGATE_WITH_CUDA
   po.seccomp_options.cuda = true;
@@ -179,6 +197,7 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
 
 void Server::stop(uint64_t drain_ms) {
   if (mode_) mode_->stop(drain_ms);
+  gpu_.reset();  // the monitor stops and the probes detach before the models go
   if (admin_) {
     admin_->stop(0);
     admin_->join();

@@ -22,6 +22,7 @@
 namespace infergate::app {
 
 class ServingMode;
+class GpuWatch;
 
 class Server {
  public:
@@ -51,6 +52,7 @@ class Server {
   std::atomic<uint64_t> connections_{0};
   std::unique_ptr<ServingMode> mode_;  // chosen once from config.mode (app/modes/mode.h)
   std::unique_ptr<dataplane::SocketReactor> admin_;
+  std::unique_ptr<GpuWatch> gpu_;  // config.gpu.enabled (docs/GPU.md)
 };
 
 }  // namespace infergate::app

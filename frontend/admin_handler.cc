@@ -16,6 +16,8 @@ void AdminHandler::handle(HttpRequest&& request, HttpRespond respond) {
     r.status = 200;
   } else if (path == "/v2/health/ready") {
     r.status = models_.allReady() ? 200 : 400;
+  } else if (auto it = routes_.find(path); it != routes_.end()) {
+    r = it->second(request);
   } else {
     r.status = 404;
     r.body = errorBody("not found: " + std::string(path));
