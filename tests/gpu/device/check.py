@@ -178,6 +178,7 @@ def main():
                 v = ig.view()
                 with open(os.path.join(args.out, "admin-gpu-%s.json" % phase), "w") as f:
                     json.dump(v, f, indent=1)
+                row["calls"] = (v.get("stats") or {}).get("calls") or {}
                 e = find_proc(v, pid)
                 row["ig"] = None if e is None else {
                     "device_bytes": first_key(e, ["device_bytes"], 0),
@@ -255,6 +256,19 @@ def main():
                 (row["phase"], fmt(pb), fmt(ib), fmt(sm), prog["launch_calls"], fmt(il),
                  prog["graph_launches"], fmt(ig_gr), verdict))
             row["verdict"] = verdict
+        # The probes' hits per function (all processes), to tell which route each phase took.
+        base_calls = base.get("calls") or {}
+        fns = sorted({f for r in record["phases"] for f, n in (r.get("calls") or {}).items()
+                      if n != base_calls.get(f, 0)})
+        if fns:
+            log("")
+            log("probe hits per function, cumulative from ready (all processes):")
+            log("%-22s %s" % ("function", " ".join("%7s" % r["phase"]
+                                                    for r in record["phases"][1:])))
+            for f in fns:
+                log("%-22s %s" % (f, " ".join("%7d" % ((r.get("calls") or {}).get(f, 0) -
+                                                         base_calls.get(f, 0))
+                                              for r in record["phases"][1:])))
         log("")
         log("MiB and launches are deltas from the ready phase (infergate: live device bytes and "
             "launches of pid %d; nvidia-smi: used_memory)." % pid)
