@@ -1,0 +1,498 @@
+#include "gpu/gpu_probes.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <mutex>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ig_gpu_probes.skel.h"
+
+namespace infergate::gpu {
+namespace {
+
+int libbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
+  va_list copy;
+  va_copy(copy, args);
+  int n = vsnprintf(nullptr, 0, fmt, copy);
+  va_end(copy);
+  std::string line(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) vsnprintf(line.data(), line.size() + 1, fmt, args);
+  while (!line.empty() && line.back() == '\n') line.pop_back();
+  if (level == LIBBPF_WARN) {
+    spdlog::warn("libbpf: {}", line);
+  } else {
+    spdlog::debug("libbpf: {}", line);
+  }
+  return 0;
+}
+
+void setupLibbpf() {
+  static std::once_flag once;
+  std::call_once(once, [] { libbpf_set_print(libbpfPrint); });
+}
+
+std::string errnoText(int err) {
+  if (err < 0) err = -err;
+  return fmt::format("{} ({})", std::strerror(err), err);
+}
+
+uint64_t monotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// What is probed in each driver function: the base symbol (fnName), whether its result is
+// needed (a return probe), and its per-thread-default-stream variant, if it has one.
+struct ProbedFunction {
+  int fn;
+  bool returns;
+  const char* ptsz;
+};
+constexpr ProbedFunction kProbed[] = {
+    {IG_GPU_FN_MEM_ALLOC, true, nullptr},
+    {IG_GPU_FN_MEM_FREE, true, nullptr},
+    {IG_GPU_FN_MEM_ALLOC_ASYNC, true, "cuMemAllocAsync_ptsz"},
+    {IG_GPU_FN_MEM_FREE_ASYNC, true, "cuMemFreeAsync_ptsz"},
+    {IG_GPU_FN_MEM_ALLOC_MANAGED, true, nullptr},
+    {IG_GPU_FN_MEM_CREATE, true, nullptr},
+    {IG_GPU_FN_MEM_RELEASE, true, nullptr},
+    {IG_GPU_FN_MEM_HOST_ALLOC, true, nullptr},
+    {IG_GPU_FN_MEM_FREE_HOST, true, nullptr},
+    {IG_GPU_FN_LAUNCH_KERNEL, false, "cuLaunchKernel_ptsz"},
+    {IG_GPU_FN_LAUNCH_KERNEL_EX, false, "cuLaunchKernelEx_ptsz"},
+    {IG_GPU_FN_GRAPH_LAUNCH, false, "cuGraphLaunch_ptsz"},
+    {IG_GPU_FN_STREAM_SYNC, true, "cuStreamSynchronize_ptsz"},
+    {IG_GPU_FN_CTX_SYNC, true, nullptr},
+    {IG_GPU_FN_EVENT_SYNC, true, nullptr},
+};
+static_assert(sizeof(kProbed) / sizeof(kProbed[0]) == IG_GPU_FN_MAX, "kProbed out of date");
+
+// Every key of a hash map (get_next_key walk), at most `bound` of them. A walk that races with
+// deletions may restart from the beginning; `bound` keeps it finite.
+template <typename Key>
+std::vector<Key> mapKeys(int fd, size_t bound) {
+  std::vector<Key> keys;
+  Key key{}, next{};
+  const Key* prev = nullptr;
+  while (keys.size() < bound && bpf_map_get_next_key(fd, prev, &next) == 0) {
+    keys.push_back(next);
+    key = next;
+    prev = &key;
+  }
+  return keys;
+}
+
+std::string commOf(const char* comm) { return std::string(comm, strnlen(comm, IG_GPU_COMM_LEN)); }
+
+ProcStats procFrom(uint32_t tgid, const ig_gpu_proc& v) {
+  ProcStats p;
+  p.tgid = tgid;
+  p.cgroup_id = v.cgroup_id;
+  p.comm = commOf(v.comm);
+  p.first_ns = v.first_ns;
+  p.last_ns = v.last_ns;
+  for (int k = 0; k < kMemKinds; ++k) {
+    p.live_bytes[k] = static_cast<int64_t>(v.live_bytes[k]);
+    p.alloc_count[k] = v.alloc_count[k];
+    p.alloc_bytes[k] = v.alloc_bytes[k];
+    p.free_count[k] = v.free_count[k];
+    p.free_bytes[k] = v.free_bytes[k];
+  }
+  p.alloc_failures = v.alloc_failures;
+  p.untracked_allocs = v.untracked_allocs;
+  p.unknown_frees = v.unknown_frees;
+  p.launches = v.launches;
+  p.graph_launches = v.graph_launches;
+  p.syncs = v.syncs;
+  p.timed_syncs = v.timed_syncs;
+  p.sync_ns_sum = v.sync_ns_sum;
+  for (int b = 0; b < kSyncBuckets; ++b) p.sync_hist[b] = v.sync_hist[b];
+  return p;
+}
+
+CgroupStats cgroupFrom(uint64_t id, const ig_gpu_cgroup& v) {
+  CgroupStats c;
+  c.cgroup_id = id;
+  for (int k = 0; k < kMemKinds; ++k) c.live_bytes[k] = static_cast<int64_t>(v.live_bytes[k]);
+  c.alloc_count = v.alloc_count;
+  c.free_count = v.free_count;
+  c.alloc_failures = v.alloc_failures;
+  c.launches = v.launches;
+  c.graph_launches = v.graph_launches;
+  c.timed_syncs = v.timed_syncs;
+  c.sync_ns_sum = v.sync_ns_sum;
+  return c;
+}
+
+// A file opened for pread, closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+bool readAt(int fd, uint64_t off, size_t len, void* out) {
+  auto* p = static_cast<uint8_t*>(out);
+  while (len > 0) {
+    ssize_t n = pread(fd, p, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    off += static_cast<uint64_t>(n);
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// The most of .dynsym / .dynstr we read (a real libcuda's are well under 1 MiB).
+constexpr uint64_t kMaxDynBytes = 64ull << 20;
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& path) {
+  Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
+  if (!S_ISREG(st.st_mode)) return absl::NotFoundError(fmt::format("{}: not a regular file", path));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto bad = [&](const char* why) {
+    return absl::InvalidArgumentError(fmt::format("{}: not an ELF64 shared object ({})", path, why));
+  };
+  Elf64_Ehdr eh{};
+  if (size < sizeof(eh) || !readAt(fd.get(), 0, sizeof(eh), &eh)) return bad("too short");
+  if (std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) return bad("no ELF magic");
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64) return bad("not 64-bit");
+  if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return bad("not little-endian");
+  if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return bad("no section headers");
+  const uint64_t sh_bytes = uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr);
+  if (eh.e_shoff > size || sh_bytes > size - eh.e_shoff) return bad("section headers out of the file");
+  std::vector<Elf64_Shdr> sh(eh.e_shnum);
+  if (!readAt(fd.get(), eh.e_shoff, sh_bytes, sh.data())) return bad("section headers unreadable");
+
+  const Elf64_Shdr* dynsym = nullptr;
+  for (const Elf64_Shdr& s : sh) {
+    if (s.sh_type == SHT_DYNSYM) {
+      dynsym = &s;
+      break;
+    }
+  }
+  if (!dynsym) return bad("no .dynsym");
+  if (dynsym->sh_link >= sh.size()) return bad(".dynsym links no string table");
+  const Elf64_Shdr& strtab = sh[dynsym->sh_link];
+  if (strtab.sh_type != SHT_STRTAB) return bad(".dynsym links no string table");
+  auto inFile = [&](const Elf64_Shdr& s) {
+    return s.sh_offset <= size && s.sh_size <= size - s.sh_offset && s.sh_size <= kMaxDynBytes;
+  };
+  if (!inFile(*dynsym) || !inFile(strtab)) return bad(".dynsym or .dynstr out of the file");
+  if (dynsym->sh_entsize != sizeof(Elf64_Sym)) return bad(".dynsym entry size");
+
+  std::vector<Elf64_Sym> syms(dynsym->sh_size / sizeof(Elf64_Sym));
+  std::string strs(strtab.sh_size, '\0');
+  if (!readAt(fd.get(), dynsym->sh_offset, syms.size() * sizeof(Elf64_Sym), syms.data()) ||
+      !readAt(fd.get(), strtab.sh_offset, strs.size(), strs.data()))
+    return bad(".dynsym unreadable");
+
+  std::vector<std::string> names;
+  for (const Elf64_Sym& s : syms) {
+    const int type = ELF64_ST_TYPE(s.st_info);
+    const int bind = ELF64_ST_BIND(s.st_info);
+    if (type != STT_FUNC && type != STT_GNU_IFUNC) continue;
+    if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) continue;
+    if (s.st_shndx == SHN_UNDEF || s.st_name == 0 || s.st_name >= strs.size()) continue;
+    const char* name = strs.data() + s.st_name;
+    names.emplace_back(name, strnlen(name, strs.size() - s.st_name));
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<GpuProbes>> GpuProbes::attach(const GpuProbeOptions& options) {
+  if (options.library.empty())
+    return absl::InvalidArgumentError(
+        "no CUDA driver library to probe: set gpu.library to the path of libcuda.so.1");
+  // The library first: a node without the driver is told so, whatever our privileges.
+  absl::StatusOr<std::vector<std::string>> functions = elfDynamicFunctions(options.library);
+  if (!functions.ok()) {
+    if (absl::IsNotFound(functions.status()))
+      return absl::NotFoundError(fmt::format(
+          "the CUDA driver library cannot be read ({}): install the NVIDIA driver or set "
+          "gpu.library to the path of libcuda.so.1",
+          std::string(functions.status().message())));
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: set gpu.library to the path of the CUDA driver library, libcuda.so.1",
+        std::string(functions.status().message())));
+  }
+  std::unique_ptr<GpuProbes> probes(new GpuProbes(options));
+  probes->report_.library = options.library;
+  if (auto s = probes->load(); !s.ok()) return s;
+  if (auto s = probes->attachAll(*functions); !s.ok()) return s;
+  return probes;
+}
+
+absl::Status GpuProbes::load() {
+  setupLibbpf();
+  skel_ = ig_gpu_probes__open();
+  if (!skel_)
+    return absl::InternalError(fmt::format("opening the GPU probe skeleton: {}", errnoText(errno)));
+  skel_->rodata->large_alloc_bytes = options_.large_alloc_bytes;
+  int err = ig_gpu_probes__load(skel_);
+  if (err) {
+    if (err == -EPERM || err == -EACCES || errno == EPERM)
+      return absl::PermissionDeniedError(
+          "loading the GPU probes was refused (EPERM): run as root or grant CAP_BPF and "
+          "CAP_PERFMON, and check kernel.unprivileged_bpf_disabled");
+    return absl::InternalError(fmt::format(
+        "loading the GPU probes failed: {} (run with log level debug for the verifier log)",
+        errnoText(err)));
+  }
+  ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.ig_gpu_events), &GpuProbes::onEvent, this, nullptr);
+  if (!ring_)
+    return absl::InternalError(
+        fmt::format("opening the GPU probes' ring buffer: {}", errnoText(errno)));
+  return absl::OkStatus();
+}
+
+absl::Status GpuProbes::attachAll(const std::vector<std::string>& functions) {
+  auto present = [&](const std::string& name) {
+    return std::binary_search(functions.begin(), functions.end(), name);
+  };
+
+  // Return probes first: an entry kept for a return probe that is not there yet would wait
+  // in ig_gpu_calls for nothing.
+  std::string last_error;
+  auto attachOne = [&](const std::string& symbol, int fn, bool retprobe) -> absl::Status {
+    LIBBPF_OPTS(bpf_uprobe_opts, uo, .bpf_cookie = static_cast<__u64>(fn), .retprobe = retprobe,
+                .func_name = symbol.c_str());
+    bpf_program* prog = retprobe ? skel_->progs.ig_gpu_exit : skel_->progs.ig_gpu_enter;
+    bpf_link* link =
+        bpf_program__attach_uprobe_opts(prog, options_.pid, options_.library.c_str(), 0, &uo);
+    if (!link) {
+      const int e = errno;
+      if (e == EPERM || e == EACCES)
+        return absl::PermissionDeniedError(fmt::format(
+            "attaching a uprobe to {} in {} was refused ({}): run as root or grant CAP_BPF and "
+            "CAP_PERFMON",
+            symbol, options_.library, errnoText(e)));
+      last_error = fmt::format("{}: {}", symbol, errnoText(e));
+      spdlog::warn("gpu: cannot attach the {} probe to {} in {}: {}",
+                   retprobe ? "return" : "entry", symbol, options_.library, errnoText(e));
+      return absl::UnknownError(last_error);
+    }
+    links_.push_back(link);
+    return absl::OkStatus();
+  };
+
+  struct Target {
+    std::string symbol;
+    int fn;
+    bool returns;
+  };
+  std::vector<Target> targets;
+  for (const ProbedFunction& p : kProbed) {
+    const std::string base = fnName(p.fn);
+    if (present(base)) {
+      targets.push_back({base, p.fn, p.returns});
+    } else {
+      report_.missing.push_back(base);
+    }
+    if (p.ptsz && present(p.ptsz)) targets.push_back({p.ptsz, p.fn, p.returns});
+  }
+  std::vector<bool> ok(targets.size(), true);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!targets[i].returns) continue;
+    absl::Status s = attachOne(targets[i].symbol, targets[i].fn, true);
+    if (absl::IsPermissionDenied(s)) return s;
+    ok[i] = s.ok();
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!ok[i]) continue;  // without its return probe the entry would count nothing
+    absl::Status s = attachOne(targets[i].symbol, targets[i].fn, false);
+    if (absl::IsPermissionDenied(s)) return s;
+    if (s.ok()) report_.attached.push_back(targets[i].symbol);
+  }
+  if (report_.attached.empty()) {
+    report_.reason = last_error.empty()
+                         ? "none of the probed CUDA driver functions is in the library"
+                         : "no probe could be attached (" + last_error + ")";
+    return absl::FailedPreconditionError(fmt::format(
+        "no GPU probe could be attached to {}: {}; set gpu.library to the CUDA driver library, "
+        "libcuda.so.1",
+        options_.library, report_.reason));
+  }
+  if (!report_.missing.empty())
+    spdlog::info("gpu: {} lacks {} (not probed)", options_.library, fmt::join(report_.missing, ", "));
+  report_.active = true;
+  return absl::OkStatus();
+}
+
+GpuProbes::~GpuProbes() {
+  for (bpf_link* l : links_) bpf_link__destroy(l);
+  links_.clear();
+  if (ring_) ring_buffer__free(ring_);
+  if (skel_) ig_gpu_probes__destroy(skel_);
+}
+
+int GpuProbes::onEvent(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<GpuProbes*>(ctx);
+  if (size < sizeof(ig_gpu_event)) return 0;
+  ig_gpu_event e;
+  std::memcpy(&e, data, sizeof(e));
+  GpuEvent out;
+  out.type = static_cast<int>(e.type);
+  out.fn = static_cast<int>(e.fn);
+  out.tgid = e.tgid;
+  out.tid = e.tid;
+  out.cgroup_id = e.cgroup_id;
+  out.bytes = e.bytes;
+  out.ptr = e.ptr;
+  out.ts_ns = e.ts_ns;
+  out.result = e.result;
+  try {
+    out.comm = commOf(e.comm);
+    if (self->events_.size() >= kEventQueue) {
+      self->events_.pop_front();
+      ++self->events_dropped_;
+    }
+    self->events_.push_back(std::move(out));
+  } catch (...) {  // nothing throws across the C callback
+    ++self->events_dropped_;
+  }
+  return 0;
+}
+
+GpuSnapshot GpuProbes::snapshot() {
+  GpuSnapshot snap;
+  snap.taken_ns = monotonicNs();
+  const int procs_fd = bpf_map__fd(skel_->maps.ig_gpu_procs);
+  for (uint32_t tgid : mapKeys<uint32_t>(procs_fd, 2 * IG_GPU_MAX_PROCS)) {
+    ig_gpu_proc v{};
+    if (bpf_map_lookup_elem(procs_fd, &tgid, &v) == 0) snap.procs.push_back(procFrom(tgid, v));
+  }
+  std::sort(snap.procs.begin(), snap.procs.end(),
+            [](const ProcStats& a, const ProcStats& b) { return a.tgid < b.tgid; });
+  snap.procs.erase(std::unique(snap.procs.begin(), snap.procs.end(),
+                               [](const ProcStats& a, const ProcStats& b) { return a.tgid == b.tgid; }),
+                   snap.procs.end());
+
+  const int cg_fd = bpf_map__fd(skel_->maps.ig_gpu_cgroups);
+  for (uint64_t id : mapKeys<uint64_t>(cg_fd, 2 * IG_GPU_MAX_CGROUPS)) {
+    ig_gpu_cgroup v{};
+    if (bpf_map_lookup_elem(cg_fd, &id, &v) == 0) snap.cgroups.push_back(cgroupFrom(id, v));
+  }
+  std::sort(snap.cgroups.begin(), snap.cgroups.end(),
+            [](const CgroupStats& a, const CgroupStats& b) { return a.cgroup_id < b.cgroup_id; });
+  snap.cgroups.erase(
+      std::unique(snap.cgroups.begin(), snap.cgroups.end(),
+                  [](const CgroupStats& a, const CgroupStats& b) { return a.cgroup_id == b.cgroup_id; }),
+      snap.cgroups.end());
+
+  const int ncpu = libbpf_num_possible_cpus();
+  if (ncpu > 0) {
+    constexpr size_t kStride = (sizeof(ig_gpu_stats) + 7) / 8 * 8;
+    std::vector<uint8_t> buf(kStride * static_cast<size_t>(ncpu));
+    uint32_t zero = 0;
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.ig_gpu_stats), &zero, buf.data()) == 0) {
+      for (int c = 0; c < ncpu; ++c) {
+        ig_gpu_stats s;
+        std::memcpy(&s, buf.data() + kStride * static_cast<size_t>(c), sizeof(s));
+        for (int f = 0; f < IG_GPU_FN_MAX; ++f) snap.stats.calls[f] += s.calls[f];
+        snap.stats.proc_map_full += s.proc_map_full;
+        snap.stats.cgroup_map_full += s.cgroup_map_full;
+        snap.stats.alloc_map_full += s.alloc_map_full;
+        snap.stats.call_map_full += s.call_map_full;
+        snap.stats.pending_map_full += s.pending_map_full;
+        snap.stats.ringbuf_full += s.ringbuf_full;
+        snap.stats.returns_unmatched += s.returns_unmatched;
+      }
+    }
+  }
+  return snap;
+}
+
+std::vector<LiveAlloc> GpuProbes::liveAllocs(uint32_t tgid, size_t limit) {
+  std::vector<LiveAlloc> out;
+  if (limit == 0) return out;
+  const int fd = bpf_map__fd(skel_->maps.ig_gpu_allocs);
+  std::vector<ig_gpu_alloc_key> keys = mapKeys<ig_gpu_alloc_key>(fd, 2 * IG_GPU_MAX_ALLOCS);
+  auto keyTie = [](const ig_gpu_alloc_key& k) { return std::tie(k.tgid, k.kind, k.ptr); };
+  std::sort(keys.begin(), keys.end(),  // a walk restarted by deletions repeats keys
+            [&](const ig_gpu_alloc_key& a, const ig_gpu_alloc_key& b) { return keyTie(a) < keyTie(b); });
+  keys.erase(std::unique(keys.begin(), keys.end(),
+                         [&](const ig_gpu_alloc_key& a, const ig_gpu_alloc_key& b) {
+                           return keyTie(a) == keyTie(b);
+                         }),
+             keys.end());
+  for (const ig_gpu_alloc_key& k : keys) {
+    if (tgid != 0 && k.tgid != tgid) continue;
+    ig_gpu_alloc v{};
+    if (bpf_map_lookup_elem(fd, &k, &v) != 0) continue;
+    LiveAlloc a;
+    a.tgid = k.tgid;
+    a.kind = static_cast<int>(k.kind);
+    a.ptr = k.ptr;
+    a.bytes = v.bytes;
+    a.ts_ns = v.ts_ns;
+    a.cgroup_id = v.cgroup_id;
+    out.push_back(a);
+  }
+  auto older = [](const LiveAlloc& a, const LiveAlloc& b) {
+    if (a.ts_ns != b.ts_ns) return a.ts_ns < b.ts_ns;
+    if (a.tgid != b.tgid) return a.tgid < b.tgid;
+    return a.ptr < b.ptr;
+  };
+  if (out.size() > limit) {
+    std::partial_sort(out.begin(), out.begin() + static_cast<ptrdiff_t>(limit), out.end(), older);
+    out.resize(limit);
+  } else {
+    std::sort(out.begin(), out.end(), older);
+  }
+  return out;
+}
+
+std::vector<GpuEvent> GpuProbes::drainEvents(size_t limit) {
+  if (ring_) ring_buffer__consume(ring_);
+  std::vector<GpuEvent> out;
+  while (!events_.empty() && out.size() < limit) {
+    out.push_back(std::move(events_.front()));
+    events_.pop_front();
+  }
+  return out;
+}
+
+void GpuProbes::forget(uint32_t tgid) {
+  if (tgid == 0) return;
+  bpf_map_delete_elem(bpf_map__fd(skel_->maps.ig_gpu_procs), &tgid);
+  bpf_map_delete_elem(bpf_map__fd(skel_->maps.ig_gpu_pending), &tgid);
+  const int allocs_fd = bpf_map__fd(skel_->maps.ig_gpu_allocs);
+  for (const ig_gpu_alloc_key& k : mapKeys<ig_gpu_alloc_key>(allocs_fd, 2 * IG_GPU_MAX_ALLOCS))
+    if (k.tgid == tgid) bpf_map_delete_elem(allocs_fd, &k);
+  const int calls_fd = bpf_map__fd(skel_->maps.ig_gpu_calls);
+  for (uint64_t k : mapKeys<uint64_t>(calls_fd, 2 * IG_GPU_MAX_CALLS))
+    if (static_cast<uint32_t>(k >> 32) == tgid) bpf_map_delete_elem(calls_fd, &k);
+}
+
+}  // namespace infergate::gpu
