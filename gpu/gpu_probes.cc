@@ -350,6 +350,8 @@ absl::Status GpuProbes::attachAll(const std::vector<std::string>& functions) {
 }
 
 GpuProbes::~GpuProbes() {
+  // Each uprobe's release waits for RCU grace periods in the kernel (~0.1 s each, serialised
+  // there: releasing from several threads does not help), so detaching takes a few seconds.
   for (bpf_link* l : links_) bpf_link__destroy(l);
   links_.clear();
   if (ring_) ring_buffer__free(ring_);

@@ -43,7 +43,9 @@ class GpuProbes final : public GpuSource {
   // (FailedPrecondition).
   static absl::StatusOr<std::unique_ptr<GpuProbes>> attach(const GpuProbeOptions& options);
 
-  ~GpuProbes() override;  // detaches everything
+  // Detaches everything. The kernel waits a grace period per uprobe released (~0.1 s each),
+  // so this takes a few seconds.
+  ~GpuProbes() override;
   GpuProbes(const GpuProbes&) = delete;
   GpuProbes& operator=(const GpuProbes&) = delete;
 
