@@ -1,6 +1,7 @@
 #include "app/gpu_watch.h"
 
 #include <arpa/inet.h>
+#include <linux/capability.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <thread>
 
+#include "app/privileges.h"
 #include "common/clock.h"
 #include "fmt/format.h"
 #include "spdlog/spdlog.h"
@@ -203,7 +205,13 @@ void GpuWatch::applyHealth(const gpu::GpuView& view) {
     } else {
       for (const std::string& ep : endpoints) {
         const uint16_t port = localPortOf(ep, local_hosts_);
-        std::optional<uint32_t> pid = port != 0 ? info_.listenerOf(port) : std::nullopt;
+        std::optional<uint32_t> pid;
+        if (port != 0) {
+          // The fd links of a process with other credentials need CAP_SYS_PTRACE (kept
+          // permitted by Server::dropPrivileges when the GPU watch is on).
+          ScopedCapability ptrace(CAP_SYS_PTRACE);
+          pid = info_.listenerOf(port);
+        }
         bool k = false;
         const bool is_bad = pid && unhealthy(*pid, &k);
         known += k ? 1 : 0;

@@ -15,6 +15,8 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <linux/perf_event.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -375,6 +377,9 @@ constexpr const char* kBaseSyscalls[] = {
 
 // CUDA builds only (SeccompOptions::cuda): the driver's steady state, from its documented use
 // of ioctl on /dev/nvidia* and /proc, /sys reads; unmeasured without a GPU.
+// gpu.enabled (SeccompOptions::gpu_watch): /proc listings and fd links (ProcessInfo).
+constexpr const char* kGpuWatchSyscalls[] = {"getdents64", "readlink", "readlinkat"};
+
 constexpr const char* kCudaSyscalls[] = {"ioctl",     "sched_getaffinity", "getdents64",
                                          "readlink",  "readlinkat",        "mlock",
                                          "uname",     "sysinfo",           "getrusage"};
@@ -404,8 +409,11 @@ std::vector<std::string> seccompAllowlist(const SeccompOptions& options) {
   if (options.raise_caps) out.push_back("capset");
   if (options.cuda) out.insert(out.end(), std::begin(kCudaSyscalls), std::end(kCudaSyscalls));
   if (options.gpu_watch) {
-    for (const char* name : {"getdents64", "readlink", "readlinkat"}) {
+    for (const char* name : kGpuWatchSyscalls) {
       if (std::find(out.begin(), out.end(), name) == out.end()) out.emplace_back(name);
+    }
+    if (std::find(out.begin(), out.end(), "ioctl") == out.end()) {
+      out.emplace_back("ioctl");  // PERF_EVENT_IOC_DISABLE only
     }
   }
   return out;
@@ -547,6 +555,20 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
           rc != 0)
         return fail("bpf", rc);
     }
+    ++allowed;
+  }
+  if (options.gpu_watch) {
+    for (const char* name : kGpuWatchSyscalls) {
+      const int nr = seccomp_syscall_resolve_name(name);
+      if (nr == __NR_SCMP_ERROR || nr < 0) continue;
+      if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) return fail(name, rc);
+      ++allowed;
+    }
+    // libbpf disables a uprobe's perf event before closing it (the probes' detach at stop).
+    if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+                                  argCmp(1, SCMP_CMP_EQ, PERF_EVENT_IOC_DISABLE));
+        rc != 0)
+      return fail("ioctl", rc);
     ++allowed;
   }
   if (options.raise_caps) {

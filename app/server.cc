@@ -158,6 +158,10 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
   // through netlink at shutdown (ScopedCapability in stop()); map reads and updates through
   // the open fds and AF_XDP rx/tx need no capability (docs/OPERATIONS.md "Privileges").
   po.keep = xdp ? capBit(CAP_NET_ADMIN) : 0;
+  // gpu.enabled: CAP_SYS_PTRACE, raised only around reading the /proc/PID/fd links that map a
+  // backend's port to its process (GpuWatch): a process of another user, or one with more
+  // capabilities than ours, is not readable without it.
+  if (gpu_) po.keep |= capBit(CAP_SYS_PTRACE);
   po.user = sec.user;
   po.group = sec.group;
   po.seccomp = sec.seccomp;
@@ -167,7 +171,7 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
   const bool gpu_probes = gpu_ && gpu_->probesActive();
   po.seccomp_options.bpf_maps = xdp || gpu_probes;
   po.seccomp_options.gpu_watch = gpu_ != nullptr;
-  po.seccomp_options.raise_caps = xdp;
+  po.seccomp_options.raise_caps = xdp || gpu_ != nullptr;
 #ifdef INFERGATE_WITH_CUDA
   po.seccomp_options.cuda = true;
 #endif
@@ -186,7 +190,12 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
   registry.addCollector([](std::string& out) { renderSeccompMetrics(out); });
   spdlog::info("privileges dropped in {} thread(s): {}, capabilities kept (permitted, not "
                "effective): {}, bounding set {}, no_new_privs, seccomp {}",
-               r->threads, r->identity, r->kept == 0 ? "none" : "CAP_NET_ADMIN (XDP detach)",
+               r->threads, r->identity,
+               r->kept == 0 ? std::string("none")
+                            : fmt::format("{}{}{}",
+                                          (r->kept & capBit(CAP_NET_ADMIN)) ? "CAP_NET_ADMIN (XDP detach)" : "",
+                                          (r->kept & capBit(CAP_NET_ADMIN)) && (r->kept & capBit(CAP_SYS_PTRACE)) ? ", " : "",
+                                          (r->kept & capBit(CAP_SYS_PTRACE)) ? "CAP_SYS_PTRACE (GPU process lookup)" : ""),
                r->bounding_dropped ? "reduced to the same" : "left (no CAP_SETPCAP)",
                sec.seccomp ? fmt::format("{} system calls allowed, others {}", r->syscalls,
                                          sec.seccomp_action == "errno" ? "EPERM"

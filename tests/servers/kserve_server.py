@@ -15,6 +15,12 @@ latency and failure injection, and a control service (JSON over raw bytes):
 Usage: kserve_server.py --port 0 --model identity --input INPUT0:FP32:-1,16 --output OUTPUT0:FP32:-1,16
 Prints "PORT <n>" on stdout once serving.
 
+--cuda-stub PATH: loads that libcuda.so.1 (the GPU probe tests' stub, tests/gpu) with ctypes,
+as a GPU server would: each ModelInfer launches a kernel and synchronises its stream, and
+Control/Set drives more GPU work: {"gpu_period_ms": 5} launches + synchronises every 5 ms on a
+thread (0: stop), {"gpu_sync_delay_ns": N} makes every synchronisation take N ns (the stub's
+igStubSetSyncDelayNs), {"gpu_alloc_bytes": N} allocates N bytes of device memory (kept).
+
 --metrics-port N: also serves Triton-style GET /metrics (http.server, a thread) with
 nv_inference_pending_request_count{model="<model>",version="1"} = ModelInfer calls in progress
 + "pending_bias" (Control/Set {"pending_bias": 1000}); prints "METRICS_PORT <n>" after PORT.
@@ -134,6 +140,53 @@ class State:
                       "cuda_output_bytes": 0}
 
 
+class StubGpu:
+    """The stub CUDA driver (tests/gpu/stub_cuda.c) used the way a GPU server uses a driver."""
+
+    def __init__(self, path):
+        import ctypes
+        self.c = ctypes
+        self.lib = ctypes.CDLL(path)
+        self.lock = threading.Lock()
+        self.period_ms = 0
+        self.kept = []
+        self.lib.cuInit(0)
+        dev = ctypes.c_int(0)
+        self.lib.cuDeviceGet(ctypes.byref(dev), 0)
+        ctx = ctypes.c_void_p()
+        self.lib.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev)
+        self.lib.igStubSetSyncDelayNs.argtypes = [ctypes.c_ulonglong]
+        self.lib.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_size_t]
+        self.lib.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.lib.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
+        threading.Thread(target=self.loop, daemon=True).start()
+
+    def work(self):
+        self.lib.cuLaunchKernel(1, 1, 1, 1, 32, 1, 1, 0, None, None, None)
+        self.lib.cuStreamSynchronize(None)
+
+    def alloc(self, n):
+        p = self.c.c_ulonglong(0)
+        rc = self.lib.cuMemAlloc_v2(self.c.byref(p), n)
+        with self.lock:
+            self.kept.append(p.value)
+        return rc
+
+    def loop(self):
+        while True:
+            with self.lock:
+                period = self.period_ms
+            if period <= 0:
+                time.sleep(0.01)
+                continue
+            self.work()
+            time.sleep(period / 1000.0)
+
+
+GPU = None  # StubGpu with --cuda-stub
+
+
 def param_value(p):
     which = p.WhichOneof("parameter_choice")
     return getattr(p, which) if which else None
@@ -186,6 +239,8 @@ def make_server(args):
         return mm, roff + offset
 
     def model_infer(req, ctx):
+        if GPU is not None:
+            GPU.work()
         with st.lock:
             latency = st.latency_ms
             hang = st.hang_ms
@@ -363,6 +418,14 @@ def make_server(args):
         if "pending_bias" in cfg:
             with QUEUE.lock:
                 QUEUE.pending_bias = int(cfg["pending_bias"])
+        if GPU is not None:
+            if "gpu_sync_delay_ns" in cfg:
+                GPU.lib.igStubSetSyncDelayNs(int(cfg["gpu_sync_delay_ns"]))
+            if "gpu_alloc_bytes" in cfg:
+                GPU.alloc(int(cfg["gpu_alloc_bytes"]))
+            if "gpu_period_ms" in cfg:
+                with GPU.lock:
+                    GPU.period_ms = float(cfg["gpu_period_ms"])
         with st.lock:
             for k in ("latency_ms", "fail_next", "fail_code", "ready", "hang_ms"):
                 if k in cfg:
@@ -405,7 +468,12 @@ def main():
                          "prints METRICS_PORT <n> after PORT <n>")
     ap.add_argument("--cuda-emulation", action="store_true",
                     help="accept infergate's emulated CUDA handles (tests without a GPU)")
+    ap.add_argument("--cuda-stub", default=None,
+                    help="load this libcuda.so.1 (the tests' stub) and use it per request")
     args = ap.parse_args()
+    if args.cuda_stub:
+        global GPU
+        GPU = StubGpu(args.cuda_stub)
     if not args.input:
         args.input = ["INPUT0:FP32:-1,16"]
     if not args.output:
