@@ -186,30 +186,25 @@ std::string renderGpuText(const GpuView& view, size_t max_rows) {
       cell(view.probes.library, 4096), view.probes.attached.size(), view.probes.missing.size(),
       view.processes.size(), view.containers.size(), view.leak_detections_total,
       view.anomaly_detections_total, view.over_quota_detections_total, view.events_total);
-  // Δ and µ take two bytes but one column: the header is written out by hand.
-  out += "PID      COMM             CONTAINER              DEVICE-MEM    ΔMEM/s   LAUNCH/s    GRAPH/s  "
-         "SYNC-P50  SYNC-P99  FLAGS\n";
+  // fmt pads by display width, so "ΔMEM/s" and "µs" line up.
+  appendf(out, "{:<8} {:<16} {:<20} {:>12} {:>11} {:>10} {:>10} {:>9} {:>9}  {}\n", "PID", "COMM",
+          "CONTAINER", "DEVICE-MEM", "ΔMEM/s", "LAUNCH/s", "GRAPH/s", "SYNC-P50", "SYNC-P99",
+          "FLAGS");
   size_t rows = 0;
   for (const ProcessView& p : view.processes) {
     if (max_rows != 0 && rows == max_rows) break;
     ++rows;
-    const std::string p50 = formatNs(p.sync_p50_ns), p99 = formatNs(p.sync_p99_ns);
-    // formatNs may hold "µs" (one column, two bytes): pad by columns, not bytes.
-    auto padded = [](const std::string& s, size_t width) {
-      size_t cols = 0;
-      for (unsigned char c : s) cols += (c & 0xc0) != 0x80;
-      return std::string(cols < width ? width - cols : 0, ' ') + s;
-    };
-    appendf(out, "{:<8} {:<16} {:<20} {:>12} {:>11} {:>10.1f} {:>10.1f} {} {}  {}\n", p.tgid,
-        cell(p.comm, 16), cell(p.container.label(), 20), formatBytes(p.device_bytes),
-        signedBytes(p.device_bytes_per_s), p.launches_per_s, p.graph_launches_per_s,
-        padded(p50, 9), padded(p99, 9), flagsOf(p.leak_suspect, p.anomaly, p.over_quota));
+    appendf(out, "{:<8} {:<16} {:<20} {:>12} {:>11} {:>10.1f} {:>10.1f} {:>9} {:>9}  {}\n", p.tgid,
+            cell(p.comm, 16), cell(p.container.label(), 20), formatBytes(p.device_bytes),
+            signedBytes(p.device_bytes_per_s), p.launches_per_s, p.graph_launches_per_s,
+            formatNs(p.sync_p50_ns), formatNs(p.sync_p99_ns),
+            flagsOf(p.leak_suspect, p.anomaly, p.over_quota));
   }
   if (rows < view.processes.size()) appendf(out, "({} more processes)\n", view.processes.size() - rows);
 
   if (!view.containers.empty()) {
-    out += "\nCONTAINER            POD                          NAMESPACE          DEVICE-MEM       QUOTA   "
-           "LAUNCH/s  PROCS  FLAGS\n";
+    appendf(out, "\n{:<20} {:<28} {:<16} {:>12} {:>11} {:>10} {:>6}  {}\n", "CONTAINER", "POD",
+            "NAMESPACE", "DEVICE-MEM", "QUOTA", "LAUNCH/s", "PROCS", "FLAGS");
     for (const ContainerView& c : view.containers)
       appendf(out, "{:<20} {:<28} {:<16} {:>12} {:>11} {:>10.1f} {:>6}  {}\n", cell(c.label, 20),
           c.container.pod_name.empty() ? "-" : cell(c.container.pod_name, 28),
