@@ -421,7 +421,10 @@ static __always_inline void ig_launch(__u64 fn, __u64 pid_tgid)
 		if (c)
 			__sync_fetch_and_add(&c->launches, 1);
 	}
-	/* the first launch since the last sync starts the launch -> sync time */
+	/* the first launch since the last sync starts the launch -> sync time (a lookup first: the
+	 * common case, a launch after launches, then costs no bucket lock) */
+	if (bpf_map_lookup_elem(&ig_gpu_pending, &tgid))
+		return;
 	err = bpf_map_update_elem(&ig_gpu_pending, &tgid, &now, BPF_NOEXIST);
 	if (err && err != -IG_EEXIST)
 		IG_STAT_INC(pending_map_full);
