@@ -249,6 +249,28 @@ TEST(GpuProbesAttach, AbsentLibraryIsNotFoundAndNamesTheFix) {
   EXPECT_TRUE(absl::IsInvalidArgument(GpuProbes::attach(o).status()));
 }
 
+// Without privileges the load is refused with the capabilities to grant (checked in a child
+// that gives up root).
+TEST_F(GpuProbesTest, UnprivilegedLoadIsPermissionDeniedAndNamesTheCapabilities) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0) _exit(10);
+    GpuProbeOptions o;
+    o.library = IG_STUB_CUDA_LIB;
+    auto p = GpuProbes::attach(o);
+    if (p.ok()) _exit(11);
+    if (!absl::IsPermissionDenied(p.status())) _exit(12);
+    if (p.status().message().find("CAP_BPF") == std::string::npos) _exit(13);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: could not drop root, 11: attached, 12: other error, "
+                                       "13: no capability named";
+}
+
 TEST_F(GpuProbesTest, MinimalStubReportsMissingSymbolsAndStillCounts) {
   auto probes = attachTo(IG_STUB_CUDA_MINIMAL_LIB);
   ASSERT_TRUE(probes.ok()) << probes.status();
