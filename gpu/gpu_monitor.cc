@@ -226,6 +226,7 @@ void GpuMonitor::foldForgotten(const ProcStats& p) {
     forgotten_allocs_[k] += p.alloc_count[k];
     forgotten_frees_[k] += p.free_count[k];
   }
+  if (p.deviceBytes() > 0) cgroup_released_[p.cgroup_id] += p.deviceBytes();
 }
 
 void GpuMonitor::detected(const char* detector, const std::string& subject, uint64_t now_ns,
@@ -425,6 +426,8 @@ void GpuMonitor::tick(uint64_t now_ns) {
     cv.container = containerOf(c.cgroup_id, hint == hint_of.end() ? 0 : hint->second);
     cv.label = cv.container.label();
     cv.device_bytes = c.deviceBytes();
+    if (auto r = cgroup_released_.find(c.cgroup_id); r != cgroup_released_.end())
+      cv.device_bytes = std::max<int64_t>(cv.device_bytes - r->second, 0);
     cv.quota_bytes = quotaFor(cv.container, options_.quotas, options_.default_quota_bytes);
     auto pi = procs_in.find(c.cgroup_id);
     cv.processes = pi == procs_in.end() ? 0 : pi->second;
@@ -440,10 +443,13 @@ void GpuMonitor::tick(uint64_t now_ns) {
     st.prev = c;
     st.prev_ns = now_ns;
     st.has_prev = true;
-    v.containers.push_back(std::move(cv));
+    // A cgroup whose processes all exited and hold nothing: not shown (the map keeps it).
+    if (cv.processes > 0 || cv.device_bytes > 0 || cv.over_quota) v.containers.push_back(std::move(cv));
   }
   for (auto it = cgroups_.begin(); it != cgroups_.end();)
     it = cg_seen.count(it->first) ? std::next(it) : cgroups_.erase(it);
+  for (auto it = cgroup_released_.begin(); it != cgroup_released_.end();)
+    it = cg_seen.count(it->first) ? std::next(it) : cgroup_released_.erase(it);
 
   std::unordered_set<uint64_t> over;
   for (const ContainerView& cv : v.containers)
@@ -471,8 +477,12 @@ void GpuMonitor::tick(uint64_t now_ns) {
       const ContainerView* cv = nullptr;
       for (const ContainerView& c : v.containers)
         if (c.cgroup_id == t.cgroup_id) cv = &c;
-      if (cv == nullptr) continue;
       const std::string subject = fmt::format("cgroup:{}", t.cgroup_id);
+      if (cv == nullptr) {  // cleared, and no longer shown: nothing left in it
+        cleared(t.detector, subject, now_ns,
+                fmt::format("cgroup {}: no device memory left", t.cgroup_id));
+        continue;
+      }
       if (!t.entered) {
         cleared(t.detector, subject, now_ns,
                 fmt::format("container {}: {} <= quota {}", printable(cv->label), mib(cv->device_bytes),

@@ -119,6 +119,10 @@ class GpuMonitor {
   std::unordered_map<uint32_t, std::unique_ptr<ProcState>> procs_;
   std::unordered_map<uint64_t, std::unique_ptr<CgroupState>> cgroups_;
   std::array<uint64_t, kMemKinds> forgotten_allocs_{}, forgotten_frees_{};
+  // Device bytes still live in a cgroup's figures from processes that exited (the driver
+  // released them; the probes saw no free, and forget() leaves the cgroup's figures as they
+  // are): subtracted from the cgroup's live device bytes. Erased with the cgroup.
+  std::unordered_map<uint64_t, int64_t> cgroup_released_;
   std::deque<GpuEvent> recent_events_;
   std::array<uint64_t, 3> events_by_type_{};  // [1] alloc_failed, [2] large_alloc
   uint64_t events_total_ = 0;

@@ -317,6 +317,35 @@ TEST_F(GpuMonitorTest, ForgetsTheDeadAndKeepsTheirTotals) {
   EXPECT_EQ(src_.forgotten.size(), 1u);
 }
 
+TEST_F(GpuMonitorTest, ACgroupDropsTheMemoryOfItsExitedProcesses) {
+  options_.default_quota_bytes = 100;
+  src_.proc(31, 7, "big").live_bytes[IG_GPU_MEM_DEVICE] = 150;
+  src_.proc(32, 7, "small").live_bytes[IG_GPU_MEM_DEVICE] = 40;
+  src_.cgroup(7).live_bytes[IG_GPU_MEM_DEVICE] = 190;
+  monitor().tick(kT0);
+  ASSERT_EQ(monitor().view().containers.size(), 1u);
+  EXPECT_EQ(monitor().view().containers[0].device_bytes, 190);
+  EXPECT_TRUE(monitor().healthOf(32).over_quota);
+  // pid 31 exits without freeing: the driver releases its memory; the cgroup's figures in the
+  // map stay (forget() leaves them), so the monitor takes its 150 bytes off.
+  res_.dead.insert(31);
+  monitor().tick(kT0 + kSec);
+  GpuView v = monitor().view();
+  ASSERT_EQ(v.containers.size(), 1u);
+  EXPECT_EQ(v.containers[0].device_bytes, 40);
+  EXPECT_EQ(v.containers[0].processes, 1u);
+  EXPECT_FALSE(v.containers[0].over_quota);
+  EXPECT_FALSE(monitor().healthOf(32).over_quota);
+  EXPECT_EQ(metrics()["infergate_gpu_container_device_bytes{container=\"triton-0\",pod=\"triton-0\",namespace=\"ml\"}"], 40);
+  // pid 32 frees its 40 bytes and exits: an empty cgroup is not shown.
+  src_.proc(32).live_bytes[IG_GPU_MEM_DEVICE] = 0;
+  src_.cgroup(7).live_bytes[IG_GPU_MEM_DEVICE] = 150;
+  res_.dead.insert(32);
+  monitor().tick(kT0 + 2 * kSec);
+  EXPECT_TRUE(monitor().view().containers.empty());
+  EXPECT_EQ(monitor().view().over_quota_detections_total, 1u);
+}
+
 TEST_F(GpuMonitorTest, ATgidReusedByANewProcessKeepsTheOldTotals) {
   ProcStats& a = src_.proc(5, 7, "first");
   a.alloc_count[IG_GPU_MEM_DEVICE] = 10;
