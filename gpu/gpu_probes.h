@@ -28,6 +28,8 @@ struct GpuProbeOptions {
   std::string library;                      // path of libcuda.so.1 to probe (required)
   uint64_t large_alloc_bytes = 1ull << 30;  // ring event for allocations >= this (0: none)
   int pid = -1;                             // -1: every process mapping the library
+  // (another value: perf's per-task uprobe events, so only that thread of the process; for
+  // tests and single-threaded programs)
 };
 
 class GpuProbes final : public GpuSource {

@@ -5,6 +5,7 @@
 // every process mapping the stub (a child in another cgroup must be seen too), so figures are
 // read for the driver's own tgids only; only the test's private cgroup is read per cgroup.
 
+#include <elf.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -233,6 +235,41 @@ TEST(GpuProbesElf, RefusesWhatIsNotAnElfSharedObject) {
   auto p = GpuProbes::attach(o);
   EXPECT_TRUE(absl::IsInvalidArgument(p.status())) << p.status();
   EXPECT_NE(p.status().message().find("gpu.library"), std::string::npos) << p.status();
+  unlink(path);
+}
+
+// Hostile input: every truncation and a few thousand corrupted copies of the stub are either
+// read or refused with InvalidArgument; nothing is read out of bounds (ASan builds check that).
+TEST(GpuProbesElf, TruncatedAndCorruptedFilesAreRefusedCleanly) {
+  std::ifstream in(IG_STUB_CUDA_LIB, std::ios::binary);
+  std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(image.size(), 4096u);
+  char path[] = "/tmp/ig-gpu-elf-XXXXXX";
+  int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  auto check = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    auto r = elfDynamicFunctions(path);
+    EXPECT_TRUE(r.ok() || absl::IsInvalidArgument(r.status())) << r.status();
+    return r.ok();
+  };
+  int read_ok = 0;
+  for (size_t len = 0; len < image.size(); len += 61) read_ok += check(image.substr(0, len));
+  EXPECT_EQ(read_ok, 0);  // the section headers are at the end: every truncation loses them
+  std::mt19937 rng(17);
+  for (int i = 0; i < 3000; ++i) {
+    std::string bad = image;
+    for (int k = 0; k < 4; ++k) bad[rng() % bad.size()] = static_cast<char>(rng());
+    check(bad);
+  }
+  // Headers that point far outside the file.
+  std::string bad = image;
+  Elf64_Ehdr eh;
+  std::memcpy(&eh, bad.data(), sizeof(eh));
+  eh.e_shoff = ~0ull - 8;
+  std::memcpy(bad.data(), &eh, sizeof(eh));
+  EXPECT_FALSE(check(bad));
   unlink(path);
 }
 
@@ -489,6 +526,32 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   EXPECT_EQ(p->unknown_frees, 1u);
   EXPECT_EQ(p->launches, 0u);
   EXPECT_EQ(p->live_bytes[IG_GPU_MEM_DEVICE], 0);
+}
+
+// options.pid: only that process's calls count (perf's per-task uprobe events: the thread
+// itself, which for the single-threaded driver is the process).
+TEST_F(GpuProbesTest, PidOptionCountsThatProcessOnly) {
+  Driver a(IG_STUB_CUDA_LIB), b(IG_STUB_CUDA_LIB);
+  ASSERT_EQ(a.ready().rfind("ready", 0), 0u) << a.ready();
+  ASSERT_EQ(b.ready().rfind("ready", 0), 0u) << b.ready();
+  const uint32_t ta = static_cast<uint32_t>(std::stoul(a.ok("pid").at(0)));
+  const uint32_t tb = static_cast<uint32_t>(std::stoul(b.ok("pid").at(0)));
+  GpuProbeOptions o;
+  o.library = IG_STUB_CUDA_LIB;
+  o.pid = static_cast<int>(ta);
+  auto probes = GpuProbes::attach(o);
+  ASSERT_TRUE(probes.ok()) << probes.status();
+  a.ok("launch 3");
+  b.ok("launch 4");
+  alloc(a, "device", 512);
+  alloc(b, "device", 512);
+  GpuSnapshot s = (*probes)->snapshot();
+  auto pa = procOf(s, ta);
+  ASSERT_TRUE(pa.has_value());
+  EXPECT_EQ(pa->launches, 3u);
+  EXPECT_EQ(pa->live_bytes[IG_GPU_MEM_DEVICE], 512);
+  EXPECT_FALSE(procOf(s, tb).has_value());
+  EXPECT_EQ(s.stats.calls[IG_GPU_FN_LAUNCH_KERNEL], 3u);  // nobody else's either
 }
 
 // Without a large-allocation threshold there is no large event; failures still are events.
