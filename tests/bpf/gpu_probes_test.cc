@@ -5,6 +5,7 @@
 // every process mapping the stub (a child in another cgroup must be seen too), so figures are
 // read for the driver's own tgids only; only the test's private cgroup is read per cgroup.
 
+#include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -26,6 +27,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -552,6 +554,63 @@ TEST_F(GpuProbesTest, PidOptionCountsThatProcessOnly) {
   EXPECT_EQ(pa->live_bytes[IG_GPU_MEM_DEVICE], 512);
   EXPECT_FALSE(procOf(s, tb).has_value());
   EXPECT_EQ(s.stats.calls[IG_GPU_FN_LAUNCH_KERNEL], 3u);  // nobody else's either
+}
+
+// Several threads of one process at once, the stub called in this process: the atomic adds and
+// the per-thread entry->return state keep every figure exact.
+TEST_F(GpuProbesTest, ThreadsOfOneProcessCountExactly) {
+  void* h = dlopen(IG_STUB_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, void*, void**, void**);
+  using AllocFn = int (*)(unsigned long long*, size_t);
+  using FreeFn = int (*)(unsigned long long);
+  using SyncFn = int (*)(void*);
+  auto launch = reinterpret_cast<LaunchFn>(dlsym(h, "cuLaunchKernel"));
+  auto memAlloc = reinterpret_cast<AllocFn>(dlsym(h, "cuMemAlloc_v2"));
+  auto memFree = reinterpret_cast<FreeFn>(dlsym(h, "cuMemFree_v2"));
+  auto sync = reinterpret_cast<SyncFn>(dlsym(h, "cuStreamSynchronize"));
+  ASSERT_TRUE(launch && memAlloc && memFree && sync);
+
+  auto probes = attachTo(IG_STUB_CUDA_LIB);
+  ASSERT_TRUE(probes.ok()) << probes.status();
+  constexpr int kThreads = 4, kRounds = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      int dummy = 0;
+      for (int i = 0; i < kRounds; ++i) {
+        unsigned long long p = 0;
+        if (memAlloc(&p, 1000 + t) != 0) continue;
+        launch(&dummy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
+        launch(&dummy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
+        sync(nullptr);
+        if (i % 2 == 0) memFree(p);  // half stay live
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  auto p = procOf((*probes)->snapshot(), static_cast<uint32_t>(getpid()));
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->launches, 2u * kThreads * kRounds);
+  EXPECT_EQ(p->syncs, 1u * kThreads * kRounds);
+  EXPECT_GE(p->timed_syncs, 1u);
+  EXPECT_LE(p->timed_syncs, p->syncs);
+  uint64_t hist = 0;
+  for (uint64_t c : p->sync_hist) hist += c;
+  EXPECT_EQ(hist, p->timed_syncs);
+  EXPECT_EQ(p->alloc_count[IG_GPU_MEM_DEVICE], 1u * kThreads * kRounds);
+  EXPECT_EQ(p->free_count[IG_GPU_MEM_DEVICE], 1u * kThreads * kRounds / 2);
+  uint64_t bytes = 0;
+  for (int t = 0; t < kThreads; ++t) bytes += uint64_t{1000u + t} * kRounds;
+  EXPECT_EQ(p->alloc_bytes[IG_GPU_MEM_DEVICE], bytes);
+  EXPECT_EQ(p->live_bytes[IG_GPU_MEM_DEVICE], static_cast<int64_t>(bytes / 2));
+  EXPECT_EQ(p->unknown_frees, 0u);
+  EXPECT_EQ(p->untracked_allocs, 0u);
+  EXPECT_EQ((*probes)->liveAllocs(static_cast<uint32_t>(getpid()), 100000).size(),
+            1u * kThreads * kRounds / 2);
+  (*probes)->forget(static_cast<uint32_t>(getpid()));
+  EXPECT_TRUE((*probes)->liveAllocs(static_cast<uint32_t>(getpid()), 100000).empty());
 }
 
 // Without a large-allocation threshold there is no large event; failures still are events.
