@@ -81,7 +81,6 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / 1048576.0); }
 std::string ms(double ns) { return fmt::format("{:.2f} ms", ns / 1e6); }
 
 }  // namespace
@@ -286,7 +285,7 @@ void GpuMonitor::handleEvents(uint64_t now_ns, GpuView& view) {
                    suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
     } else if (e.type == IG_GPU_EV_LARGE_ALLOC &&
                log_limiter_.allow(fmt::format("large_alloc:{}", e.tgid), now_ns, &suppressed)) {
-      spdlog::info("gpu: {} of {} in pid {} ({}){}", fnName(e.fn), mib(static_cast<int64_t>(e.bytes)),
+      spdlog::info("gpu: {} of {} in pid {} ({}){}", fnName(e.fn), formatBytes(static_cast<int64_t>(e.bytes)),
                    e.tgid, printable(e.comm),
                    suppressed ? fmt::format(" ({} similar lines suppressed)", suppressed) : "");
     }
@@ -316,18 +315,20 @@ void GpuMonitor::tick(uint64_t now_ns) {
   const AnomalyOptions anomaly_options{options_.anomaly_factor, options_.anomaly_min_syncs,
                                        options_.baseline_windows};
   const uint64_t min_age_ns = options_.leak_min_age_ms * kNsPerMs;
-  // Old live allocations of a process, oldest first (the evidence of a leak).
-  auto oldAllocs = [&](uint32_t tgid) {
-    std::vector<AllocView> out;
+  // Old live allocations of a process, oldest first (the evidence of a leak), at most
+  // leak_list_max of them kept in `*listed`; true when there is at least one.
+  auto oldAllocs = [&](uint32_t tgid, std::vector<AllocView>* listed) {
+    listed->clear();
+    bool any = false;
     const size_t want = std::max<size_t>(options_.leak_list_max, 1);
     for (const LiveAlloc& a : source_.liveAllocs(tgid, want)) {
       const uint64_t age = now_ns > a.ts_ns ? now_ns - a.ts_ns : 0;
-      if (age < min_age_ns) continue;
-      out.push_back({a.ptr, a.bytes, age / kNsPerMs, a.kind});
+      if (age < min_age_ns) continue;  // oldest first: none after it is old enough either
+      any = true;
+      if (listed->size() < options_.leak_list_max)
+        listed->push_back({a.ptr, a.bytes, age / kNsPerMs, a.kind});
     }
-    if (out.size() > options_.leak_list_max && options_.leak_list_max > 0)
-      out.resize(options_.leak_list_max);
-    return out;
+    return any;
   };
 
   struct Pending {
@@ -382,15 +383,13 @@ void GpuMonitor::tick(uint64_t now_ns) {
       const Transition t = st.anomaly.update(d_sum, d_timed);
       if (t != Transition::kNone) pending.push_back({"anomaly", t == Transition::kEntered, p.tgid, 0});
     }
-    const Transition lt = st.leak.update(now_ns, pv.device_bytes, [&] {
-      st.leak_allocs = oldAllocs(p.tgid);
-      return !st.leak_allocs.empty();
-    });
+    const Transition lt = st.leak.update(now_ns, pv.device_bytes,
+                                         [&] { return oldAllocs(p.tgid, &st.leak_allocs); });
     if (lt != Transition::kNone) pending.push_back({"leak", lt == Transition::kEntered, p.tgid, 0});
     if (!st.leak.suspect())
       st.leak_allocs.clear();
     else if (lt == Transition::kNone)
-      st.leak_allocs = oldAllocs(p.tgid);  // refreshed while the suspicion lasts
+      oldAllocs(p.tgid, &st.leak_allocs);  // refreshed while the suspicion lasts
     pv.leak_suspect = st.leak.suspect();
     pv.leak_allocs = st.leak_allocs;
     pv.anomaly = st.anomaly.anomalous();
@@ -485,8 +484,8 @@ void GpuMonitor::tick(uint64_t now_ns) {
       }
       if (!t.entered) {
         cleared(t.detector, subject, now_ns,
-                fmt::format("container {}: {} <= quota {}", printable(cv->label), mib(cv->device_bytes),
-                            mib(static_cast<int64_t>(cv->quota_bytes))));
+                fmt::format("container {}: {} <= quota {}", printable(cv->label), formatBytes(cv->device_bytes),
+                            formatBytes(static_cast<int64_t>(cv->quota_bytes))));
         continue;
       }
       ++quota_total_;
@@ -497,8 +496,8 @@ void GpuMonitor::tick(uint64_t now_ns) {
           break;
         }
       const std::string detail = fmt::format(
-          "device memory {} ({} bytes) > quota {} ({} bytes), {} processes", mib(cv->device_bytes),
-          cv->device_bytes, mib(static_cast<int64_t>(cv->quota_bytes)), cv->quota_bytes,
+          "device memory {} ({} bytes) > quota {} ({} bytes), {} processes", formatBytes(cv->device_bytes),
+          cv->device_bytes, formatBytes(static_cast<int64_t>(cv->quota_bytes)), cv->quota_bytes,
           cv->processes);
       if (largest != nullptr) {
         ProcessView who = *largest;  // the container's figures, the largest process's identity
@@ -516,16 +515,17 @@ void GpuMonitor::tick(uint64_t now_ns) {
       if (!t.entered) {
         cleared(t.detector, subject, now_ns,
                 fmt::format("pid {} ({}): device memory fell to {}", pv->tgid, printable(pv->comm),
-                            mib(pv->device_bytes)));
+                            formatBytes(pv->device_bytes)));
         continue;
       }
       ++leak_total_;
       std::string detail = fmt::format(
-          "device memory grew from {} to {} without a decrease over {:.0f} s; {} live "
+          "device memory grew from {} to {} without a decrease over {:.0f} s; {}{} live "
           "allocations older than {} s",
-          mib(st.leak.windowStartBytes()), mib(pv->device_bytes),
-          static_cast<double>(st.leak.windowSpanNs()) / 1e9, pv->leak_allocs.size(),
-          options_.leak_min_age_ms / 1000);
+          formatBytes(st.leak.windowStartBytes()), formatBytes(pv->device_bytes),
+          static_cast<double>(st.leak.windowSpanNs()) / 1e9,
+          pv->leak_allocs.size() >= options_.leak_list_max ? "at least " : "",
+          pv->leak_allocs.size(), options_.leak_min_age_ms / 1000);
       if (!pv->leak_allocs.empty()) {
         const AllocView& a = pv->leak_allocs.front();
         detail += fmt::format(", the oldest {} bytes ({}) {} s old", a.bytes, memKindName(a.kind),

@@ -579,6 +579,53 @@ TEST_F(GpuMonitorTest, WebhookCarriesTheDetection) {
   EXPECT_EQ(metrics()["infergate_gpu_webhook_sent_total"], 1);
 }
 
+TEST_F(GpuMonitorTest, LeakAndAnomalyWebhooksAndLogLines) {
+  LogCapture capture;
+  HttpTestServer server(204);
+  options_.webhook_url = server.url();
+  options_.leak_list_max = 0;  // no list, but the evidence still counts
+  options_.baseline_windows = 1;
+  src_.proc(42, 7, "leaky");
+  src_.addAlloc(42, 0x7000, 4096, kT0 - 60 * kSec);
+  for (int t = 0; t <= 10; ++t) {
+    src_.proc(42).live_bytes[IG_GPU_MEM_DEVICE] = (100 + t) * kMiB;
+    src_.addSyncs(42, 50, t < 10 ? 1'000'000 : 5'000'000);
+    monitor().tick(kT0 + t * kSec);
+  }
+  ASSERT_TRUE(monitor().waitWebhookIdle(5000));
+  EXPECT_EQ(monitor().webhookSent(), 2u);
+  const ProcessView* p = find(monitor().view(), 42);
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(p->leak_suspect);
+  EXPECT_TRUE(p->leak_allocs.empty());
+  EXPECT_TRUE(p->anomaly);
+  auto reqs = server.requests();
+  ASSERT_EQ(reqs.size(), 2u);
+  std::map<std::string, Json> by_detector;
+  for (const auto& r : reqs) {
+    auto body = JsonParser::parse(r.body);
+    ASSERT_TRUE(body) << r.body;
+    by_detector[(*body)["detector"].str] = *body;
+  }
+  ASSERT_EQ(by_detector.count("leak"), 1u);
+  ASSERT_EQ(by_detector.count("anomaly"), 1u);
+  const Json& leak = by_detector["leak"];
+  EXPECT_EQ(leak["pid"].num, 42);
+  EXPECT_EQ(leak["comm"].str, "leaky");
+  EXPECT_EQ(leak["container"].str, "triton-0");
+  EXPECT_EQ(leak["container_id"].str.substr(0, 12), "abcdef012345");
+  EXPECT_EQ(leak["device_bytes"].num, 110.0 * kMiB);
+  EXPECT_FALSE(leak.has("quota_bytes"));
+  EXPECT_EQ(leak["detail"].str,
+            "device memory grew from 100.0 MiB to 110.0 MiB without a decrease over 10 s; at "
+            "least 0 live allocations older than 5 s");
+  EXPECT_EQ(by_detector["anomaly"]["detail"].str,
+            "launch->sync mean 5.00 ms over the last interval > 3 x baseline 1.00 ms");
+  auto warns = capture.lines(spdlog::level::warn);
+  ASSERT_EQ(warns.size(), 2u);
+  EXPECT_NE(warns[0].find("pid 42 (leaky) in triton-0"), std::string::npos);
+}
+
 TEST_F(GpuMonitorTest, WebhookFailureIsCounted) {
   HttpTestServer server(500);
   options_.webhook_url = server.url();
