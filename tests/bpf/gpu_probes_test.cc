@@ -30,9 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <gtest/gtest.h>
 
 #include "gpu/gpu_probes.h"
+#include "ig_gpu_probes.skel.h"
 
 #ifndef IG_STUB_CUDA_LIB
 #error "IG_STUB_CUDA_LIB is defined by tests/gpu (ig_gpu_stub_paths)"
@@ -611,6 +614,91 @@ TEST_F(GpuProbesTest, ThreadsOfOneProcessCountExactly) {
             1u * kThreads * kRounds / 2);
   (*probes)->forget(static_cast<uint32_t>(getpid()));
   EXPECT_TRUE((*probes)->liveAllocs(static_cast<uint32_t>(getpid()), 100000).empty());
+}
+
+// A full ring buffer, a full allocation map and a full call map: each is counted, and the
+// figures stay consistent (an allocation that cannot be tracked stays out of live_bytes). On a
+// private copy of the stub, so the program's global counters see this process alone.
+TEST_F(GpuProbesTest, FullMapsAndRingAreCounted) {
+  char dir[] = "/tmp/ig-gpu-full-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string lib = std::string(dir) + "/libcuda.so.1";
+  {
+    std::ifstream in(IG_STUB_CUDA_LIB, std::ios::binary);
+    std::ofstream out(lib, std::ios::binary);
+    out << in.rdbuf();
+  }
+  struct Cleanup {
+    std::string lib, dir;
+    ~Cleanup() {
+      unlink(lib.c_str());
+      rmdir(dir.c_str());
+    }
+  } cleanup{lib, dir};
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto memAlloc = reinterpret_cast<int (*)(unsigned long long*, size_t)>(dlsym(h, "cuMemAlloc_v2"));
+  auto memFree = reinterpret_cast<int (*)(unsigned long long)>(dlsym(h, "cuMemFree_v2"));
+  ASSERT_TRUE(memAlloc && memFree);
+  const uint32_t me = static_cast<uint32_t>(getpid());
+
+  auto probes = attachTo(lib, /*large=*/1);  // every allocation is a ring event
+  ASSERT_TRUE(probes.ok()) << probes.status();
+  GpuProbes& g = **probes;
+
+  // The ring: a record is an 8-byte header + the 72-byte event = 80 bytes.
+  constexpr uint64_t kRingRecords = IG_GPU_RINGBUF_BYTES / (8 + sizeof(ig_gpu_event));
+  constexpr uint64_t kAllocs = kRingRecords + 500;
+  for (uint64_t i = 0; i < kAllocs; ++i) {
+    unsigned long long p = 0;
+    ASSERT_EQ(memAlloc(&p, 8), 0);
+    ASSERT_EQ(memFree(p), 0);
+  }
+  GpuSnapshot s = g.snapshot();
+  EXPECT_EQ(s.stats.ringbuf_full, 500u);
+  std::vector<GpuEvent> events = g.drainEvents(1'000'000);
+  EXPECT_EQ(events.size(), std::min<uint64_t>(kRingRecords, GpuProbes::kEventQueue));
+  EXPECT_EQ(g.eventsDropped(), kRingRecords - std::min<uint64_t>(kRingRecords, GpuProbes::kEventQueue));
+  for (const GpuEvent& e : events) EXPECT_EQ(e.type, IG_GPU_EV_LARGE_ALLOC);
+
+  // ig_gpu_allocs full (filled from here with keys of no process).
+  const int allocs_fd = bpf_map__fd(g.skeleton()->maps.ig_gpu_allocs);
+  ig_gpu_alloc_key k{};
+  ig_gpu_alloc v{};
+  uint64_t filled = 0;
+  for (k.ptr = 1; bpf_map_update_elem(allocs_fd, &k, &v, BPF_NOEXIST) == 0; ++k.ptr) ++filled;
+  EXPECT_EQ(errno, E2BIG);
+  EXPECT_EQ(filled, IG_GPU_MAX_ALLOCS);
+  auto before = procOf(g.snapshot(), me);
+  ASSERT_TRUE(before.has_value());
+  unsigned long long ptrs[3];
+  for (unsigned long long& p : ptrs) ASSERT_EQ(memAlloc(&p, 4096), 0);
+  for (unsigned long long p : ptrs) ASSERT_EQ(memFree(p), 0);
+  s = g.snapshot();
+  auto after = procOf(s, me);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->alloc_count[IG_GPU_MEM_DEVICE] - before->alloc_count[IG_GPU_MEM_DEVICE], 3u);
+  EXPECT_EQ(after->untracked_allocs - before->untracked_allocs, 3u);
+  EXPECT_EQ(s.stats.alloc_map_full, 3u);
+  EXPECT_EQ(after->live_bytes[IG_GPU_MEM_DEVICE], before->live_bytes[IG_GPU_MEM_DEVICE]);
+  EXPECT_EQ(after->unknown_frees - before->unknown_frees, 3u);
+
+  // ig_gpu_calls full: the entry cannot be kept, so the call is not counted at its return.
+  const int calls_fd = bpf_map__fd(g.skeleton()->maps.ig_gpu_calls);
+  ig_gpu_call c{};
+  for (uint64_t key = 1; bpf_map_update_elem(calls_fd, &key, &c, BPF_NOEXIST) == 0; ++key) {
+  }
+  unsigned long long p = 0;
+  ASSERT_EQ(memAlloc(&p, 4096), 0);
+  s = g.snapshot();
+  auto last = procOf(s, me);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(s.stats.call_map_full, 1u);
+  EXPECT_EQ(s.stats.returns_unmatched, 1u);
+  EXPECT_EQ(last->alloc_count[IG_GPU_MEM_DEVICE], after->alloc_count[IG_GPU_MEM_DEVICE]);
+  EXPECT_EQ(s.stats.calls[IG_GPU_FN_MEM_ALLOC], kAllocs + 3 + 1);
+  EXPECT_EQ(s.stats.proc_map_full, 0u);
+  dlclose(h);
 }
 
 // Without a large-allocation threshold there is no large event; failures still are events.
