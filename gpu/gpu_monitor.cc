@@ -93,6 +93,8 @@ struct GpuMonitor::ProcState {
   LeakDetector leak;
   AnomalyDetector anomaly;
   std::vector<AllocView> leak_allocs;
+  bool checked = false;        // the allocations were looked at, last at checked_ns
+  uint64_t checked_ns = 0;
 };
 
 struct GpuMonitor::CgroupState {
@@ -383,12 +385,21 @@ void GpuMonitor::tick(uint64_t now_ns) {
       const Transition t = st.anomaly.update(d_sum, d_timed);
       if (t != Transition::kNone) pending.push_back({"anomaly", t == Transition::kEntered, p.tgid, 0});
     }
-    const Transition lt = st.leak.update(now_ns, pv.device_bytes,
-                                         [&] { return oldAllocs(p.tgid, &st.leak_allocs); });
+    // The allocation map is walked at most once per leak_check_interval_ms per process.
+    auto mayCheck = [&] {
+      if (st.checked && now_ns < st.checked_ns + options_.leak_check_interval_ms * kNsPerMs)
+        return false;
+      st.checked = true;
+      st.checked_ns = now_ns;
+      return true;
+    };
+    const Transition lt = st.leak.update(now_ns, pv.device_bytes, [&] {
+      return mayCheck() && oldAllocs(p.tgid, &st.leak_allocs);
+    });
     if (lt != Transition::kNone) pending.push_back({"leak", lt == Transition::kEntered, p.tgid, 0});
     if (!st.leak.suspect())
       st.leak_allocs.clear();
-    else if (lt == Transition::kNone)
+    else if (lt == Transition::kNone && mayCheck())
       oldAllocs(p.tgid, &st.leak_allocs);  // refreshed while the suspicion lasts
     pv.leak_suspect = st.leak.suspect();
     pv.leak_allocs = st.leak_allocs;

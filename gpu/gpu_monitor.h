@@ -43,6 +43,9 @@ struct GpuMonitorOptions {
   uint64_t leak_window_ms = 300000;  // live device bytes grew monotonically across this window
   uint64_t leak_min_age_ms = 300000; // and allocations older than this are still live
   size_t leak_list_max = 16;         // oldest live allocations listed per leak candidate
+  // At most one look at a process's live allocations (a walk of the probes' allocation map)
+  // per this period, both for the evidence and to refresh a candidate's list.
+  uint64_t leak_check_interval_ms = 10000;
   double anomaly_factor = 3.0;       // window mean launch->sync time > factor x baseline
   uint64_t anomaly_min_syncs = 20;   // timed syncs in a window for it to count (either way)
   uint32_t baseline_windows = 10;    // windows before a baseline exists; EWMA alpha = 1/this

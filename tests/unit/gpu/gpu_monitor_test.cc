@@ -192,7 +192,38 @@ TEST_F(GpuMonitorTest, GrowthWithoutOldAllocationsIsNoLeak) {
   }
   EXPECT_FALSE(monitor().healthOf(42).leak_suspect);
   EXPECT_EQ(monitor().view().leak_detections_total, 0u);
-  EXPECT_EQ(src_.live_alloc_calls, 11);  // asked once per tick from t = 10 s on, no sooner
+  // Looked at from t = 10 s on, no sooner, and once per leak_check_interval (10 s): 10, 20.
+  EXPECT_EQ(src_.live_alloc_calls, 2);
+}
+
+TEST_F(GpuMonitorTest, TheAllocationMapIsWalkedAtMostOncePerCheckInterval) {
+  options_.leak_check_interval_ms = 3000;
+  src_.proc(42, 7, "late");
+  for (int t = 0; t <= 12; ++t) {
+    src_.proc(42).live_bytes[IG_GPU_MEM_DEVICE] = (100 + t) * kMiB;
+    // The first allocation old enough (5 s) appears at t = 11 s.
+    if (t == 6) src_.addAlloc(42, 0x6000, kMiB, kT0 + 6 * kSec);
+    monitor().tick(kT0 + t * kSec);
+    // Checks at 10 s (nothing old: the 6 s allocation is 4 s old) and 13 s, not 11 or 12.
+    EXPECT_FALSE(monitor().healthOf(42).leak_suspect) << t;
+  }
+  EXPECT_EQ(src_.live_alloc_calls, 1);
+  src_.proc(42).live_bytes[IG_GPU_MEM_DEVICE] = 113 * kMiB;
+  monitor().tick(kT0 + 13 * kSec);
+  EXPECT_TRUE(monitor().healthOf(42).leak_suspect);
+  EXPECT_EQ(src_.live_alloc_calls, 2);
+  ASSERT_EQ(find(monitor().view(), 42)->leak_allocs.size(), 1u);
+  EXPECT_EQ(find(monitor().view(), 42)->leak_allocs[0].age_ms, 7000u);
+  // The list is refreshed at the same pace: 14 and 15 s keep it, 16 s looks again.
+  src_.addAlloc(42, 0x5000, kMiB, kT0 - 100 * kSec);
+  for (int t = 14; t <= 15; ++t) {
+    monitor().tick(kT0 + t * kSec);
+    EXPECT_EQ(find(monitor().view(), 42)->leak_allocs.size(), 1u) << t;
+  }
+  monitor().tick(kT0 + 16 * kSec);
+  EXPECT_EQ(src_.live_alloc_calls, 3);
+  ASSERT_EQ(find(monitor().view(), 42)->leak_allocs.size(), 2u);
+  EXPECT_EQ(find(monitor().view(), 42)->leak_allocs[0].ptr, 0x5000u);
 }
 
 // 100 syncs per tick of `ns` each.
