@@ -415,7 +415,8 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   auto p = procOf(s, tgid);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->comm, "ig-cuda-driver");
-  EXPECT_EQ(p->cgroup_id, cgroupIdOfPid(static_cast<pid_t>(tgid)));
+  if (!cgroup2Mount().empty())  // (without a v2 mount there is no path to compare with)
+    EXPECT_EQ(p->cgroup_id, cgroupIdOfPid(static_cast<pid_t>(tgid)));
   EXPECT_GT(p->first_ns, 0u);
   EXPECT_GE(p->last_ns, p->first_ns);
 
@@ -698,6 +699,30 @@ TEST_F(GpuProbesTest, FullMapsAndRingAreCounted) {
   EXPECT_EQ(last->alloc_count[IG_GPU_MEM_DEVICE], after->alloc_count[IG_GPU_MEM_DEVICE]);
   EXPECT_EQ(s.stats.calls[IG_GPU_FN_MEM_ALLOC], kAllocs + 3 + 1);
   EXPECT_EQ(s.stats.proc_map_full, 0u);
+
+  // ig_gpu_procs full: the process's events are dropped (counted); its cgroup still counts.
+  auto launch = reinterpret_cast<int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                         unsigned, unsigned, void*, void**, void**)>(
+      dlsym(h, "cuLaunchKernel"));
+  ASSERT_NE(launch, nullptr);
+  g.forget(me);
+  const int procs_fd = bpf_map__fd(g.skeleton()->maps.ig_gpu_procs);
+  static const ig_gpu_proc zero{};
+  for (uint32_t t = 0x7f000000; bpf_map_update_elem(procs_fd, &t, &zero, BPF_NOEXIST) == 0; ++t) {
+  }
+  const uint64_t my_cgroup = cgroupIdOfPid(getpid());
+  auto cg_before = cgroupOf(g.snapshot(), my_cgroup);
+  int dummy = 0;
+  ASSERT_EQ(launch(&dummy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr), 0);
+  s = g.snapshot();
+  EXPECT_EQ(s.stats.proc_map_full, 1u);
+  EXPECT_FALSE(procOf(s, me).has_value());
+  EXPECT_EQ(s.procs.size(), static_cast<size_t>(IG_GPU_MAX_PROCS));
+  if (my_cgroup != 0) {  // a cgroup v2 mount to find our cgroup id by
+    auto cg_after = cgroupOf(s, my_cgroup);
+    ASSERT_TRUE(cg_after.has_value());
+    EXPECT_EQ(cg_after->launches - (cg_before ? cg_before->launches : 0), 1u);
+  }
   dlclose(h);
 }
 
