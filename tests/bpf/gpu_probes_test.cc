@@ -415,8 +415,9 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   auto p = procOf(s, tgid);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->comm, "ig-cuda-driver");
-  if (!cgroup2Mount().empty())  // (without a v2 mount there is no path to compare with)
+  if (!cgroup2Mount().empty()) {  // (without a v2 mount there is no path to compare with)
     EXPECT_EQ(p->cgroup_id, cgroupIdOfPid(static_cast<pid_t>(tgid)));
+  }
   EXPECT_GT(p->first_ns, 0u);
   EXPECT_GE(p->last_ns, p->first_ns);
 
