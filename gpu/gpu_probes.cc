@@ -175,11 +175,13 @@ absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& 
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
   struct stat st {};
-  if (fstat(fd.get(), &st) != 0) return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
+  if (fstat(fd.get(), &st) != 0)
+    return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
   if (!S_ISREG(st.st_mode)) return absl::NotFoundError(fmt::format("{}: not a regular file", path));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   auto bad = [&](const char* why) {
-    return absl::InvalidArgumentError(fmt::format("{}: not an ELF64 shared object ({})", path, why));
+    return absl::InvalidArgumentError(
+        fmt::format("{}: not an ELF64 shared object ({})", path, why));
   };
   Elf64_Ehdr eh{};
   if (size < sizeof(eh) || !readAt(fd.get(), 0, sizeof(eh), &eh)) return bad("too short");
@@ -188,7 +190,8 @@ absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& 
   if (eh.e_ident[EI_DATA] != ELFDATA2LSB) return bad("not little-endian");
   if (eh.e_shentsize != sizeof(Elf64_Shdr) || eh.e_shnum == 0) return bad("no section headers");
   const uint64_t sh_bytes = uint64_t{eh.e_shnum} * sizeof(Elf64_Shdr);
-  if (eh.e_shoff > size || sh_bytes > size - eh.e_shoff) return bad("section headers out of the file");
+  if (eh.e_shoff > size || sh_bytes > size - eh.e_shoff)
+    return bad("section headers out of the file");
   std::vector<Elf64_Shdr> sh(eh.e_shnum);
   if (!readAt(fd.get(), eh.e_shoff, sh_bytes, sh.data())) return bad("section headers unreadable");
 
@@ -242,9 +245,9 @@ absl::StatusOr<std::unique_ptr<GpuProbes>> GpuProbes::attach(const GpuProbeOptio
           "the CUDA driver library cannot be read ({}): install the NVIDIA driver or set "
           "gpu.library to the path of libcuda.so.1",
           std::string(functions.status().message())));
-    return absl::InvalidArgumentError(fmt::format(
-        "{}: set gpu.library to the path of the CUDA driver library, libcuda.so.1",
-        std::string(functions.status().message())));
+    return absl::InvalidArgumentError(
+        fmt::format("{}: set gpu.library to the path of the CUDA driver library, libcuda.so.1",
+                    std::string(functions.status().message())));
   }
   std::unique_ptr<GpuProbes> probes(new GpuProbes(options));
   probes->report_.library = options.library;
@@ -269,7 +272,8 @@ absl::Status GpuProbes::load() {
         "loading the GPU probes failed: {} (run with log level debug for the verifier log)",
         errnoText(err)));
   }
-  ring_ = ring_buffer__new(bpf_map__fd(skel_->maps.ig_gpu_events), &GpuProbes::onEvent, this, nullptr);
+  ring_ =
+      ring_buffer__new(bpf_map__fd(skel_->maps.ig_gpu_events), &GpuProbes::onEvent, this, nullptr);
   if (!ring_)
     return absl::InternalError(
         fmt::format("opening the GPU probes' ring buffer: {}", errnoText(errno)));
@@ -298,8 +302,8 @@ absl::Status GpuProbes::attachAll(const std::vector<std::string>& functions) {
             "CAP_PERFMON",
             symbol, options_.library, errnoText(e)));
       last_error = fmt::format("{}: {}", symbol, errnoText(e));
-      spdlog::warn("gpu: cannot attach the {} probe to {} in {}: {}",
-                   retprobe ? "return" : "entry", symbol, options_.library, errnoText(e));
+      spdlog::warn("gpu: cannot attach the {} probe to {} in {}: {}", retprobe ? "return" : "entry",
+                   symbol, options_.library, errnoText(e));
       return absl::UnknownError(last_error);
     }
     links_.push_back(link);
@@ -344,7 +348,8 @@ absl::Status GpuProbes::attachAll(const std::vector<std::string>& functions) {
         options_.library, report_.reason));
   }
   if (!report_.missing.empty())
-    spdlog::info("gpu: {} lacks {} (not probed)", options_.library, fmt::join(report_.missing, ", "));
+    spdlog::info("gpu: {} lacks {} (not probed)", options_.library,
+                 fmt::join(report_.missing, ", "));
   report_.active = true;
   return absl::OkStatus();
 }
@@ -396,9 +401,10 @@ GpuSnapshot GpuProbes::snapshot() {
   }
   std::sort(snap.procs.begin(), snap.procs.end(),
             [](const ProcStats& a, const ProcStats& b) { return a.tgid < b.tgid; });
-  snap.procs.erase(std::unique(snap.procs.begin(), snap.procs.end(),
-                               [](const ProcStats& a, const ProcStats& b) { return a.tgid == b.tgid; }),
-                   snap.procs.end());
+  snap.procs.erase(
+      std::unique(snap.procs.begin(), snap.procs.end(),
+                  [](const ProcStats& a, const ProcStats& b) { return a.tgid == b.tgid; }),
+      snap.procs.end());
 
   const int cg_fd = bpf_map__fd(skel_->maps.ig_gpu_cgroups);
   for (uint64_t id : mapKeys<uint64_t>(cg_fd, 2 * IG_GPU_MAX_CGROUPS)) {
@@ -407,10 +413,11 @@ GpuSnapshot GpuProbes::snapshot() {
   }
   std::sort(snap.cgroups.begin(), snap.cgroups.end(),
             [](const CgroupStats& a, const CgroupStats& b) { return a.cgroup_id < b.cgroup_id; });
-  snap.cgroups.erase(
-      std::unique(snap.cgroups.begin(), snap.cgroups.end(),
-                  [](const CgroupStats& a, const CgroupStats& b) { return a.cgroup_id == b.cgroup_id; }),
-      snap.cgroups.end());
+  snap.cgroups.erase(std::unique(snap.cgroups.begin(), snap.cgroups.end(),
+                                 [](const CgroupStats& a, const CgroupStats& b) {
+                                   return a.cgroup_id == b.cgroup_id;
+                                 }),
+                     snap.cgroups.end());
 
   const int ncpu = libbpf_num_possible_cpus();
   if (ncpu > 0) {
@@ -441,8 +448,9 @@ std::vector<LiveAlloc> GpuProbes::liveAllocs(uint32_t tgid, size_t limit) {
   const int fd = bpf_map__fd(skel_->maps.ig_gpu_allocs);
   std::vector<ig_gpu_alloc_key> keys = mapKeys<ig_gpu_alloc_key>(fd, 2 * IG_GPU_MAX_ALLOCS);
   auto keyTie = [](const ig_gpu_alloc_key& k) { return std::tie(k.tgid, k.kind, k.ptr); };
-  std::sort(keys.begin(), keys.end(),  // a walk restarted by deletions repeats keys
-            [&](const ig_gpu_alloc_key& a, const ig_gpu_alloc_key& b) { return keyTie(a) < keyTie(b); });
+  std::sort(
+      keys.begin(), keys.end(),  // a walk restarted by deletions repeats keys
+      [&](const ig_gpu_alloc_key& a, const ig_gpu_alloc_key& b) { return keyTie(a) < keyTie(b); });
   keys.erase(std::unique(keys.begin(), keys.end(),
                          [&](const ig_gpu_alloc_key& a, const ig_gpu_alloc_key& b) {
                            return keyTie(a) == keyTie(b);

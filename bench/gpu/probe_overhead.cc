@@ -66,7 +66,8 @@ struct Api {
 double launchRound(const Api& api, uint64_t n) {
   int dummy = 0;
   const uint64_t t0 = threadCpuNs();
-  for (uint64_t i = 0; i < n; ++i) api.launch(&dummy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
+  for (uint64_t i = 0; i < n; ++i)
+    api.launch(&dummy, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr);
   return static_cast<double>(threadCpuNs() - t0) / static_cast<double>(n);
 }
 
@@ -159,17 +160,19 @@ int main(int argc, char** argv) {
   api.alloc = reinterpret_cast<AllocFn>(dlsym(h, "cuMemAlloc_v2"));
   api.free = reinterpret_cast<FreeFn>(dlsym(h, "cuMemFree_v2"));
   if (!api.launch || !api.alloc || !api.free) {
-    std::fprintf(stderr, "gpu_probe_overhead: %s lacks cuLaunchKernel, cuMemAlloc_v2 or cuMemFree_v2\n",
+    std::fprintf(stderr,
+                 "gpu_probe_overhead: %s lacks cuLaunchKernel, cuMemAlloc_v2 or cuMemFree_v2\n",
                  lib.c_str());
     return 1;
   }
 
   utsname u{};
   uname(&u);
-  std::printf("gpu_probe_overhead: %s, kernel %s, %lu launches and %lu alloc/free pairs per round, "
-              "%lu rounds (thread CPU time)\n",
-              lib.c_str(), u.release, static_cast<unsigned long>(launches),
-              static_cast<unsigned long>(pairs), static_cast<unsigned long>(rounds));
+  std::printf(
+      "gpu_probe_overhead: %s, kernel %s, %lu launches and %lu alloc/free pairs per round, "
+      "%lu rounds (thread CPU time)\n",
+      lib.c_str(), u.release, static_cast<unsigned long>(launches),
+      static_cast<unsigned long>(pairs), static_cast<unsigned long>(rounds));
   // Warm-up: page in the stub, settle the frequency.
   launchRound(api, launches / 10 + 1);
   pairRound(api, pairs / 10 + 1);
@@ -194,8 +197,9 @@ int main(int argc, char** argv) {
       if (p.tgid != me) continue;
       if (p.launches != launches || p.alloc_count[IG_GPU_MEM_DEVICE] != pairs ||
           p.free_count[IG_GPU_MEM_DEVICE] != pairs)
-        std::fprintf(stderr, "gpu_probe_overhead: round %lu: the probes counted %lu launches, %lu "
-                             "allocs, %lu frees (expected %lu, %lu, %lu)\n",
+        std::fprintf(stderr,
+                     "gpu_probe_overhead: round %lu: the probes counted %lu launches, %lu "
+                     "allocs, %lu frees (expected %lu, %lu, %lu)\n",
                      static_cast<unsigned long>(r), static_cast<unsigned long>(p.launches),
                      static_cast<unsigned long>(p.alloc_count[IG_GPU_MEM_DEVICE]),
                      static_cast<unsigned long>(p.free_count[IG_GPU_MEM_DEVICE]),
@@ -241,13 +245,15 @@ int main(int argc, char** argv) {
   const double bp = median(base_pair), pp = median(probed_pair);
   std::printf("cuLaunchKernel: %.1f ns/call without probes, %.1f ns/call with, %.1f ns added\n", bl,
               pl, pl - bl);
-  std::printf("cuMemAlloc_v2+cuMemFree_v2: %.1f ns/pair without probes, %.1f ns/pair with, %.1f ns "
-              "added\n",
-              bp, pp, pp - bp);
+  std::printf(
+      "cuMemAlloc_v2+cuMemFree_v2: %.1f ns/pair without probes, %.1f ns/pair with, %.1f ns "
+      "added\n",
+      bp, pp, pp - bp);
   std::printf("CPU at 10,000 launches/s: %.3f%% of one core\n", (pl - bl) * 10'000 / 1e9 * 100);
   if (prog_launch >= 0)
-    std::printf("of which the BPF programs' own run time (kernel bpf_stats): %.1f ns per launch, "
-                "%.1f ns per alloc+free pair\n",
-                prog_launch, prog_pair);
+    std::printf(
+        "of which the BPF programs' own run time (kernel bpf_stats): %.1f ns per launch, "
+        "%.1f ns per alloc+free pair\n",
+        prog_launch, prog_pair);
   return 0;
 }

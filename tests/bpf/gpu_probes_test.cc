@@ -16,10 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -229,7 +229,9 @@ TEST(GpuProbesElf, RefusesWhatIsNotAnElfSharedObject) {
   char path[] = "/tmp/ig-gpu-notelf-XXXXXX";
   int fd = mkstemp(path);
   ASSERT_GE(fd, 0);
-  const char junk[] = "\x7f" "ELF but not really, just text";
+  const char junk[] =
+      "\x7f"
+      "ELF but not really, just text";
   ASSERT_EQ(write(fd, junk, sizeof(junk)), static_cast<ssize_t>(sizeof(junk)));
   close(fd);
   auto r = elfDynamicFunctions(path);
@@ -320,7 +322,8 @@ TEST_F(GpuProbesTest, MinimalStubReportsMissingSymbolsAndStillCounts) {
   EXPECT_TRUE(r.active);
   EXPECT_EQ(r.library, IG_STUB_CUDA_MINIMAL_LIB);
   EXPECT_EQ(r.reason, "");
-  EXPECT_EQ(r.missing, (std::vector<std::string>{"cuMemCreate", "cuMemRelease", "cuLaunchKernelEx"}));
+  EXPECT_EQ(r.missing,
+            (std::vector<std::string>{"cuMemCreate", "cuMemRelease", "cuLaunchKernelEx"}));
   // 12 base functions + 5 _ptsz variants (not cuLaunchKernelEx_ptsz)
   EXPECT_EQ(r.attached.size(), 17u);
   auto attached = [&](const char* n) {
@@ -361,7 +364,7 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   GpuProbes& g = **probes;
   EXPECT_TRUE(g.report().missing.empty());
   EXPECT_EQ(g.report().attached.size(), 21u);  // 15 + 6 _ptsz
-  g.drainEvents(1000);  // whatever other processes did before
+  g.drainEvents(1000);                         // whatever other processes did before
 
   EXPECT_FALSE(procOf(g.snapshot(), tgid).has_value());
   // A sync with nothing pending: counted, not timed.
@@ -380,11 +383,11 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   d.ok("fail-next");
   EXPECT_EQ(d.cmd("alloc device 777"), "fail 2");
 
-  d.ok("free " + dev1.id);  // cuMemFree_v2 of device memory
-  d.ok("free " + man2.id);  // cuMemFree_v2 of managed memory
-  d.ok("free " + as1.id);   // cuMemFreeAsync
-  d.ok("free " + vmm.id);   // cuMemRelease
-  d.ok("free " + host.id);  // cuMemFreeHost
+  d.ok("free " + dev1.id);    // cuMemFree_v2 of device memory
+  d.ok("free " + man2.id);    // cuMemFree_v2 of managed memory
+  d.ok("free " + as1.id);     // cuMemFreeAsync
+  d.ok("free " + vmm.id);     // cuMemRelease
+  d.ok("free " + host.id);    // cuMemFreeHost
   d.ok("free " + before.id);  // not tracked: unknown
 
   d.ok("launch 5");
@@ -524,7 +527,7 @@ TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
   g.forget(tgid);
   EXPECT_FALSE(procOf(g.snapshot(), tgid).has_value());
   EXPECT_TRUE(g.liveAllocs(tgid, 100).empty());
-  d.ok("sync ctx");  // nothing pending any more: not timed
+  d.ok("sync ctx");         // nothing pending any more: not timed
   d.ok("free " + dev2.id);  // forgotten: unknown
   p = procOf(g.snapshot(), tgid);
   ASSERT_TRUE(p.has_value());
@@ -660,7 +663,8 @@ TEST_F(GpuProbesTest, FullMapsAndRingAreCounted) {
   EXPECT_EQ(s.stats.ringbuf_full, 500u);
   std::vector<GpuEvent> events = g.drainEvents(1'000'000);
   EXPECT_EQ(events.size(), std::min<uint64_t>(kRingRecords, GpuProbes::kEventQueue));
-  EXPECT_EQ(g.eventsDropped(), kRingRecords - std::min<uint64_t>(kRingRecords, GpuProbes::kEventQueue));
+  EXPECT_EQ(g.eventsDropped(),
+            kRingRecords - std::min<uint64_t>(kRingRecords, GpuProbes::kEventQueue));
   for (const GpuEvent& e : events) EXPECT_EQ(e.type, IG_GPU_EV_LARGE_ALLOC);
 
   // ig_gpu_allocs full (filled from here with keys of no process).
@@ -702,9 +706,9 @@ TEST_F(GpuProbesTest, FullMapsAndRingAreCounted) {
   EXPECT_EQ(s.stats.proc_map_full, 0u);
 
   // ig_gpu_procs full: the process's events are dropped (counted); its cgroup still counts.
-  auto launch = reinterpret_cast<int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
-                                         unsigned, unsigned, void*, void**, void**)>(
-      dlsym(h, "cuLaunchKernel"));
+  auto launch =
+      reinterpret_cast<int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, void*, void**, void**)>(dlsym(h, "cuLaunchKernel"));
   ASSERT_NE(launch, nullptr);
   g.forget(me);
   const int procs_fd = bpf_map__fd(g.skeleton()->maps.ig_gpu_procs);
