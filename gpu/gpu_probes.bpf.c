@@ -321,7 +321,7 @@ static __always_inline void ig_alloc_return(__u64 fn, const struct ig_gpu_call *
 	ig_live_add(p, c, kind, call->bytes);
 }
 
-/* Removes the allocation (ptr, tgid, kind) when tracked; its size, 0 when not found. */
+/* Removes the allocation (ptr, tgid, kind) into *out: 1 when it was tracked, else 0. */
 static __always_inline int ig_take_alloc(__u64 ptr, __u32 tgid, __u32 kind, struct ig_gpu_alloc *out)
 {
 	struct ig_gpu_alloc_key key = {};
@@ -354,11 +354,15 @@ static __always_inline void ig_free_return(__u64 fn, const struct ig_gpu_call *c
 	if (rc != IG_CUDA_SUCCESS || !call->arg0)
 		return; /* nothing was freed (freeing NULL is a no-op) */
 	switch (fn) {
-	case IG_GPU_FN_MEM_FREE: /* device or managed memory */
+	case IG_GPU_FN_MEM_FREE: /* device or managed memory, or pool memory freed synchronously */
 		kind = IG_GPU_MEM_DEVICE;
 		found = ig_take_alloc(call->arg0, tgid, kind, &a);
 		if (!found) {
 			kind = IG_GPU_MEM_MANAGED;
+			found = ig_take_alloc(call->arg0, tgid, kind, &a);
+		}
+		if (!found) {
+			kind = IG_GPU_MEM_ASYNC;
 			found = ig_take_alloc(call->arg0, tgid, kind, &a);
 		}
 		break;

@@ -731,6 +731,38 @@ TEST_F(GpuProbesTest, FullMapsAndRingAreCounted) {
   dlclose(h);
 }
 
+// A free finds its allocation whichever call made it: cuMemFree_v2 of pool memory,
+// cuMemFreeAsync of cuMemAlloc memory; freeing NULL counts nothing.
+TEST_F(GpuProbesTest, FreesFindTheirAllocationAcrossKinds) {
+  void* h = dlopen(IG_STUB_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(h, nullptr) << dlerror();
+  auto memAlloc = reinterpret_cast<int (*)(unsigned long long*, size_t)>(dlsym(h, "cuMemAlloc_v2"));
+  auto memFree = reinterpret_cast<int (*)(unsigned long long)>(dlsym(h, "cuMemFree_v2"));
+  auto allocAsync =
+      reinterpret_cast<int (*)(unsigned long long*, size_t, void*)>(dlsym(h, "cuMemAllocAsync"));
+  auto freeAsync = reinterpret_cast<int (*)(unsigned long long, void*)>(dlsym(h, "cuMemFreeAsync"));
+  ASSERT_TRUE(memAlloc && memFree && allocAsync && freeAsync);
+  auto probes = attachTo(IG_STUB_CUDA_LIB);
+  ASSERT_TRUE(probes.ok()) << probes.status();
+  const uint32_t me = static_cast<uint32_t>(getpid());
+  unsigned long long pool = 0, dev = 0;
+  ASSERT_EQ(allocAsync(&pool, 300, nullptr), 0);
+  ASSERT_EQ(memAlloc(&dev, 700), 0);
+  ASSERT_EQ(memFree(pool), 0);
+  ASSERT_EQ(freeAsync(dev, nullptr), 0);
+  ASSERT_EQ(memFree(0), 0);
+  auto p = procOf((*probes)->snapshot(), me);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->free_count[IG_GPU_MEM_ASYNC], 1u);
+  EXPECT_EQ(p->free_bytes[IG_GPU_MEM_ASYNC], 300u);
+  EXPECT_EQ(p->free_count[IG_GPU_MEM_DEVICE], 1u);
+  EXPECT_EQ(p->free_bytes[IG_GPU_MEM_DEVICE], 700u);
+  EXPECT_EQ(p->live_bytes[IG_GPU_MEM_ASYNC], 0);
+  EXPECT_EQ(p->live_bytes[IG_GPU_MEM_DEVICE], 0);
+  EXPECT_EQ(p->unknown_frees, 0u);
+  dlclose(h);
+}
+
 // Without a large-allocation threshold there is no large event; failures still are events.
 TEST_F(GpuProbesTest, LargeAllocEventsAreOffAtZero) {
   auto probes = attachTo(IG_STUB_CUDA_LIB, 0);
