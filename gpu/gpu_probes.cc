@@ -5,6 +5,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,6 +44,9 @@ void setupLibbpf() {
   static std::once_flag once;
   std::call_once(once, [] { libbpf_set_print(libbpfPrint); });
 }
+
+// BPF_TRACE_UPROBE_MULTI (enum bpf_attach_type, Linux 6.6): not in Debian 12's uapi headers.
+constexpr auto kUprobeMultiAttach = static_cast<enum bpf_attach_type>(48);
 
 std::string errnoText(int err) {
   if (err < 0) err = -err;
@@ -171,7 +175,7 @@ constexpr uint64_t kMaxDynBytes = 64ull << 20;
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& path) {
+absl::StatusOr<std::vector<ElfFunction>> elfDynamicFunctionOffsets(const std::string& path) {
   Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return absl::NotFoundError(fmt::format("{}: {}", path, errnoText(errno)));
   struct stat st {};
@@ -218,7 +222,7 @@ absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& 
       !readAt(fd.get(), strtab.sh_offset, strs.size(), strs.data()))
     return bad(".dynsym unreadable");
 
-  std::vector<std::string> names;
+  std::vector<ElfFunction> out;
   for (const Elf64_Sym& s : syms) {
     const int type = ELF64_ST_TYPE(s.st_info);
     const int bind = ELF64_ST_BIND(s.st_info);
@@ -226,10 +230,35 @@ absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& 
     if (bind != STB_GLOBAL && bind != STB_WEAK && bind != STB_GNU_UNIQUE) continue;
     if (s.st_shndx == SHN_UNDEF || s.st_name == 0 || s.st_name >= strs.size()) continue;
     const char* name = strs.data() + s.st_name;
-    names.emplace_back(name, strnlen(name, strs.size() - s.st_name));
+    ElfFunction f;
+    f.name.assign(name, strnlen(name, strs.size() - s.st_name));
+    // The file offset of the function's first byte, through its section (what a uprobe
+    // takes); 0 when the section does not say (an IFUNC's value is its resolver: not used).
+    if (type == STT_FUNC && s.st_shndx < sh.size()) {
+      const Elf64_Shdr& sec = sh[s.st_shndx];
+      if (sec.sh_type == SHT_PROGBITS && s.st_value >= sec.sh_addr &&
+          s.st_value - sec.sh_addr < sec.sh_size && sec.sh_offset <= size &&
+          s.st_value - sec.sh_addr < size - sec.sh_offset) {
+        f.offset = s.st_value - sec.sh_addr + sec.sh_offset;
+      }
+    }
+    out.push_back(std::move(f));
   }
-  std::sort(names.begin(), names.end());
-  names.erase(std::unique(names.begin(), names.end()), names.end());
+  std::sort(out.begin(), out.end(), [](const ElfFunction& a, const ElfFunction& b) {
+    return std::tie(a.name, a.offset) < std::tie(b.name, b.offset);
+  });
+  out.erase(std::unique(out.begin(), out.end(),
+                        [](const ElfFunction& a, const ElfFunction& b) { return a.name == b.name; }),
+            out.end());
+  return out;
+}
+
+absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& path) {
+  absl::StatusOr<std::vector<ElfFunction>> fns = elfDynamicFunctionOffsets(path);
+  if (!fns.ok()) return fns.status();
+  std::vector<std::string> names;
+  names.reserve(fns->size());
+  for (ElfFunction& f : *fns) names.push_back(std::move(f.name));
   return names;
 }
 
@@ -249,20 +278,47 @@ absl::StatusOr<std::unique_ptr<GpuProbes>> GpuProbes::attach(const GpuProbeOptio
         fmt::format("{}: set gpu.library to the path of the CUDA driver library, libcuda.so.1",
                     std::string(functions.status().message())));
   }
+  absl::StatusOr<std::vector<ElfFunction>> offsets = elfDynamicFunctionOffsets(options.library);
+  // One uprobe_multi link for the entry probes and one for the return probes (Linux 6.6+):
+  // detaching releases every probe of a link after one grace period, where a link per probe
+  // waits one each (~0.1 s: seconds at stop). Older kernels refuse the program's attach type,
+  // and then each probe gets a link of its own.
+  if (offsets.ok() && options.multi_link) {
+    std::unique_ptr<GpuProbes> multi(new GpuProbes(options));
+    multi->report_.library = options.library;
+    absl::Status s = multi->load(/*multi=*/true);
+    if (s.ok()) s = multi->attachMulti(*offsets);
+    if (s.ok() || absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s)) {
+      if (!s.ok()) return s;
+      return multi;
+    }
+    spdlog::debug("gpu: uprobe_multi links unavailable ({}): one link per probe",
+                  std::string(s.message()));
+  }
   std::unique_ptr<GpuProbes> probes(new GpuProbes(options));
   probes->report_.library = options.library;
-  if (auto s = probes->load(); !s.ok()) return s;
+  if (auto s = probes->load(/*multi=*/false); !s.ok()) return s;
   if (auto s = probes->attachAll(*functions); !s.ok()) return s;
   return probes;
 }
 
-absl::Status GpuProbes::load() {
+absl::Status GpuProbes::load(bool multi) {
   setupLibbpf();
   skel_ = ig_gpu_probes__open();
   if (!skel_)
     return absl::InternalError(fmt::format("opening the GPU probe skeleton: {}", errnoText(errno)));
   skel_->rodata->large_alloc_bytes = options_.large_alloc_bytes;
+  if (multi) {
+    bpf_program__set_expected_attach_type(skel_->progs.ig_gpu_enter, kUprobeMultiAttach);
+    bpf_program__set_expected_attach_type(skel_->progs.ig_gpu_exit, kUprobeMultiAttach);
+    // The first try: an old kernel's refusal is expected, not worth a warning.
+    libbpf_set_print(nullptr);
+  }
   int err = ig_gpu_probes__load(skel_);
+  if (multi) libbpf_set_print(libbpfPrint);
+  if (err && multi && err != -EPERM) {
+    return absl::UnimplementedError(fmt::format("loading for uprobe_multi: {}", errnoText(err)));
+  }
   if (err) {
     if (err == -EPERM || err == -EACCES || errno == EPERM)
       return absl::PermissionDeniedError(
@@ -354,7 +410,96 @@ absl::Status GpuProbes::attachAll(const std::vector<std::string>& functions) {
   return absl::OkStatus();
 }
 
+absl::Status GpuProbes::attachMulti(const std::vector<ElfFunction>& functions) {
+  auto find = [&](const std::string& name) -> const ElfFunction* {
+    auto it = std::lower_bound(functions.begin(), functions.end(), name,
+                               [](const ElfFunction& f, const std::string& n) { return f.name < n; });
+    return it != functions.end() && it->name == name ? &*it : nullptr;
+  };
+  struct Target {
+    std::string symbol;
+    uint64_t offset;
+    int fn;
+    bool returns;
+  };
+  std::vector<Target> targets;
+  std::vector<std::string> missing;
+  for (const ProbedFunction& p : kProbed) {
+    const std::string base = fnName(p.fn);
+    const ElfFunction* f = find(base);
+    if (f == nullptr) {
+      missing.push_back(base);
+    } else if (f->offset == 0) {
+      return absl::UnimplementedError(fmt::format("{}: no file offset", base));
+    } else {
+      targets.push_back({base, f->offset, p.fn, p.returns});
+    }
+    if (p.ptsz) {
+      const ElfFunction* v = find(p.ptsz);
+      if (v != nullptr && v->offset != 0) targets.push_back({p.ptsz, v->offset, p.fn, p.returns});
+    }
+  }
+  if (targets.empty()) {
+    report_.missing = missing;
+    report_.reason = "none of the probed CUDA driver functions is in the library";
+    return absl::FailedPreconditionError(fmt::format(
+        "no GPU probe could be attached to {}: {}; set gpu.library to the CUDA driver library, "
+        "libcuda.so.1",
+        options_.library, report_.reason));
+  }
+  // Return probes first (an entry kept for a return probe not there yet would wait in
+  // ig_gpu_calls for nothing).
+  for (bool returns : {true, false}) {
+    std::vector<uint64_t> offs, cookies;
+    for (const Target& t : targets) {
+      if (returns && !t.returns) continue;
+      offs.push_back(t.offset);
+      cookies.push_back(static_cast<uint64_t>(t.fn));
+    }
+    if (offs.empty()) continue;
+    bpf_program* prog = returns ? skel_->progs.ig_gpu_exit : skel_->progs.ig_gpu_enter;
+    // union bpf_attr's link_create for uprobe_multi (Linux 6.6 uapi; Debian 12's headers
+    // predate it): the fields up to `pid`, the rest zero.
+    struct {
+      uint32_t prog_fd, target_fd, attach_type, flags;
+      uint64_t path, offsets, ref_ctr_offsets, cookies;
+      uint32_t cnt, multi_flags, pid, pad;
+    } attr{};
+    static_assert(sizeof(attr) == 64, "link_create uprobe_multi layout");
+    attr.prog_fd = static_cast<uint32_t>(bpf_program__fd(prog));
+    attr.attach_type = kUprobeMultiAttach;
+    attr.path = reinterpret_cast<uint64_t>(options_.library.c_str());
+    attr.offsets = reinterpret_cast<uint64_t>(offs.data());
+    attr.cookies = reinterpret_cast<uint64_t>(cookies.data());
+    attr.cnt = static_cast<uint32_t>(offs.size());
+    attr.multi_flags = returns ? 1u /* BPF_F_UPROBE_MULTI_RETURN */ : 0u;
+    attr.pid = options_.pid > 0 ? static_cast<uint32_t>(options_.pid) : 0;
+    const int fd = static_cast<int>(syscall(__NR_bpf, BPF_LINK_CREATE, &attr, sizeof(attr)));
+    if (fd < 0) {
+      const int e = errno;
+      for (int f : multi_links_) close(f);
+      multi_links_.clear();
+      if (e == EPERM || e == EACCES)
+        return absl::PermissionDeniedError(fmt::format(
+            "attaching the uprobes to {} was refused ({}): run as root or grant CAP_BPF and "
+            "CAP_PERFMON",
+            options_.library, errnoText(e)));
+      return absl::UnimplementedError(fmt::format("uprobe_multi link: {}", errnoText(e)));
+    }
+    multi_links_.push_back(fd);
+  }
+  report_.missing = missing;
+  for (const Target& t : targets) report_.attached.push_back(t.symbol);
+  if (!report_.missing.empty())
+    spdlog::info("gpu: {} lacks {} (not probed)", options_.library,
+                 fmt::join(report_.missing, ", "));
+  report_.active = true;
+  return absl::OkStatus();
+}
+
 GpuProbes::~GpuProbes() {
+  for (int fd : multi_links_) close(fd);
+  multi_links_.clear();
   // Each uprobe's release waits for RCU grace periods in the kernel (~0.1 s each, serialised
   // there: releasing from several threads does not help), so detaching takes a few seconds.
   for (bpf_link* l : links_) bpf_link__destroy(l);

@@ -28,9 +28,14 @@ struct GpuProbeOptions {
   std::string library;                      // path of libcuda.so.1 to probe (required)
   uint64_t large_alloc_bytes = 1ull << 30;  // ring event for allocations >= this (0: none)
   int pid = -1;                             // -1: every process mapping the library
-  // (another value: perf's per-task uprobe events, so only that thread of the process; for
-  // tests and single-threaded programs)
+  // (another value: with uprobe_multi links that process; with a link per probe perf's
+  // per-task events, so only that thread of it. For tests.)
+  // Two uprobe_multi links when the kernel has them (Linux 6.6+), else one link per probe;
+  // false forces the latter (tests of the fallback).
+  bool multi_link = true;
 };
+
+struct ElfFunction;
 
 class GpuProbes final : public GpuSource {
  public:
@@ -45,8 +50,8 @@ class GpuProbes final : public GpuSource {
   // (FailedPrecondition).
   static absl::StatusOr<std::unique_ptr<GpuProbes>> attach(const GpuProbeOptions& options);
 
-  // Detaches everything. The kernel waits a grace period per uprobe released (~0.1 s each),
-  // so this takes a few seconds.
+  // Detaches everything. With uprobe_multi links (Linux 6.6+) the kernel waits one grace
+  // period per link (two links); on older kernels one per uprobe (~0.1 s each: seconds).
   ~GpuProbes() override;
   GpuProbes(const GpuProbes&) = delete;
   GpuProbes& operator=(const GpuProbes&) = delete;
@@ -68,14 +73,17 @@ class GpuProbes final : public GpuSource {
 
  private:
   explicit GpuProbes(GpuProbeOptions options) : options_(std::move(options)) {}
-  absl::Status load();
+  absl::Status load(bool multi);  // multi: the programs' attach type is uprobe_multi
   absl::Status attachAll(const std::vector<std::string>& functions);  // .dynsym's functions
+  // Two uprobe_multi links (entries, returns); UNIMPLEMENTED when the kernel has none.
+  absl::Status attachMulti(const std::vector<ElfFunction>& functions);
   static int onEvent(void* ctx, void* data, size_t size);  // ring buffer callback, never throws
 
   GpuProbeOptions options_;
   AttachReport report_;
   ig_gpu_probes* skel_ = nullptr;
   std::vector<bpf_link*> links_;
+  std::vector<int> multi_links_;  // uprobe_multi link fds (attachMulti)
   ring_buffer* ring_ = nullptr;
   std::deque<GpuEvent> events_;  // at most kEventQueue
   uint64_t events_dropped_ = 0;
@@ -86,5 +94,13 @@ class GpuProbes final : public GpuSource {
 // bounds checks on every offset (no libelf). NotFound when the file cannot be read,
 // InvalidArgument when it is not a well-formed little-endian ELF64 object with a .dynsym.
 absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& path);
+
+// The same functions with the file offset of each one's first byte (what a uprobe attaches
+// to; 0 when its section does not say), sorted by name, one per name.
+struct ElfFunction {
+  std::string name;
+  uint64_t offset = 0;
+};
+absl::StatusOr<std::vector<ElfFunction>> elfDynamicFunctionOffsets(const std::string& path);
 
 }  // namespace infergate::gpu

@@ -196,9 +196,26 @@ class GpuProbesTest : public ::testing::Test {
     GpuProbeOptions o;
     o.library = lib;
     o.large_alloc_bytes = large;
+    o.multi_link = multi_link_;
     return GpuProbes::attach(o);
   }
+  void exactFiguresOfAKnownPattern();
+  // false: one link per probe, what a kernel without uprobe_multi (before 6.6) gets.
+  static inline bool multi_link_ = true;
 };
+
+// The fallback: the same figures through a link per probe.
+class GpuProbesPerProbeLinks : public GpuProbesTest {
+ protected:
+  void SetUp() override {
+    GpuProbesTest::SetUp();
+    multi_link_ = false;
+  }
+  void TearDown() override { multi_link_ = true; }
+};
+
+TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) { exactFiguresOfAKnownPattern(); }
+TEST_F(GpuProbesPerProbeLinks, ExactFiguresOfAKnownPattern) { exactFiguresOfAKnownPattern(); }
 
 TEST(GpuProbesElf, DynamicFunctionsOfTheStubs) {
   auto full = elfDynamicFunctions(IG_STUB_CUDA_LIB);
@@ -221,6 +238,27 @@ TEST(GpuProbesElf, DynamicFunctionsOfTheStubs) {
   EXPECT_FALSE(has(*minimal, "cuMemRelease"));
   EXPECT_TRUE(has(*minimal, "cuLaunchKernel"));
   EXPECT_EQ(full->size() - minimal->size(), 4u);
+}
+
+// The file offsets uprobe_multi attaches to: the frame-pointer stub's functions start with
+// `push %rbp` (0x55) at exactly the offset read from .dynsym and its section.
+TEST(GpuProbesElf, FunctionOffsetsPointAtTheFirstInstruction) {
+  std::string fp = IG_STUB_CUDA_LIB;
+  fp.replace(fp.rfind("/stub/"), 6, "/stub-fp/");
+  auto fns = elfDynamicFunctionOffsets(fp);
+  ASSERT_TRUE(fns.ok()) << fns.status() << " (build ig_stub_cuda_fp)";
+  std::ifstream in(fp, std::ios::binary);
+  int checked = 0;
+  for (const ElfFunction& f : *fns) {
+    if (f.name.rfind("cu", 0) != 0) continue;
+    ASSERT_NE(f.offset, 0u) << f.name;
+    in.seekg(static_cast<std::streamoff>(f.offset));
+    char first = 0;
+    in.read(&first, 1);
+    EXPECT_EQ(static_cast<unsigned char>(first), 0x55) << f.name << " at " << f.offset;
+    ++checked;
+  }
+  EXPECT_GE(checked, 27);
 }
 
 TEST(GpuProbesElf, RefusesWhatIsNotAnElfSharedObject) {
@@ -352,7 +390,7 @@ TEST_F(GpuProbesTest, MinimalStubReportsMissingSymbolsAndStillCounts) {
 }
 
 // The whole pattern in one process, figure by figure.
-TEST_F(GpuProbesTest, ExactFiguresOfAKnownPattern) {
+void GpuProbesTest::exactFiguresOfAKnownPattern() {
   Driver d(IG_STUB_CUDA_LIB);
   ASSERT_EQ(d.ready().rfind("ready", 0), 0u) << d.ready();
   const uint32_t tgid = static_cast<uint32_t>(std::stoul(d.ok("pid").at(0)));
