@@ -594,8 +594,8 @@ void GpuMonitor::tick(uint64_t now_ns) {
       m->procs.emplace_back();
       s = &m->procs.back();
       s->pid = std::to_string(pv.tgid);
-      s->comm = pv.comm;
-      s->container = pv.container.label();
+      s->comm = validUtf8(pv.comm);  // Prometheus label values are UTF-8
+      s->container = validUtf8(pv.container.label());
     } else {
       have_other = true;
     }
@@ -614,8 +614,9 @@ void GpuMonitor::tick(uint64_t now_ns) {
     const ContainerView& cv = v.containers[i];
     m->quota_now += cv.over_quota;
     if (i < options_.max_series) {
-      m->containers.push_back({cv.label, cv.container.pod_name, cv.container.pod_namespace,
-                               cv.device_bytes, cv.quota_bytes});
+      m->containers.push_back({validUtf8(cv.label), validUtf8(cv.container.pod_name),
+                               validUtf8(cv.container.pod_namespace), cv.device_bytes,
+                               cv.quota_bytes});
     } else {
       have_other_c = true;
       other_c.device_bytes += cv.device_bytes;

@@ -174,6 +174,22 @@ std::string jsonString(std::string_view s) {
   return out;
 }
 
+std::string validUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8Len(s, i);
+    if (n == 0) {
+      out += "\xef\xbf\xbd";
+      ++i;
+    } else {
+      out.append(s.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
 std::string renderGpuText(const GpuView& view, size_t max_rows) {
   std::string out;
   if (!view.probes.active) {

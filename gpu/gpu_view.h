@@ -86,5 +86,7 @@ std::string formatBytes(int64_t bytes);
 std::string formatNs(uint64_t ns);
 // A JSON string literal (quotes included).
 std::string jsonString(std::string_view s);
+// `s` with each byte that is not part of valid UTF-8 replaced by U+FFFD (for metric labels).
+std::string validUtf8(std::string_view s);
 
 }  // namespace infergate::gpu

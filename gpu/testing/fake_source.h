@@ -26,7 +26,8 @@ class FakeGpuSource : public GpuSource {
     report_.attached = {"cuMemAlloc_v2", "cuMemFree_v2", "cuLaunchKernel", "cuStreamSynchronize"};
   }
 
-  // The process `tgid`, created (in cgroup `cgroup_id`, named `comm`) when absent.
+  // The process `tgid`, created (in cgroup `cgroup_id`, named `comm`) when absent. The
+  // reference is valid until the next proc() or cgroup() call that creates an entry.
   ProcStats& proc(uint32_t tgid, uint64_t cgroup_id = 1, const std::string& comm = "proc") {
     for (ProcStats& p : snap.procs)
       if (p.tgid == tgid) return p;

@@ -448,6 +448,7 @@ TEST_F(GpuMonitorTest, MetricsExpositionValues) {
   src_.snap.stats.calls[IG_GPU_FN_LAUNCH_KERNEL] = 77;
   src_.snap.stats.alloc_map_full = 3;
   src_.snap.stats.ringbuf_full = 2;
+  src_.proc(12, 7, "bad\xffutf8").live_bytes[IG_GPU_MEM_DEVICE] = 1;
   ProcStats& p = src_.proc(11, 7, "we\"ird\\name\n");
   p.live_bytes[IG_GPU_MEM_MANAGED] = 5000;
   p.live_bytes[IG_GPU_MEM_HOST] = 7000;
@@ -482,6 +483,7 @@ TEST_F(GpuMonitorTest, MetricsExpositionValues) {
   // Label values escaped by the exposition rules.
   EXPECT_EQ(m["infergate_gpu_process_device_bytes{pid=\"11\",comm=\"we\\\"ird\\\\name\\n\",container=\"triton-0\"}"],
             5000);
+  EXPECT_EQ(m["infergate_gpu_process_device_bytes{pid=\"12\",comm=\"bad\xef\xbf\xbdutf8\",container=\"triton-0\"}"], 1);
   EXPECT_EQ(m["infergate_gpu_webhook_sent_total"], 0);
   EXPECT_EQ(m["infergate_gpu_webhook_failed_total"], 0);
   EXPECT_EQ(m["infergate_gpu_webhook_dropped_total"], 0);
@@ -625,7 +627,8 @@ TEST_F(GpuMonitorTest, LeakAndAnomalyWebhooksAndLogLines) {
   }
   ASSERT_TRUE(monitor().waitWebhookIdle(5000));
   EXPECT_EQ(monitor().webhookSent(), 2u);
-  const ProcessView* p = find(monitor().view(), 42);
+  const GpuView view = monitor().view();
+  const ProcessView* p = find(view, 42);
   ASSERT_NE(p, nullptr);
   EXPECT_TRUE(p->leak_suspect);
   EXPECT_TRUE(p->leak_allocs.empty());

@@ -221,6 +221,11 @@ TEST(GpuViewJson, StringsAreEscapedAndValidUtf8) {
   EXPECT_EQ((*doc)["probes"]["reason"].str, "quote \" and \\");
 }
 
+TEST(GpuViewFormat, ValidUtf8) {
+  EXPECT_EQ(validUtf8("plain µs"), "plain µs");
+  EXPECT_EQ(validUtf8("a\xff" "b\xc3"), "a\xef\xbf\xbd" "b\xef\xbf\xbd");
+}
+
 TEST(GpuViewJson, AnEmptyViewIsValid) {
   std::string err;
   auto doc = JsonParser::parse(renderGpuJson(GpuView{}), &err);
