@@ -53,6 +53,7 @@ gpu::GpuMonitorOptions monitorOptions(const config::GpuConfig& c) {
   o.interval_ms = c.interval_ms;
   o.leak_window_ms = c.leak_window_ms;
   o.leak_min_age_ms = c.leak_min_age_ms;
+  o.leak_check_interval_ms = c.leak_check_interval_ms;
   o.anomaly_factor = c.anomaly_factor;
   o.anomaly_min_syncs = c.anomaly_min_syncs;
   o.baseline_windows = c.baseline_windows;
@@ -189,10 +190,23 @@ uint16_t GpuWatch::localPortOf(const std::string& endpoint,
 void GpuWatch::applyHealth(const gpu::GpuView& view) {
   std::map<uint32_t, const gpu::ProcessView*> by_pid;
   for (const gpu::ProcessView& p : view.processes) by_pid[p.tgid] = &p;
+  // A process the probes know, or else the GPU processes of its cgroup (a server whose port
+  // is owned by a parent while its workers hold the GPU).
   auto unhealthy = [&](uint32_t pid, bool* known) {
-    auto it = by_pid.find(pid);
-    *known = it != by_pid.end();
-    return *known && (it->second->over_quota || it->second->anomaly);
+    if (auto it = by_pid.find(pid); it != by_pid.end()) {
+      *known = true;
+      return it->second->over_quota || it->second->anomaly;
+    }
+    *known = false;
+    std::optional<std::string> path = info_.cgroupPathOf(pid);
+    std::optional<uint64_t> cg = path ? info_.cgroupIdOf(*path) : std::nullopt;
+    bool bad = false;
+    for (const gpu::ProcessView& p : view.processes) {
+      if (!cg || p.cgroup_id != *cg) continue;
+      *known = true;
+      bad = bad || p.over_quota || p.anomaly;
+    }
+    return bad;
   };
   for (const auto& m : models_.models()) {
     std::vector<std::string> endpoints = m->backendEndpoints();

@@ -702,7 +702,7 @@ class Loader {
     IG_CONFIG_TRY(checkMap(
         n, "gpu",
         {"enabled", "required", "library", "interval_ms", "large_alloc_bytes", "leak_window_ms",
-         "leak_min_age_ms", "anomaly_factor", "anomaly_min_syncs", "baseline_windows",
+         "leak_min_age_ms", "leak_check_interval_ms", "anomaly_factor", "anomaly_min_syncs", "baseline_windows",
          "default_quota_bytes", "quotas", "log_interval_ms", "webhook_url", "webhook_timeout_ms",
          "max_series", "overload_level", "prefer_healthy_endpoints"}));
     constexpr int64_t kDay = 86'400'000;
@@ -728,6 +728,7 @@ class Loader {
                             U64Key{"large_alloc_bytes", 0, kMax, &g.large_alloc_bytes},
                             U64Key{"leak_window_ms", 1, kDay, &g.leak_window_ms},
                             U64Key{"leak_min_age_ms", 0, kDay, &g.leak_min_age_ms},
+                            U64Key{"leak_check_interval_ms", 0, kDay, &g.leak_check_interval_ms},
                             U64Key{"anomaly_min_syncs", 1, 1'000'000'000, &g.anomaly_min_syncs},
                             U64Key{"default_quota_bytes", 0, kMax, &g.default_quota_bytes},
                             U64Key{"log_interval_ms", 0, kDay, &g.log_interval_ms},

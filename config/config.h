@@ -94,6 +94,7 @@ struct GpuConfig {
   uint64_t large_alloc_bytes = 1ull << 30;  // a rare event per allocation at least this big (0: none)
   uint64_t leak_window_ms = 300000;
   uint64_t leak_min_age_ms = 300000;
+  uint64_t leak_check_interval_ms = 10000;  // how often a growing process's allocations are walked
   double anomaly_factor = 3.0;
   uint64_t anomaly_min_syncs = 20;
   uint32_t baseline_windows = 10;

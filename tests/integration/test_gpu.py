@@ -151,6 +151,7 @@ class GpuWatchTest(unittest.TestCase):
             "  large_alloc_bytes: %d" % (16 * MiB),
             "  leak_window_ms: 1200",
             "  leak_min_age_ms: 600",
+            "  leak_check_interval_ms: 300",
             "  anomaly_min_syncs: 5",
             "  baseline_windows: 3",
             "  quotas: [{match: %s, max_device_bytes: %d}]" % (cls.cgroup_name, MiB),

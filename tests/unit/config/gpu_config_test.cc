@@ -43,6 +43,7 @@ TEST(GpuConfig, ReadsEveryKey) {
   large_alloc_bytes: 4096
   leak_window_ms: 2000
   leak_min_age_ms: 1500
+  leak_check_interval_ms: 700
   anomaly_factor: 2.5
   anomaly_min_syncs: 5
   baseline_windows: 3
@@ -65,6 +66,7 @@ TEST(GpuConfig, ReadsEveryKey) {
   EXPECT_EQ(g.large_alloc_bytes, 4096u);
   EXPECT_EQ(g.leak_window_ms, 2000u);
   EXPECT_EQ(g.leak_min_age_ms, 1500u);
+  EXPECT_EQ(g.leak_check_interval_ms, 700u);
   EXPECT_DOUBLE_EQ(g.anomaly_factor, 2.5);
   EXPECT_EQ(g.anomaly_min_syncs, 5u);
   EXPECT_EQ(g.baseline_windows, 3u);
