@@ -42,6 +42,22 @@ if ! ldd "$bin" >/dev/null 2>&1 || ldd "$bin" | grep -q 'not found'; then
 fi
 "$bin" --version 2>&1 | head -1
 
+echo "== the driver's probed entry points"
+echo "   (a first instruction the kernel emulates, push/nop/jmp/call, costs one trap per call;"
+echo "   any other costs two: docs/BENCHMARKS.md, GPU probes)"
+for lib in /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1 /usr/lib/libcuda.so.1; do
+	[ -e "$lib" ] || continue
+	echo "$lib -> $(readlink -f "$lib")"
+	if command -v objdump >/dev/null; then
+		for fn in cuLaunchKernel cuLaunchKernel_ptsz cuMemAlloc_v2 cuStreamSynchronize; do
+			objdump -d --no-show-raw-insn "$lib" 2>/dev/null | grep -A2 "<$fn>:" | head -3
+		done
+	else
+		echo "(no objdump here: first bytes not shown)"
+	fi
+	break
+done
+
 echo "== build"
 nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 cuda_home=$(dirname "$(dirname "$nvcc")")
