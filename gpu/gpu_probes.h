@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gpu/elf_symbols.h"
 #include "gpu/gpu_source.h"
 
 struct ig_gpu_probes;  // the bpftool skeleton
@@ -34,8 +35,6 @@ struct GpuProbeOptions {
   // false forces the latter (tests of the fallback).
   bool multi_link = true;
 };
-
-struct ElfFunction;
 
 class GpuProbes final : public GpuSource {
  public:
@@ -89,18 +88,6 @@ class GpuProbes final : public GpuSource {
   uint64_t events_dropped_ = 0;
 };
 
-// The names of the defined functions (STT_FUNC / STT_GNU_IFUNC, global or weak, not undefined)
-// in an ELF64 shared object's .dynsym, sorted, each once. Reads the file with
-// bounds checks on every offset (no libelf). NotFound when the file cannot be read,
-// InvalidArgument when it is not a well-formed little-endian ELF64 object with a .dynsym.
-absl::StatusOr<std::vector<std::string>> elfDynamicFunctions(const std::string& path);
 
-// The same functions with the file offset of each one's first byte (what a uprobe attaches
-// to; 0 when its section does not say), sorted by name, one per name.
-struct ElfFunction {
-  std::string name;
-  uint64_t offset = 0;
-};
-absl::StatusOr<std::vector<ElfFunction>> elfDynamicFunctionOffsets(const std::string& path);
 
 }  // namespace infergate::gpu

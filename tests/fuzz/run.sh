@@ -13,7 +13,7 @@ secs=${2:-60}
 shift $(( $# < 2 ? $# : 2 ))
 all=(fuzz_xdp_classifier fuzz_tcp_stack fuzz_http1 fuzz_http2 fuzz_grpc_framing fuzz_modelinfer
      fuzz_tf_predict fuzz_kserve_json fuzz_kserve_stream fuzz_tfserving_rest fuzz_config
-     fuzz_grpc_client)
+     fuzz_grpc_client fuzz_gpu)
 if [ $# -gt 0 ]; then
   targets=("$@")
 else
