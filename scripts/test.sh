@@ -24,7 +24,7 @@ fi
 # everything is compiled with ASan + UBSan (every report fatal) and libFuzzer's coverage:
 #  - the unit tests (ctest -L unit: not the BPF or integration tests) run under the sanitizers;
 #  - every fuzz target replays tests/fuzz/regressions/, then fuzzes its seed corpus for
-#    INFERGATE_FUZZ_SECONDS (default 15; 12 targets, about 3.5 minutes in all: docs/FUZZING.md
+#    INFERGATE_FUZZ_SECONDS (default 15; 13 targets, about 3.7 minutes in all: docs/FUZZING.md
 #    has the CI time budget).
 # Any sanitizer report, crash, leak or broken invariant fails the run; a fuzz finding leaves the
 # input to reproduce it in the artifacts directory run.sh prints.
