@@ -44,6 +44,8 @@ std::string_view modeName(Mode m) {
       return "xdp-filter";
     case Mode::kAfXdp:
       return "afxdp";
+    case Mode::kDpdk:
+      return "dpdk";
   }
   return "unknown";
 }
@@ -409,18 +411,16 @@ class Loader {
   absl::Status readRoot(const YAML::Node& root, Config& c) const {
     IG_CONFIG_TRY(checkMap(
         root, "",
-        {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "security",
-         "priority", "gpu", "models"}));
+        {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "dpdk",
+         "security", "priority", "gpu", "models"}));
     if (YAML::Node n = root["mode"]; n.IsDefined()) {
       std::string name;
       IG_CONFIG_TRY(readString(n, "mode", name));
       std::optional<Mode> m = parseMode(name);
       if (!m) {
-        // dpdk: planned (docs/ARCHITECTURE.md), not accepted until its transport exists.
-        return err("mode", fmt::format("{} mode '{}' (expected one of socket, xdp-filter, afxdp)",
-                                       name == "dpdk" ? "no DPDK transport exists yet:"
-                                                      : "unknown",
-                                       name));
+        return err("mode", fmt::format(
+                               "unknown mode '{}' (expected one of socket, xdp-filter, afxdp, dpdk)",
+                               name));
       }
       c.mode = *m;
     }
@@ -446,6 +446,7 @@ class Loader {
     if (YAML::Node n = root["limits"]; n.IsDefined()) IG_CONFIG_TRY(readLimits(n, c.limits));
     if (YAML::Node n = root["logging"]; n.IsDefined()) IG_CONFIG_TRY(readLogging(n, c.logging));
     if (YAML::Node n = root["xdp"]; n.IsDefined()) IG_CONFIG_TRY(readXdp(n, c));
+    if (YAML::Node n = root["dpdk"]; n.IsDefined()) IG_CONFIG_TRY(readDpdk(n, c.dpdk));
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
     if (YAML::Node n = root["gpu"]; n.IsDefined()) IG_CONFIG_TRY(readGpu(n, c.gpu));
@@ -457,7 +458,101 @@ class Loader {
                                               "attach the XDP program to)",
                                               modeName(c.mode)));
     }
+    if (c.mode == Mode::kDpdk && c.dpdk.ipv4.empty()) {
+      return err("dpdk.ipv4", "required in mode 'dpdk' (the gateway's IPv4 address: there is no "
+                              "kernel behind a DPDK port, so infergate answers ARP and ICMP for "
+                              "it)");
+    }
     IG_CONFIG_TRY(readModels(root["models"], c));
+    return absl::OkStatus();
+  }
+
+  // A list of non-empty printable strings (EAL arguments, vdevs, PCI addresses).
+  absl::Status readStringList(const YAML::Node& v, const std::string& path,
+                              std::vector<std::string>& out) const {
+    IG_CONFIG_TRY(checkSeq(v, path));
+    if (v.size() > 256) return err(path, fmt::format("has {} entries (at most 256)", v.size()));
+    out.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      std::string s;
+      IG_CONFIG_TRY(readString(v[i], at(path, i), s));
+      if (!isPrintableToken(s) || s.size() > 1024) {
+        return err(at(path, i), fmt::format("invalid entry '{}' (1 to 1024 printable characters, "
+                                            "no spaces)",
+                                            s));
+      }
+      out.push_back(std::move(s));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readDpdk(const YAML::Node& n, DpdkConfig& d) const {
+    IG_CONFIG_TRY(checkMap(n, "dpdk",
+                           {"eal_args", "memory_mb", "no_huge", "in_memory", "vdevs", "allow_pci",
+                            "file_prefix", "port", "mbufs_per_queue", "rx_desc", "tx_desc", "ipv4",
+                            "ipv6"}));
+    if (YAML::Node v = n["eal_args"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readStringList(v, "dpdk.eal_args", d.eal_args));
+    }
+    if (YAML::Node v = n["vdevs"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readStringList(v, "dpdk.vdevs", d.vdevs));
+    }
+    if (YAML::Node v = n["allow_pci"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readStringList(v, "dpdk.allow_pci", d.allow_pci));
+    }
+    if (YAML::Node v = n["memory_mb"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "dpdk.memory_mb", 0, 1 << 20, d.memory_mb));
+    }
+    if (YAML::Node v = n["no_huge"]; v.IsDefined()) IG_CONFIG_TRY(readBool(v, "dpdk.no_huge", d.no_huge));
+    if (YAML::Node v = n["in_memory"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "dpdk.in_memory", d.in_memory));
+    }
+    if (YAML::Node v = n["file_prefix"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "dpdk.file_prefix", d.file_prefix));
+      const bool ok = !d.file_prefix.empty() && d.file_prefix.size() <= 64 &&
+                      std::all_of(d.file_prefix.begin(), d.file_prefix.end(), [](char ch) {
+                        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' ||
+                               ch == '-' || ch == '.';
+                      });
+      if (!ok) {
+        return err("dpdk.file_prefix", fmt::format("invalid prefix '{}' (1 to 64 letters, digits, "
+                                                   "'_', '-' or '.')",
+                                                   d.file_prefix));
+      }
+    }
+    if (YAML::Node v = n["port"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "dpdk.port", 0, 1023, d.port));  // RTE_MAX_ETHPORTS bound
+    }
+    if (YAML::Node v = n["mbufs_per_queue"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, "dpdk.mbufs_per_queue", 1024, 1 << 22, d.mbufs_per_queue));
+    }
+    for (auto [key, out] : {std::pair{"rx_desc", &d.rx_desc}, std::pair{"tx_desc", &d.tx_desc}}) {
+      if (YAML::Node v = n[key]; v.IsDefined()) {
+        const std::string path = join("dpdk", key);
+        IG_CONFIG_TRY(readNumber(v, path, 64, 32768, *out));
+        if ((*out & (*out - 1)) != 0) {
+          return err(path, fmt::format("{} is not a power of two (drivers round or refuse it)", *out));
+        }
+      }
+    }
+    if (YAML::Node v = n["ipv4"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "dpdk.ipv4", d.ipv4));
+      in_addr a{};
+      if (inet_pton(AF_INET, d.ipv4.c_str(), &a) != 1 || a.s_addr == 0) {
+        return err("dpdk.ipv4", fmt::format("invalid IPv4 address '{}' (a unicast literal such as "
+                                            "10.0.0.1)",
+                                            d.ipv4));
+      }
+    }
+    if (YAML::Node v = n["ipv6"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "dpdk.ipv6", d.ipv6));
+      in6_addr a{};
+      if (inet_pton(AF_INET6, d.ipv6.c_str(), &a) != 1 || IN6_IS_ADDR_UNSPECIFIED(&a)) {
+        return err("dpdk.ipv6", fmt::format("invalid IPv6 address '{}' (a unicast literal such as "
+                                            "fd00::1)",
+                                            d.ipv6));
+      }
+    }
     return absl::OkStatus();
   }
 

@@ -16,11 +16,11 @@
 
 namespace infergate::config {
 
-// The serving modes (docs/ARCHITECTURE.md "Serving modes"; app/modes/). dpdk is not accepted
-// until its transport exists.
-enum class Mode { kSocket, kXdpFilter, kAfXdp };
-inline constexpr Mode kModes[] = {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp};
-std::string_view modeName(Mode m);                    // "socket", "xdp-filter", "afxdp"
+// The serving modes (docs/ARCHITECTURE.md "Serving modes"; app/modes/). dpdk is accepted by
+// every build; a build without DPDK refuses it at start-up, naming the cmake flag.
+enum class Mode { kSocket, kXdpFilter, kAfXdp, kDpdk };
+inline constexpr Mode kModes[] = {Mode::kSocket, Mode::kXdpFilter, Mode::kAfXdp, Mode::kDpdk};
+std::string_view modeName(Mode m);  // "socket", "xdp-filter", "afxdp", "dpdk"
 std::optional<Mode> parseMode(std::string_view name);
 
 struct ListenerConfig {
@@ -111,6 +111,26 @@ struct GpuConfig {
   bool prefer_healthy_endpoints = true;
 };
 
+// The `dpdk:` section (mode dpdk, docs/DPDK.md): EAL set-up, the port and its queues (one rx/tx
+// queue pair per reactor), and the addresses ARP / ICMP are answered for (there is no kernel
+// behind a DPDK port). The xdp: section's classifier keys apply in dpdk mode too (the same
+// rules, run in userspace on each received burst).
+struct DpdkConfig {
+  std::vector<std::string> eal_args;   // raw EAL arguments, appended after the structured ones
+  uint32_t memory_mb = 0;              // EAL -m; 0: EAL's default (with no_huge: sized, docs)
+  bool no_huge = false;                // --no-huge (tests, veths; no hugepages needed)
+  bool in_memory = false;              // --in-memory (no files under /var/run/dpdk)
+  std::vector<std::string> vdevs;      // --vdev each ("net_af_packet0,iface=veth0")
+  std::vector<std::string> allow_pci;  // -a each ("0000:3b:00.1"); none: --no-pci
+  std::string file_prefix;             // --file-prefix (several DPDK processes on one host)
+  uint16_t port = 0;                   // ethdev port id
+  uint32_t mbufs_per_queue = 8192;     // mbuf pool of each queue
+  uint16_t rx_desc = 1024;             // rx ring descriptors per queue
+  uint16_t tx_desc = 1024;             // tx ring descriptors per queue
+  std::string ipv4;                    // the gateway's IPv4 address (required in mode dpdk)
+  std::string ipv6;                    // optional: ICMPv6 echo and neighbour solicitations
+};
+
 struct Config {
   std::string source = "<embedded>";  // file name the config came from (for messages)
   Mode mode = Mode::kSocket;
@@ -133,6 +153,7 @@ struct Config {
   // advertised window (TcpOptions::rcv_buf); the window-scale shift our SYN-ACKs (and the XDP
   // program's cookie SYN-ACKs) announce follows it. Allocated in chunks as data arrives.
   uint32_t afxdp_tcp_rcv_buf = 256 * 1024;
+  DpdkConfig dpdk;  // mode dpdk only
   SecurityConfig security;
   PriorityConfig priority;
   GpuConfig gpu;

@@ -384,9 +384,7 @@ std::vector<BadCase> badCases() {
        "duplicate key 'reactors'"},
       // mode, reactors, cpus.
       {"unknown mode", withBase("mode: xdp\n"), "mode",
-       "unknown mode 'xdp' (expected one of socket, xdp-filter, afxdp)"},
-      {"dpdk mode", withBase("mode: dpdk\n"), "mode",
-       "no DPDK transport exists yet: mode 'dpdk' (expected one of socket, xdp-filter, afxdp)"},
+       "unknown mode 'xdp' (expected one of socket, xdp-filter, afxdp, dpdk)"},
       {"mode not a string", withBase("mode: [socket]\n"), "mode",
        "expected a string, got a sequence"},
       {"reactors zero", withBase("reactors: 0\n"), "reactors", "must be between 1 and 256, got 0"},
@@ -606,15 +604,15 @@ TEST(ConfigTest, FileErrorsNameThePath) {
   const std::string path = ::testing::TempDir() + "infergate-config-test-bad.yaml";
   {
     std::ofstream f(path);
-    f << withBase("mode: dpdk\n");
+    f << withBase("mode: dpdk\n");  // without dpdk.ipv4
   }
   absl::StatusOr<Config> c = loadConfigFile(path);
   std::remove(path.c_str());
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
-            path + ": mode: no DPDK transport exists yet: mode 'dpdk' (expected one of socket, "
-                   "xdp-filter, afxdp)");
+            path + ": dpdk.ipv4: required in mode 'dpdk' (the gateway's IPv4 address: there is "
+                   "no kernel behind a DPDK port, so infergate answers ARP and ICMP for it)");
 }
 
 // --- Remote backends (triton / tfserving) ---------------------------------------------------
