@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<ServingMode>> makeServingMode(config::Mode mode);
 absl::StatusOr<std::unique_ptr<ServingMode>> makeSocketMode();
 absl::StatusOr<std::unique_ptr<ServingMode>> makeXdpFilterMode();
 absl::StatusOr<std::unique_ptr<ServingMode>> makeAfXdpMode();
+absl::StatusOr<std::unique_ptr<ServingMode>> makeDpdkMode();  // modes/dpdk.cc (docs/DPDK.md)
 
 // `infergate stats`: the counters of the XDP program whose maps are pinned under pin_path.
 absl::Status printXdpStats(const std::string& pin_path, std::FILE* out);

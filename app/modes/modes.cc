@@ -17,6 +17,7 @@ constexpr ModeEntry kModes[] = {
     {config::Mode::kSocket, &makeSocketMode},
     {config::Mode::kXdpFilter, &makeXdpFilterMode},
     {config::Mode::kAfXdp, &makeAfXdpMode},
+    {config::Mode::kDpdk, &makeDpdkMode},
 };
 
 }  // namespace
