@@ -18,7 +18,42 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import netns  # noqa: E402
-from test_afxdp import BODY, CLIENT, GRPC_CLIENT, PING, REJECT_CLIENT, grpc_stubs  # noqa: E402
+from test_afxdp import (BODY, CLIENT, GRPC_CLIENT, ONE_COPY_CLIENT, ONE_COPY_COUNTERS,  # noqa: E402
+                        PING, REJECT_CLIENT, grpc_stubs)
+
+# Runs in the client namespace: `conns` keep-alive connections, `n` requests each, every answer
+# checked; then 1 MiB up and down on one more connection. Prints JSON.
+LOSSY_CLIENT = netns.SCRIPT_PATH + r'''
+import json, socket, sys, threading
+from harness import read_response
+host, conns, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+ok = [0] * conns
+def worker(c):
+    s = socket.create_connection((host, 8000), timeout=60)
+    for i in range(n):
+        vals = [float(c * 1000 + i + k) for k in range(16)]
+        body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
+                                       "data": vals}]}).encode()
+        s.sendall(b"POST /v2/models/identity/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                  % (len(body), body))
+        st, h, b, _ = read_response(s)
+        if st == 200 and json.loads(b)["outputs"][0]["data"] == vals:
+            ok[c] += 1
+    s.close()
+ts = [threading.Thread(target=worker, args=(c,)) for c in range(conns)]
+for t in ts: t.start()
+for t in ts: t.join()
+raw = bytes(range(256)) * 4096
+header = json.dumps({"inputs": [{"name": "INPUT0", "shape": [len(raw)], "datatype": "UINT8",
+                                 "parameters": {"binary_data_size": len(raw)}}],
+                     "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]}).encode()
+s = socket.create_connection((host, 8000), timeout=60)
+s.sendall(b"POST /v2/models/big/infer HTTP/1.1\r\nHost: x\r\nInference-Header-Content-Length: %d\r\n"
+          b"Content-Length: %d\r\n\r\n" % (len(header), len(header) + len(raw)) + header + raw)
+st, h, b, _ = read_response(s)
+k = int(h.get("inference-header-content-length", "0"))
+print(json.dumps({"ok": sum(ok), "big_exact": st == 200 and b[k:] == raw}))
+'''
 
 CONFIG = """
 mode: dpdk
@@ -195,6 +230,81 @@ class DpdkTest(netns.VethTestCase):
         self.assertEqual(rc, 0, text[-3000:])
         self.assertIn("dpdk: stopped", text)
 
+    def test_one_copy(self):
+        # The batcher's one-copy counters (docs/BATCHING.md "One copy"): tensor bytes are copied
+        # once, from the TCP stack's receive path (mbufs) into the batch slot.
+        net = self.net
+        p, log = self.start(name="onecopy")
+        stubs = os.path.join(net.tmp, "stubs")
+        os.makedirs(stubs)
+        try:
+            def counters():
+                return {c: self.metric("infergate_batcher_%s_total" % c, model="identity")
+                        for c in ONE_COPY_COUNTERS}
+
+            def run_and_check(args, what, want_ok):
+                before = counters()
+                r = net.run_client(["/usr/bin/python3", "-c", ONE_COPY_CLIENT] + args,
+                                   timeout=60, check=False)
+                self.assertEqual(r.returncode, 0, r.stderr[-3000:] + read(log)[-2000:])
+                res = json.loads(r.stdout)
+                self.assertEqual(res["ok"], want_ok, (what, res))
+                after = counters()
+                d = {c: after[c] - before[c] for c in ONE_COPY_COUNTERS}
+                print("\n[dpdk one copy %s] %s" % (what, d), file=sys.stderr)
+                self.assertEqual(d["request_bytes"], res["sent"], (what, d))
+                self.assertEqual(d["slot_bytes"], d["request_bytes"], (what, d))
+                self.assertEqual(d["bytes_copied"], d["request_bytes"], (what, d))
+                self.assertEqual(d["staged_bytes"], 0, (what, d))
+                self.assertEqual(d["compacted_bytes"], 0, (what, d))
+
+            run_and_check(["binary", net.gw_ip], "binary extension", 3)
+            if grpc_stubs(stubs).returncode == 0:
+                run_and_check(["grpc", net.gw_ip, stubs], "grpc raw_input_contents", 2)
+            else:
+                print("\n[dpdk one copy] gRPC part skipped: grpc_tools.protoc failed", file=sys.stderr)
+        finally:
+            rc = netns.stop_gateway(p)
+        self.assertEqual(rc, 0, read(log)[-3000:])
+
+    def test_impaired_link(self):
+        # 5% loss, 1% duplication and 1% reordering of TCP both ways, by infergate's fault
+        # injector (tools/impair) on the client's veth end (its egress and ingress hooks, as in
+        # test_impaired_socket.py): 1000 requests over 20 keep-alive connections and 1 MiB both
+        # ways, every answer exact; both stacks recovered.
+        net = self.net
+        build = os.path.dirname(os.path.dirname(os.path.abspath(harness.ARGS.binary)))
+        impair = os.path.join(build, "tools", "impair", "infergate-impair")
+        if not os.access(impair, os.X_OK):
+            self.skipTest("infergate-impair not built (%s): build its target" % impair)
+        if not net.bpffs:
+            self.skipTest("cannot mount a bpffs for the injector's pinned maps")
+        pin_dir = os.path.join(net.bpffs, "impair")
+        prepare(net)
+        p, log = netns.start_gateway(net, self.config(), name="impaired", timeout=60)
+        try:
+            for hook, seed in (("egress", "11"), ("ingress", "22")):
+                out = net.run_client([impair, "attach", "--dev", net.client_if, "--hook", hook,
+                                      "--drop", "0.05", "--duplicate", "0.01", "--reorder", "0.01",
+                                      "--seed", seed, "--proto", "tcp", "--pin-dir", pin_dir],
+                                     timeout=30)
+                self.assertIn("attached to %s %s" % (net.client_if, hook), out.stdout)
+            r = net.run_client(["/usr/bin/python3", "-c", LOSSY_CLIENT, net.gw_ip, "20", "50"],
+                               timeout=240, check=False)
+            self.assertEqual(r.returncode, 0, r.stderr[-3000:] + read(log)[-2000:])
+            res = json.loads(r.stdout)
+            self.assertEqual(res["ok"], 1000, res)
+            self.assertTrue(res["big_exact"], res)
+            retrans = self.metric("infergate_tcp_retransmits_total")
+            dups = self.metric("infergate_tcp_duplicate_segments_total")
+            print("\n[dpdk impaired 5%% loss 1%% dup 1%% reorder] gateway retransmits %d, duplicate "
+                  "segments %d" % (retrans, dups), file=sys.stderr)
+            self.assertGreater(retrans, 0)
+            self.assertGreater(dups, 0)
+            self.assertEqual(self.metric("infergate_tcp_drops_total", reason="bad_tcp_checksum"), 0)
+        finally:
+            rc = netns.stop_gateway(p)
+        self.assertEqual(rc, 0, read(log)[-3000:])
 
 if __name__ == "__main__":
     harness.main()
