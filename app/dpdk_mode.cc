@@ -38,7 +38,7 @@ namespace tcp = dataplane::tcp;
 // rxBurst() polls the NIC). Owns both; the filter goes first.
 class FilteredQueue final : public dataplane::PollableDevice {
  public:
-  FilteredQueue(std::unique_ptr<DpdkDevice> dev) : dev_(std::move(dev)) {}
+  explicit FilteredQueue(std::unique_ptr<DpdkDevice> dev) : dev_(std::move(dev)) {}
   absl::Status init(const dataplane::ingress_filter::FilterOptions& o) {
     absl::StatusOr<std::unique_ptr<FilteringDevice>> f =
         FilteringDevice::create(*dev_, o, common::SteadyClock::instance());
@@ -50,7 +50,9 @@ class FilteredQueue final : public dataplane::PollableDevice {
   size_t rxBurst(dataplane::Frame* frames, size_t max) override {
     return filter_->rxBurst(frames, max);
   }
-  void rxRelease(const dataplane::Frame* frames, size_t n) override { filter_->rxRelease(frames, n); }
+  void rxRelease(const dataplane::Frame* frames, size_t n) override {
+    filter_->rxRelease(frames, n);
+  }
   uint32_t rxHoldBudget() const override { return filter_->rxHoldBudget(); }
   bool txAlloc(dataplane::Frame* frame) override { return filter_->txAlloc(frame); }
   void txBurst(dataplane::Frame* frames, size_t n) override { filter_->txBurst(frames, n); }
@@ -252,9 +254,9 @@ DpdkMode::DpdkMode() : state_(std::make_unique<State>()) {}
 DpdkMode::~DpdkMode() { stop(0); }
 
 absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& c,
-                                                         const ListenerFactory& factory,
-                                                         common::MetricsRegistry& registry,
-                                                         const backends::ModelRegistry* models) {
+                                                          const ListenerFactory& factory,
+                                                          common::MetricsRegistry& registry,
+                                                          const backends::ModelRegistry* models) {
   const config::DpdkConfig& d = c.dpdk;
   if (d.ipv4.empty())
     return absl::InvalidArgumentError("dpdk.ipv4 is required in mode dpdk (the gateway's address)");
@@ -283,11 +285,10 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
     return absl::InvalidArgumentError(fmt::format("dpdk.ipv4: invalid address '{}'", d.ipv4));
   if (!d.ipv6.empty() && inet_pton(AF_INET6, d.ipv6.c_str(), fo.l2.ipv6.data()) != 1)
     return absl::InvalidArgumentError(fmt::format("dpdk.ipv6: invalid address '{}'", d.ipv6));
-  const tcp::SynCookies stack_cookies = xo.syn_cookies == xdp::SynCookies::kOff
-                                            ? tcp::SynCookies::kOff
-                                        : xo.syn_cookies == xdp::SynCookies::kAlways
-                                            ? tcp::SynCookies::kAlways
-                                            : tcp::SynCookies::kOnOverflow;
+  const tcp::SynCookies stack_cookies =
+      xo.syn_cookies == xdp::SynCookies::kOff      ? tcp::SynCookies::kOff
+      : xo.syn_cookies == xdp::SynCookies::kAlways ? tcp::SynCookies::kAlways
+                                                   : tcp::SynCookies::kOnOverflow;
 
   // 1. EAL. rte_eal_init pins the calling thread to the main lcore; every thread the process
   // starts later would inherit that one CPU, so the main thread gets its mask back afterwards.
@@ -379,7 +380,8 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
   // the new keys on its own thread (setCookieKeys is reactor-thread only).
   {
     std::vector<std::pair<AfXdpReactor*, FilteredQueue*>> rq;
-    for (size_t q = 0; q < st.reactors.size(); ++q) rq.emplace_back(st.reactors[q].get(), st.queues[q]);
+    for (size_t q = 0; q < st.reactors.size(); ++q)
+      rq.emplace_back(st.reactors[q].get(), st.queues[q]);
     st.cookie_jar->setListener([rq](const ig_cookie_keys& keys) {
       for (auto [r, fq] : rq) r->post([fq, keys] { fq->filter().setCookieKeys(keys); });
     });
@@ -399,17 +401,18 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
     });
   }
   for (const config::ListenerConfig& l : c.listeners) {
-    spdlog::info("listener '{}' on DPDK port {} ({}) {} port {} protocol {} ({} queue(s), "
-                 "userspace TCP)",
-                 l.name, d.port, caps.name, d.ipv4, l.port, l.protocol, c.reactors);
+    spdlog::info(
+        "listener '{}' on DPDK port {} ({}) {} port {} protocol {} ({} queue(s), "
+        "userspace TCP)",
+        l.name, d.port, caps.name, d.ipv4, l.port, l.protocol, c.reactors);
   }
-  spdlog::info("dpdk: port {} {} (driver {}, MAC {}), {} queue(s){}, {} mbufs per queue, "
-               "checksums in software (offload available: tx ip {} tcp {}, rx {}); ARP/ICMP "
-               "answered for {}{}{}; filter for port(s) {}",
-               d.port, caps.name, caps.driver, macText(caps.mac), c.reactors,
-               caps.rss ? " with RSS" : "", d.mbufs_per_queue, caps.tx_ip_cksum,
-               caps.tx_tcp_cksum, caps.rx_cksum, d.ipv4, d.ipv6.empty() ? "" : " and ", d.ipv6,
-               fmt::join(ports, ","));
+  spdlog::info(
+      "dpdk: port {} {} (driver {}, MAC {}), {} queue(s){}, {} mbufs per queue, "
+      "checksums in software (offload available: tx ip {} tcp {}, rx {}); ARP/ICMP "
+      "answered for {}{}{}; filter for port(s) {}",
+      d.port, caps.name, caps.driver, macText(caps.mac), c.reactors, caps.rss ? " with RSS" : "",
+      d.mbufs_per_queue, caps.tx_ip_cksum, caps.tx_tcp_cksum, caps.rx_cksum, d.ipv4,
+      d.ipv6.empty() ? "" : " and ", d.ipv6, fmt::join(ports, ","));
   return mode;
 }
 

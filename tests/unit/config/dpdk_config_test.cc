@@ -30,7 +30,8 @@ TEST(DpdkConfigTest, ModeNameRoundTrips) {
 }
 
 TEST(DpdkConfigTest, Defaults) {
-  absl::StatusOr<Config> c = loadConfigString(withBase("mode: dpdk\ndpdk: {ipv4: 10.0.0.1}\n"), "t");
+  absl::StatusOr<Config> c =
+      loadConfigString(withBase("mode: dpdk\ndpdk: {ipv4: 10.0.0.1}\n"), "t");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->mode, Mode::kDpdk);
   const DpdkConfig& d = c->dpdk;
