@@ -377,10 +377,14 @@ constexpr const char* kBaseSyscalls[] = {
 
 // CUDA builds only (SeccompOptions::cuda): the driver's steady state, from its documented use
 // of ioctl on /dev/nvidia* and /proc, /sys reads; unmeasured without a GPU.
+// dpdk mode (SeccompOptions::dpdk): rte_thread_register() when a reactor first touches its
+// queue reads its CPU affinity and checks which CPUs exist (access() on /sys paths).
+constexpr const char* kDpdkSyscalls[] = {"sched_getaffinity", "access"};
+
 // gpu.enabled (SeccompOptions::gpu_watch): /proc listings and fd links (ProcessInfo).
 constexpr const char* kGpuWatchSyscalls[] = {"getdents64", "readlink", "readlinkat"};
 
-constexpr const char* kCudaSyscalls[] = {"ioctl",     "sched_getaffinity", "getdents64",
+constexpr const char* kCudaSyscalls[] = {"ioctl",     "getdents64",
                                          "readlink",  "readlinkat",        "mlock",
                                          "uname",     "sysinfo",           "getrusage"};
 
@@ -408,6 +412,11 @@ std::vector<std::string> seccompAllowlist(const SeccompOptions& options) {
   if (options.bpf_maps) out.push_back("bpf");  // map commands only
   if (options.raise_caps) out.push_back("capset");
   if (options.cuda) out.insert(out.end(), std::begin(kCudaSyscalls), std::end(kCudaSyscalls));
+  if (options.dpdk) {
+    for (const char* name : kDpdkSyscalls) {
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.emplace_back(name);
+    }
+  }
   if (options.gpu_watch) {
     for (const char* name : kGpuWatchSyscalls) {
       if (std::find(out.begin(), out.end(), name) == out.end()) out.emplace_back(name);
@@ -557,19 +566,34 @@ absl::StatusOr<size_t> installSeccompFilter(const SeccompOptions& options) {
     }
     ++allowed;
   }
+  if (options.dpdk) {
+    for (const char* name : kDpdkSyscalls) {
+      const int nr = seccomp_syscall_resolve_name(name);
+      if (nr == __NR_SCMP_ERROR || nr < 0) continue;
+      if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) return fail(name, rc);
+      ++allowed;
+    }
+  }
   if (options.gpu_watch) {
+    auto inCudaList = [&](const char* name) {
+      return options.cuda && std::any_of(std::begin(kCudaSyscalls), std::end(kCudaSyscalls),
+                                         [&](const char* c) { return std::strcmp(c, name) == 0; });
+    };
     for (const char* name : kGpuWatchSyscalls) {
+      if (inCudaList(name)) continue;  // allowed above already
       const int nr = seccomp_syscall_resolve_name(name);
       if (nr == __NR_SCMP_ERROR || nr < 0) continue;
       if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0); rc != 0) return fail(name, rc);
       ++allowed;
     }
     // libbpf disables a uprobe's perf event before closing it (the probes' detach at stop).
-    if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
-                                  argCmp(1, SCMP_CMP_EQ, PERF_EVENT_IOC_DISABLE));
-        rc != 0)
-      return fail("ioctl", rc);
-    ++allowed;
+    if (!inCudaList("ioctl")) {
+      if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+                                    argCmp(1, SCMP_CMP_EQ, PERF_EVENT_IOC_DISABLE));
+          rc != 0)
+        return fail("ioctl", rc);
+      ++allowed;
+    }
   }
   if (options.raise_caps) {
     if (int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(capset), 0); rc != 0)

@@ -51,6 +51,8 @@ struct SeccompOptions {
   // gpu.enabled (app/gpu_watch.h): the monitor lists /proc and reads /proc/PID/fd links to
   // map a backend's port to its process (getdents64, readlink, readlinkat).
   bool gpu_watch = false;
+  // dpdk mode: what EAL does when a reactor thread registers (sched_getaffinity, access).
+  bool dpdk = false;
   bool all_threads = true;  // every thread of the process (TSYNC); false: the caller's only
 };
 

@@ -171,6 +171,7 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
   const bool gpu_probes = gpu_ && gpu_->probesActive();
   po.seccomp_options.bpf_maps = xdp || gpu_probes;
   po.seccomp_options.gpu_watch = gpu_ != nullptr;
+  po.seccomp_options.dpdk = config_.mode == config::Mode::kDpdk;
   po.seccomp_options.raise_caps = xdp || gpu_ != nullptr;
 #ifdef INFERGATE_WITH_CUDA
   po.seccomp_options.cuda = true;

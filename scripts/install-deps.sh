@@ -13,6 +13,8 @@ PKGS=(
   libfmt-dev libabsl-dev
   # gRPC / protobuf (later issues)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
+  # DPDK (the optional dpdk mode: cmake -DINFERGATE_WITH_DPDK=ON; scripts/test.sh builds it)
+  libdpdk-dev
   # least privilege: the seccomp filter (app/privileges.cc); systemd-analyze checks the unit
   libseccomp-dev systemd
   # tests and benchmarks

@@ -4,7 +4,9 @@
 # with a message otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh "$@"
+# With the optional DPDK data plane (docs/DPDK.md): its device, mode and tests are built and
+# run too (the default build, scripts/build.sh alone, leaves it off).
+bash scripts/build.sh -DINFERGATE_WITH_DPDK=ON "$@"
 
 # The CUDA build is optional; where the toolkit is installed, prove it still builds (the whole
 # backends library, with the cudart paths of pinned memory and CUDA shared memory) and run the
@@ -24,7 +26,7 @@ fi
 # everything is compiled with ASan + UBSan (every report fatal) and libFuzzer's coverage:
 #  - the unit tests (ctest -L unit: not the BPF or integration tests) run under the sanitizers;
 #  - every fuzz target replays tests/fuzz/regressions/, then fuzzes its seed corpus for
-#    INFERGATE_FUZZ_SECONDS (default 15; 13 targets, about 3.7 minutes in all: docs/FUZZING.md
+#    INFERGATE_FUZZ_SECONDS (default 12; 13 targets, about 3 minutes in all: docs/FUZZING.md
 #    has the CI time budget).
 # Any sanitizer report, crash, leak or broken invariant fails the run; a fuzz finding leaves the
 # input to reproduce it in the artifacts directory run.sh prints.
@@ -33,13 +35,14 @@ if command -v clang++ >/dev/null; then
     -DINFERGATE_FUZZ=ON -DINFERGATE_BUILD_TESTS=ON -DINFERGATE_BUILD_BENCH=OFF \
     -DINFERGATE_WITH_XDP=OFF >/dev/null
   mapfile -t sanitized_units < <(ninja -C build-fuzz -t targets all | grep -o '^unit_[a-z0-9_]*' | sort -u)
-  ninja -C build-fuzz fuzz "${sanitized_units[@]}"
+  # ig_cuda_driver: the GPU stub driver and its selftest (gpu.stub_driver_selftest, label unit).
+  ninja -C build-fuzz fuzz ig_cuda_driver "${sanitized_units[@]}"
   # Not there: the tests that install the seccomp filter in a child (app/privileges). The filter
   # allows the gateway's system calls only, and the sanitizer runtimes make others on every new
   # thread (sigaltstack, sched_getaffinity, open of /proc/self/maps): they run in build/ above.
   (cd build-fuzz && UBSAN_OPTIONS=print_stacktrace=1 ctest -L unit --output-on-failure \
      --timeout 600 -j1 -E '^(SeccompFilter\.|DropPrivileges\.EveryThreadEndsWithNothingButWhatIsKept$)')
-  bash tests/fuzz/run.sh build-fuzz "${INFERGATE_FUZZ_SECONDS:-15}"
+  bash tests/fuzz/run.sh build-fuzz "${INFERGATE_FUZZ_SECONDS:-12}"
 else
   echo "fuzz and sanitized unit tests: skipped: clang++ not installed (scripts/install-deps.sh installs it)"
 fi
