@@ -348,7 +348,7 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
   EXPECT_EQ(responses[0].second.size(), upload.size());
   EXPECT_TRUE(responses[0].second == upload);
   EXPECT_EQ(responses[1].first, 200);
-  EXPECT_EQ(responses[1].second.size(), size_t{4} << 20);
+  EXPECT_EQ(responses[1].second.size(), kBigBytes);
   EXPECT_TRUE(responses[1].second == pattern(kBigBytes, 7));
   EXPECT_TRUE(client.finReceived());       // the server closed after the client's FIN
   EXPECT_EQ(stack.connectionCount(), 0u);  // LAST_ACK acknowledged: nothing left behind
