@@ -20,21 +20,25 @@
 #               binary tensor extension and gRPC (raw_input_contents), afxdp vs socket.
 # --before B2 adds the same socket/afxdp measurements for a second binary in the same run
 # (servers named socket-before and afxdp-before).
+# --dpdk adds infergate in dpdk mode (a DPDK build: docs/DPDK.md) over net_af_packet on the same
+# veth end, measured last in each round: while it runs the gateway end has no kernel address and
+# no offloads (the kernel would answer for the address; af_packet needs whole frames); both ends'
+# addresses and offloads are restored when it stops.
 #
 # Usage (root): bench/fastpath.sh [--binary B] [--before B2] [--bench infergate-bench]
 #        [--sections throughput,openloop,batching,large] [--rounds 3] [--duration 5]
-#        [--server-cpu 0] [--client-cpu 1] [--connections 32] [--rate 45000] [--smoke]
+#        [--server-cpu 0] [--client-cpu 1] [--connections 32] [--rate 45000] [--smoke] [--dpdk]
 # --smoke: 1 round x 1 s per cell (checks the script, not the figures). Needs nginx and wrk;
 # openloop and large also need infergate-bench (build with -DINFERGATE_BUILD_BENCH=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=$PWD/build/app/infergate; BEFORE=""; BENCH=$PWD/build/bench/load/infergate-bench
 SECTIONS=throughput,openloop,batching,large; ROUNDS=3; DURATION=5; SCPU=0; CCPU=1; CONNS=32
-RATE=45000; SMOKE=0
+RATE=45000; SMOKE=0; DPDK=0
 source bench/lib.sh
 parse_opts "fastpath: " --binary BIN --before BEFORE --bench BENCH --sections SECTIONS \
   --rounds ROUNDS --duration DURATION --server-cpu SCPU --client-cpu CCPU --connections CONNS \
-  --rate RATE --smoke SMOKE=1 -h help=2,27 --help help=2,27 -- "$@"
+  --rate RATE --smoke SMOKE=1 --dpdk DPDK=1 -h help=2,32 --help help=2,32 -- "$@"
 [ "$SMOKE" = 1 ] && { ROUNDS=1; DURATION=1; }
 die() { echo "fastpath: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, XDP, AF_XDP)"
@@ -62,6 +66,7 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 gateway_config() {  # mode http_port admin_port
   local xdp=""
   [ "$1" = afxdp ] && xdp="xdp: {interface: $GIF, attach: native}"
+  [ "$1" = dpdk ] && xdp="dpdk: {no_huge: true, vdevs: [\"net_af_packet0,iface=$GIF\"], ipv4: $GW_IP}"
   local t16='[{name: INPUT0, datatype: FP32, shape: [16]}]' o16='[{name: OUTPUT0, datatype: FP32, shape: [16]}]'
   cat <<YAML
 mode: $1
@@ -85,13 +90,31 @@ YAML
 # Servers, in the order each round measures them; each has its own ports.
 SERVERS=(nginx socket afxdp)
 [ -n "$BEFORE" ] && SERVERS+=(socket-before afxdp-before)
-declare -A PORT=([nginx]=8000 [socket]=8010 [afxdp]=8020 [socket-before]=8030 [afxdp-before]=8040)
-declare -A ADMIN=([socket]=9110 [afxdp]=9120 [socket-before]=9130 [afxdp-before]=9140)
+if [ "$DPDK" = 1 ]; then
+  ldd "$BIN" | grep -q librte_eal || die "--dpdk: $BIN is not a DPDK build (cmake -DINFERGATE_WITH_DPDK=ON)"
+  SERVERS+=(dpdk)
+fi
+declare -A PORT=([nginx]=8000 [socket]=8010 [afxdp]=8020 [socket-before]=8030 [afxdp-before]=8040 [dpdk]=8050)
+declare -A ADMIN=([socket]=9110 [afxdp]=9120 [socket-before]=9130 [afxdp-before]=9140 [dpdk]=9150)
 nginx_return200_conf "$SCPU" "$GW_IP:${PORT[nginx]}" 4096 >"$WORK/nginx.conf"
 for s in "${SERVERS[@]}"; do
   [ "$s" = nginx ] || gateway_config "${s%-before}" "${PORT[$s]}" "${ADMIN[$s]}" >"$WORK/$s.yaml"
 done
 
+# The offloads dpdk mode turns off, as ethtool -K arguments ("tx off rx on ..."), to restore.
+offloads_of() {  # namespace interface
+  ip netns exec "$1" ethtool -k "$2" 2>/dev/null | /usr/bin/python3 -c '
+import sys
+names = {"tx-checksumming": "tx", "rx-checksumming": "rx", "generic-segmentation-offload": "gso",
+         "generic-receive-offload": "gro", "tcp-segmentation-offload": "tso"}
+out = []
+for line in sys.stdin:
+    k, _, v = line.partition(":")
+    if k.strip() in names and v.split():
+        out += [names[k.strip()], v.split()[0]]
+print(" ".join(out))'
+}
+GW_OFFLOADS=""; CL_OFFLOADS=""
 SERVER_PID=""
 start_server() {  # name: starts it in the gateway namespace and waits until it answers
   local log=$WORK/$1.log
@@ -101,6 +124,13 @@ start_server() {  # name: starts it in the gateway namespace and waits until it 
     wait_http "$CL" "http://$GW_IP:${PORT[nginx]}/" "$SERVER_PID" "$WORK/nginx.err"
   else
     local bin=$BIN; [[ "$1" == *-before ]] && bin=$BEFORE
+    if [ "$1" = dpdk ]; then  # the veth end is DPDK's (docs/DPDK.md); restored by stop_server
+      GW_OFFLOADS=$(offloads_of "$GW" "$GIF"); CL_OFFLOADS=$(offloads_of "$CL" "$CIF")
+      ip -n "$GW" addr flush dev "$GIF"
+      ip netns exec "$GW" ethtool -K "$GIF" tx off rx off gso off gro off tso off >/dev/null 2>&1 || true
+      ip netns exec "$CL" ethtool -K "$CIF" tx off gso off tso off >/dev/null 2>&1 || true
+      ip -n "$CL" neigh flush dev "$CIF"
+    fi
     # The whole process on the server CPU, not only its reactor: the batcher's dispatcher, the
     # simulated device and every other thread share the one core NGINX's worker has.
     ns_exec "$GW" taskset -c "$SCPU" "$bin" run -c "$WORK/$1.yaml" >"$log" 2>&1 &
@@ -109,9 +139,17 @@ start_server() {  # name: starts it in the gateway namespace and waits until it 
   fi
   PIDS+=("$SERVER_PID")
 }
-stop_server() {
+stop_server() {  # name
   kill -TERM "$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
+  if [ "${1:-}" = dpdk ]; then
+    ip -n "$GW" addr add "$GW_IP/24" dev "$GIF" 2>/dev/null || true
+    # shellcheck disable=SC2086  # the saved "feature on|off" pairs
+    [ -z "$GW_OFFLOADS" ] || ip netns exec "$GW" ethtool -K "$GIF" $GW_OFFLOADS >/dev/null 2>&1 || true
+    # shellcheck disable=SC2086
+    [ -z "$CL_OFFLOADS" ] || ip netns exec "$CL" ethtool -K "$CIF" $CL_OFFLOADS >/dev/null 2>&1 || true
+    ip -n "$CL" neigh flush dev "$CIF"
+  fi
   # Nothing of one server may serve the next one's traffic (an XDP program left attached would).
   local left; left=$(ip netns pids "$GW" 2>/dev/null | xargs)
   [ -z "$left" ] || die "processes left in $GW after stopping a server: $left"
@@ -201,7 +239,7 @@ for r in $(seq "$ROUNDS"); do
     needs "$s" || continue
     start_server "$s"
     measure "$s" | tee -a "$WORK/results" | sed "s/^/# round $r: /"
-    stop_server
+    stop_server "$s"
   done
 done
 echo "# load after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
