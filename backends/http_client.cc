@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/unique_fd.h"
 #include "common/ascii.h"
 #include "common/clock.h"
 
@@ -22,28 +23,7 @@ using namespace common::ascii;  // isDigit, isAlpha, iequals, trim, printable
 
 constexpr size_t kMaxHeadBytes = 64 * 1024;
 
-// File descriptor closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = o.fd_;
-      o.fd_ = -1;
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = common::UniqueFd;
 
 // Milliseconds left before `deadline_ns`, rounded up; 0 when it has passed.
 int msLeft(uint64_t deadline_ns) {

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include "common/unique_fd.h"
+
 namespace infergate::gpu {
 namespace {
 
@@ -20,20 +22,7 @@ std::string errnoText(int err) {
   return fmt::format("{} ({})", std::strerror(err), err);
 }
 
-// A file opened for pread, closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = common::UniqueFd;
 
 bool readAt(int fd, uint64_t off, size_t len, void* out) {
   auto* p = static_cast<uint8_t*>(out);

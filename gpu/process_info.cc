@@ -12,6 +12,8 @@
 #include <set>
 #include <utility>
 
+#include "common/unique_fd.h"
+
 #ifndef CGROUP2_SUPER_MAGIC
 #define CGROUP2_SUPER_MAGIC 0x63677270
 #endif
@@ -32,19 +34,7 @@ constexpr auto kListenerTtl = std::chrono::seconds(5);
 
 // ---- Files -------------------------------------------------------------------------------
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = common::UniqueFd;
 
 // Up to `max` bytes of a file (proc files report size 0: read until EOF). nullopt when it
 // cannot be opened or read.

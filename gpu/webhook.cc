@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/unique_fd.h"
 #include "common/clock.h"
 #include "fmt/format.h"
 
@@ -18,20 +19,7 @@ namespace {
 
 constexpr uint64_t kNsPerMs = 1'000'000;
 
-// Closes the descriptor it holds.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = common::UniqueFd;
 
 // Milliseconds left until `deadline_ns` for poll(): at least 0, at most INT_MAX.
 int msLeft(uint64_t deadline_ns) {
