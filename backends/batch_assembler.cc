@@ -30,7 +30,10 @@ BatchAssembler::Selection BatchAssembler::select(const PriorityQueues& queues,
   bool closed = false;
   queues.visit([&](QueuedRequest* r) {
     if (!pending.empty()) {
-      if (max_batch == 0 || !compatible(*pending.front(), *r) || rows + r->rows > max_batch) {
+      // A sequence request (Triton's sequence batcher behind a pool) goes alone: it is bound to
+      // one endpoint, and its sequence_* parameters are per request (docs/BACKENDS.md).
+      if (max_batch == 0 || !compatible(*pending.front(), *r) || rows + r->rows > max_batch ||
+          r->request.sequence.active()) {
         closed = true;
         return false;
       }
@@ -44,6 +47,10 @@ BatchAssembler::Selection BatchAssembler::select(const PriorityQueues& queues,
     pending.push_back(r);
     rows += r->rows;
     for (size_t i = 0; i < n_inputs; ++i) sums[i] += r->request.inputs[i].byteSize();
+    if (r->request.sequence.active()) {
+      closed = true;  // due at once, alone
+      return false;
+    }
     return true;
   });
   if (max_batch == 0) closed = true;

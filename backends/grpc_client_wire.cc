@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+
 namespace infergate::backends::wire {
 
 namespace {
@@ -22,6 +24,15 @@ void putParamInt(std::string& out, uint32_t field, std::string_view key, int64_t
 void putParamString(std::string& out, uint32_t field, std::string_view key, std::string_view v) {
   std::string param;
   putString(param, 3, v);
+  std::string entry;
+  putString(entry, 1, key);
+  putString(entry, 2, param);
+  putString(out, field, entry);
+}
+
+void putParamBool(std::string& out, uint32_t field, std::string_view key, bool v) {
+  std::string param;
+  putVarintField(param, 1, v ? 1 : 0);
   std::string entry;
   putString(entry, 1, key);
   putString(entry, 2, param);
@@ -155,6 +166,19 @@ void encodeModelInfer(const InferParams& params, const std::vector<InferInput>& 
   if (!params.id.empty()) putString(m, 3, params.id);
   if (params.priority > 0) putParamInt(m, 4, "priority", params.priority);
   if (params.timeout_us > 0) putParamInt(m, 4, "timeout", static_cast<int64_t>(params.timeout_us));
+  if (!params.sequence_id.empty()) {
+    uint64_t id = 0;
+    const auto [p, ec] = std::from_chars(params.sequence_id.data(),
+                                         params.sequence_id.data() + params.sequence_id.size(), id);
+    if (params.sequence_id_is_string || ec != std::errc() ||
+        p != params.sequence_id.data() + params.sequence_id.size()) {
+      putParamString(m, 4, "sequence_id", params.sequence_id);
+    } else {
+      putParamInt(m, 4, "sequence_id", static_cast<int64_t>(id));
+    }
+    if (params.sequence_start) putParamBool(m, 4, "sequence_start", true);
+    if (params.sequence_end) putParamBool(m, 4, "sequence_end", true);
+  }
   std::string sub;
   for (const InferInput& in : inputs) {
     sub.clear();

@@ -83,6 +83,13 @@ struct InferParams {
   std::string_view id;
   int64_t priority = 0;     // forwarded when > 0
   uint64_t timeout_us = 0;  // forwarded when > 0
+  // Triton's sequence batcher (forwarded when sequence_id is not empty): sequence_id as
+  // string_param when sequence_id_is_string, else int64_param (decimal text here, parsed);
+  // sequence_start / sequence_end as bool_param when set.
+  std::string_view sequence_id;
+  bool sequence_id_is_string = false;
+  bool sequence_start = false;
+  bool sequence_end = false;
 };
 
 // A ModelInferRequest as a sequence of pieces: `meta` holds every byte the encoder produced

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "backends/dns_resolver.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 
@@ -33,7 +34,7 @@ std::string_view Pool::stateName(State s) {
 }
 
 struct Pool::Endpoint {
-  size_t index = 0;
+  uint64_t id = 0;
   std::unique_ptr<EndpointClient> client;
   State state = State::kUnknown;
   std::string reason = "not probed yet";
@@ -62,7 +63,38 @@ struct Pool::Endpoint {
   common::Gauge* degraded_gauge = nullptr;
   common::Gauge* depth_gauge = nullptr;  // -1 when there is no fresh reading
   common::Counter* scrape_errors_counter = nullptr;
+  // Set changes (guarded by mu_).
+  bool draining = false;  // removed: no new batches, closed by reap() once idle
+  uint32_t active = 0;    // batches sent and not yet through onDone (reap() waits for 0)
+  uint32_t sequences = 0; // bindings to this endpoint
 };
+
+std::shared_ptr<Pool::Endpoint> Pool::makeEndpoint(std::unique_ptr<EndpointClient> client) {
+  auto e = std::make_shared<Endpoint>();
+  e->client = std::move(client);
+  if (metrics_ != nullptr) {
+    const common::Labels l = {{"model", model_}, {"endpoint", e->client->address()}};
+    e->inflight_gauge = &metrics_->gauge("infergate_backend_inflight",
+                                         "Batches in flight at a backend endpoint", l);
+    e->health_gauge = &metrics_->gauge(
+        "infergate_backend_healthy",
+        "Endpoint health: 1 healthy, 0 unhealthy or not probed yet, -1 ejected", l);
+    e->health_gauge->set(0);
+    e->degraded_gauge = &metrics_->gauge(
+        "infergate_backend_gpu_degraded",
+        "1 while the endpoint's GPU process is over its quota or in a latency anomaly "
+        "(docs/GPU.md): picked only when no other healthy endpoint is unmarked",
+        l);
+    e->latency = &metrics_->histogram("infergate_backend_request_duration_seconds",
+                                      "Batch round trip to a backend endpoint", l,
+                                      common::latencyBucketsSeconds(), 1e6);
+    e->ejections = &metrics_->counter("infergate_backend_ejections_total",
+                                      "Passive outlier ejections of an endpoint", l);
+    e->ok = &metrics_->counter("infergate_backend_batches_total",
+                               "Batches a backend endpoint answered successfully", l);
+  }
+  return e;
+}
 
 Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
            std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics,
@@ -70,31 +102,22 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
     : model_(std::move(model)), kind_(std::move(kind)), config_(std::move(config)),
       metrics_(metrics) {
   config_.metrics_interval_ms = std::max<uint64_t>(config_.metrics_interval_ms, 10);
-  for (size_t i = 0; i < clients.size(); ++i) {
-    auto e = std::make_unique<Endpoint>();
-    e->index = i;
-    e->client = std::move(clients[i]);
-    if (metrics_ != nullptr) {
-      const common::Labels l = {{"model", model_}, {"endpoint", e->client->address()}};
-      e->inflight_gauge = &metrics_->gauge("infergate_backend_inflight",
-                                           "Batches in flight at a backend endpoint", l);
-      e->health_gauge = &metrics_->gauge(
-          "infergate_backend_healthy",
-          "Endpoint health: 1 healthy, 0 unhealthy or not probed yet, -1 ejected", l);
-      e->degraded_gauge = &metrics_->gauge(
-          "infergate_backend_gpu_degraded",
-          "1 while the endpoint's GPU process is over its quota or in a latency anomaly "
-          "(docs/GPU.md): picked only when no other healthy endpoint is unmarked",
-          l);
-      e->latency = &metrics_->histogram("infergate_backend_request_duration_seconds",
-                                        "Batch round trip to a backend endpoint", l,
-                                        common::latencyBucketsSeconds(), 1e6);
-      e->ejections = &metrics_->counter("infergate_backend_ejections_total",
-                                        "Passive outlier ejections of an endpoint", l);
-      e->ok = &metrics_->counter("infergate_backend_batches_total",
-                                 "Batches a backend endpoint answered successfully", l);
-    }
+  for (auto& c : clients) {
+    auto e = makeEndpoint(std::move(c));
+    e->id = next_id_++;
     endpoints_.push_back(std::move(e));
+  }
+  for (const std::string& entry : config_.endpoints) {
+    absl::StatusOr<DnsTargetSpec> spec = parseDnsEntry(entry);
+    if (spec.ok()) {
+      DnsTarget t;
+      t.entry = entry;
+      t.name = spec->name;
+      t.port = spec->port;
+      dns_.push_back(std::move(t));
+    } else {
+      static_.push_back(entry);  // a malformed dns entry was refused by the config loader
+    }
   }
   if (queue_depth.empty()) {
     // Triton's pending-request gauge for the backend's name of the model.
@@ -142,6 +165,32 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
     no_endpoint_ = &metrics_->counter(
         "infergate_backend_unavailable_total",
         "Batches answered UNAVAILABLE because no endpoint was healthy", l);
+    endpoints_gauge_ = &metrics_->gauge(
+        "infergate_backend_endpoints",
+        "Endpoints in the model's pool (static and DNS-discovered; draining ones excluded)", l);
+    endpoints_gauge_->set(static_cast<int64_t>(endpoints_.size()));
+    if (!dns_.empty()) {
+      dns_resolutions_ = &metrics_->counter(
+          "infergate_backend_dns_resolutions_total",
+          "Resolutions of the model's dns:/// endpoint entries (each entry counts)", l);
+      dns_failures_ = &metrics_->counter(
+          "infergate_backend_dns_failures_total",
+          "Failed resolutions (timeout, refused, server failure): the last good set is kept", l);
+      dns_empty_ = &metrics_->counter(
+          "infergate_backend_dns_empty_total",
+          "Resolutions answering NXDOMAIN or no A/AAAA record: the last good set is kept", l);
+    }
+    seq_gauge_ = &metrics_->gauge("infergate_backend_sequences",
+                                  "Sequences bound to an endpoint of the model's pool", l);
+    seq_refused_full_ = &metrics_->counter(
+        "infergate_backend_sequence_refused_total",
+        "Sequence starts refused because sequence_max bindings exist", l);
+    seq_broken_ = &metrics_->counter(
+        "infergate_backend_sequence_broken_total",
+        "Sequence requests refused because the bound endpoint failed or left", l);
+    seq_expired_ = &metrics_->counter(
+        "infergate_backend_sequence_expired_total",
+        "Sequence bindings removed after sequence_idle_timeout_ms without a request", l);
   }
 }
 
@@ -156,11 +205,18 @@ Pool::~Pool() {
     }
   }
   cv_.notify_all();
+  resolver_cv_.notify_all();
   for (Pending& p : refused) {
     p.done(absl::UnavailableError(fmt::format("model '{}' is shutting down", model_)));
   }
   if (health_.joinable()) health_.join();
   if (metrics_thread_.joinable()) metrics_thread_.join();
+  std::thread resolver;
+  {
+    std::lock_guard<std::mutex> set_lock(set_mu_);  // setEndpoints may start the resolver
+    resolver = std::move(resolver_thread_);
+  }
+  if (resolver.joinable()) resolver.join();
   {
     std::unique_lock<std::mutex> lock(mu_);
     drained_.wait(lock, [this] { return inflight_ == 0; });
@@ -176,6 +232,13 @@ absl::Status Pool::prepare(const std::vector<SharedBuffer>& buffers) {
 
 absl::Status Pool::start(bool require_ready) {
   started_ = true;
+  if (!dns_.empty()) {
+    if (!factory_) {
+      return absl::FailedPreconditionError(fmt::format(
+          "model '{}': dns:/// endpoints need a client factory (internal error)", model_));
+    }
+    resolveAll();  // the first resolution, on the starting thread
+  }
   const uint64_t until = common::monotonicNs() + config_.startup_timeout_ms * 1'000'000;
   for (;;) {
     probeAll();
@@ -217,6 +280,12 @@ absl::Status Pool::start(bool require_ready) {
   }
   health_ = std::thread([this] { healthLoop(); });
   if (has_queue_depth_) metrics_thread_ = std::thread([this] { metricsLoop(); });
+  {
+    std::lock_guard<std::mutex> set_lock(set_mu_);
+    if (!dns_.empty() && !resolver_thread_.joinable()) {
+      resolver_thread_ = std::thread([this] { resolverLoop(); });
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -229,6 +298,14 @@ void Pool::setStateLocked(Endpoint& e, State s, std::string reason) {
       spdlog::warn("model '{}': {} endpoint {} is {}: {}", model_, kind_, e.client->address(),
                    stateName(s), reason);
     }
+  }
+  if (s != State::kHealthy && e.sequences > 0) {
+    breakBindingsLocked(e, fmt::format("{} endpoint {} is {}: {}", kind_, e.client->address(),
+                                       stateName(s), reason));
+  }
+  if (s == State::kUnhealthy && e.state == State::kHealthy && !dns_.empty()) {
+    resolve_now_ = true;  // the endpoint may have left: ask DNS at once
+    resolver_cv_.notify_all();
   }
   e.state = s;
   e.reason = std::move(reason);
@@ -261,18 +338,290 @@ void Pool::probeOne(Endpoint& e) {
 }
 
 void Pool::probeAll() {
-  for (auto& e : endpoints_) probeOne(*e);
+  std::vector<std::shared_ptr<Endpoint>> snap;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : endpoints_) {
+      if (!e->draining) snap.push_back(e);
+    }
+  }
+  for (auto& e : snap) probeOne(*e);
 }
 
 void Pool::healthLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, std::chrono::milliseconds(std::max<uint64_t>(config_.health_check_interval_ms, 10)),
-                 [this] { return stopping_; });
+    // New endpoints (probe_now_) are probed at once: they take batches after a passing probe.
+    cv_.wait_for(lock,
+                 std::chrono::milliseconds(std::max<uint64_t>(config_.health_check_interval_ms, 10)),
+                 [this] { return stopping_ || probe_now_; });
     if (stopping_) break;
+    probe_now_ = false;
     lock.unlock();
     probeAll();
+    reap();
     lock.lock();
+  }
+}
+
+Pool::Endpoint* Pool::findLocked(uint64_t id) const {
+  for (auto& e : endpoints_) {
+    if (e->id == id) return e.get();
+  }
+  return nullptr;
+}
+
+void Pool::breakBindingsLocked(const Endpoint& e, const std::string& why) {
+  for (auto& [key, b] : sequences_) {
+    if (b.endpoint == e.id && b.broken.empty()) b.broken = why;
+  }
+}
+
+size_t Pool::sequenceCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sequences_.size();
+}
+
+void Pool::reap() {
+  std::vector<std::shared_ptr<Endpoint>> closed;
+  const uint64_t now = common::monotonicNs();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t idle_ns = config_.sequence_idle_timeout_ms * 1'000'000;
+    for (auto it = sequences_.begin(); it != sequences_.end();) {
+      if (now > it->second.last_ns && now - it->second.last_ns > idle_ns) {
+        if (Endpoint* b = findLocked(it->second.endpoint); b != nullptr && b->sequences > 0) {
+          --b->sequences;
+        }
+        if (seq_expired_ != nullptr) seq_expired_->inc();
+        it = sequences_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
+    for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+      Endpoint& e = **it;
+      // Closed once nothing runs there: no batch in flight, no completion running, no bound
+      // sequence, and no probe or scrape holding it (the snapshot's reference).
+      if (e.draining && e.active == 0 && e.inflight == 0 && e.sequences == 0 &&
+          it->use_count() == 1) {
+        closed.push_back(std::move(*it));
+        it = endpoints_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& e : closed) {
+    e->client->shutdown();
+    if (e->health_gauge != nullptr) e->health_gauge->set(0);
+    spdlog::info("model '{}': {} endpoint {} drained and closed ({} batches)", model_, kind_,
+                 e->client->address(), e->batches);
+  }
+  closed.clear();  // the clients are destroyed here, off the lock and off their own threads
+}
+
+void Pool::setClientFactory(ClientFactory factory) { factory_ = std::move(factory); }
+
+absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
+  std::vector<std::string> statics;
+  std::vector<DnsTarget> targets;
+  for (const std::string& entry : configured) {
+    if (isDnsEntry(entry)) {
+      absl::StatusOr<DnsTargetSpec> spec = parseDnsEntry(entry);
+      if (!spec.ok()) return spec.status();
+      DnsTarget t;
+      t.entry = entry;
+      t.name = spec->name;
+      t.port = spec->port;
+      targets.push_back(std::move(t));
+      continue;
+    }
+    const size_t colon = entry.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
+      return absl::InvalidArgumentError(fmt::format(
+          "model '{}': invalid endpoint '{}' (expected host:port or dns:///name:port)", model_,
+          entry));
+    }
+    statics.push_back(entry);
+  }
+  if (!factory_) {
+    return absl::FailedPreconditionError(
+        fmt::format("model '{}': this pool cannot change its endpoints (no client factory)",
+                    model_));
+  }
+  std::unique_lock<std::mutex> set_lock(set_mu_);
+  bool resolve = false;
+  for (DnsTarget& t : targets) {
+    for (const DnsTarget& old : dns_) {
+      if (old.entry == t.entry) t = old;  // keep its last good set
+    }
+    resolve = resolve || !t.resolved;
+  }
+  static_ = std::move(statics);
+  dns_ = std::move(targets);
+  config_.endpoints = configured;
+  applySetLocked(set_lock);
+  if (!dns_.empty() && started_ && !resolver_thread_.joinable()) {
+    resolver_thread_ = std::thread([this] { resolverLoop(); });
+  }
+  if (resolve) {
+    std::lock_guard<std::mutex> lock(mu_);
+    resolve_now_ = true;
+    resolver_cv_.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+void Pool::applySetLocked(std::unique_lock<std::mutex>& set_lock) {
+  (void)set_lock;
+  std::vector<std::string> desired = static_;
+  for (const DnsTarget& t : dns_) {
+    for (const std::string& ip : t.addresses) desired.push_back(joinHostPort(ip, t.port));
+  }
+  std::sort(desired.begin(), desired.end());
+  desired.erase(std::unique(desired.begin(), desired.end()), desired.end());
+  std::vector<std::string> add;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : endpoints_) {
+      const bool want = std::binary_search(desired.begin(), desired.end(), e->client->address());
+      if (!want && !e->draining) {
+        e->draining = true;
+        spdlog::info("model '{}': {} endpoint {} removed from the set: draining ({} in flight, "
+                     "{} bound sequences)",
+                     model_, kind_, e->client->address(), e->inflight, e->sequences);
+      } else if (want && e->draining) {
+        e->draining = false;  // back before it was closed
+        spdlog::info("model '{}': {} endpoint {} back in the set", model_, kind_,
+                     e->client->address());
+      }
+    }
+    for (const std::string& a : desired) {
+      bool have = false;
+      for (auto& e : endpoints_) have = have || e->client->address() == a;
+      if (!have) add.push_back(a);
+    }
+  }
+  std::vector<std::shared_ptr<Endpoint>> made;
+  for (const std::string& a : add) {
+    std::unique_ptr<EndpointClient> c = factory_(a);
+    if (c == nullptr) continue;
+    made.push_back(makeEndpoint(std::move(c)));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : made) {
+    e->id = next_id_++;
+    spdlog::info("model '{}': {} endpoint {} added: takes batches after its first passing probe",
+                 model_, kind_, e->client->address());
+    endpoints_.push_back(std::move(e));
+  }
+  size_t live = 0;
+  for (auto& e : endpoints_) live += e->draining ? 0 : 1;
+  if (endpoints_gauge_ != nullptr) endpoints_gauge_->set(static_cast<int64_t>(live));
+  if (!made.empty()) {
+    probe_now_ = true;
+    cv_.notify_all();
+  }
+}
+
+void Pool::resolveAll() {
+  std::vector<std::string> names;
+  std::vector<std::string> entries;
+  {
+    std::lock_guard<std::mutex> set_lock(set_mu_);
+    for (const DnsTarget& t : dns_) {
+      names.push_back(t.name);
+      entries.push_back(t.entry);
+    }
+  }
+  if (names.empty()) return;
+  // resolver_ is used by one thread at a time: start() before the resolver thread exists, then
+  // only the resolver thread (tests call this before start() or without one).
+  if (resolver_ == nullptr) {
+    DnsResolver::Options o;
+    o.server = config_.dns_server;
+    o.timeout_ms = std::max<uint64_t>(config_.dns_timeout_ms, 1);
+    absl::StatusOr<std::unique_ptr<DnsResolver>> r = DnsResolver::create(o);
+    if (!r.ok()) {
+      spdlog::error("model '{}': cannot resolve dns:/// endpoints: {}", model_,
+                    std::string(r.status().message()));
+      if (dns_failures_ != nullptr) dns_failures_->inc(names.size());
+      return;
+    }
+    resolver_ = *std::move(r);
+  }
+  std::vector<DnsResolver::Answer> answers = resolver_->resolve(names);  // blocking, no lock
+  std::unique_lock<std::mutex> set_lock(set_mu_);
+  bool changed = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    DnsTarget* t = nullptr;
+    for (DnsTarget& x : dns_) {
+      if (x.entry == entries[i]) t = &x;
+    }
+    if (t == nullptr) continue;  // removed meanwhile
+    const DnsResolver::Answer& a = answers[i];
+    if (dns_resolutions_ != nullptr) dns_resolutions_->inc();
+    const uint64_t now = common::monotonicNs();
+    if (!a.status.ok()) {
+      // Keep the last good set: a DNS outage or an empty answer during a rollout must not
+      // empty the pool; the endpoints' own health decides meanwhile.
+      const bool empty = a.status.code() == absl::StatusCode::kNotFound;
+      common::Counter* c = empty ? dns_empty_ : dns_failures_;
+      if (c != nullptr) c->inc();
+      spdlog::warn("model '{}': {}: {}; keeping the last good set ({} addresses), retrying in "
+                   "{} ms",
+                   model_, t->entry, std::string(a.status.message()), t->addresses.size(),
+                   config_.dns_min_refresh_ms);
+      t->next_ns = now + config_.dns_min_refresh_ms * 1'000'000;
+      continue;
+    }
+    std::vector<std::string> addrs = a.addresses;
+    if (config_.dns_max_endpoints > 0 && addrs.size() > config_.dns_max_endpoints) {
+      spdlog::warn("model '{}': {} has {} addresses; using the first {} (dns_max_endpoints)",
+                   model_, t->entry, addrs.size(), config_.dns_max_endpoints);
+      addrs.resize(config_.dns_max_endpoints);
+    }
+    uint64_t next_ms = config_.dns_refresh_ms;
+    if (a.min_ttl_s > 0) next_ms = std::min<uint64_t>(next_ms, uint64_t{a.min_ttl_s} * 1000);
+    next_ms = std::max(next_ms, config_.dns_min_refresh_ms);
+    t->next_ns = now + next_ms * 1'000'000;
+    if (!t->resolved || addrs != t->addresses) {
+      spdlog::info("model '{}': {} resolves to {} address(es)", model_, t->entry, addrs.size());
+      t->addresses = std::move(addrs);
+      changed = true;
+    }
+    t->resolved = true;
+  }
+  if (changed) applySetLocked(set_lock);
+}
+
+void Pool::resolverLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    uint64_t next = UINT64_MAX;
+    {
+      lock.unlock();
+      {
+        std::lock_guard<std::mutex> set_lock(set_mu_);
+        for (const DnsTarget& t : dns_) next = std::min(next, t.next_ns);
+      }
+      lock.lock();
+    }
+    const uint64_t now = common::monotonicNs();
+    const uint64_t wait_ms =
+        next == UINT64_MAX ? config_.dns_refresh_ms : (next > now ? (next - now) / 1'000'000 : 0);
+    resolver_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
+                          [this] { return stopping_ || resolve_now_; });
+    if (stopping_) break;
+    resolve_now_ = false;
+    lock.unlock();
+    resolveAll();
+    // At most one round per dns_min_refresh_ms, whatever asks for it.
+    lock.lock();
+    resolver_cv_.wait_for(lock, std::chrono::milliseconds(config_.dns_min_refresh_ms),
+                          [this] { return stopping_; });
   }
 }
 
@@ -328,7 +677,14 @@ void Pool::scrapeOne(Endpoint& e) {
 }
 
 void Pool::scrapeAll() {
-  for (auto& e : endpoints_) scrapeOne(*e);
+  std::vector<std::shared_ptr<Endpoint>> snap;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : endpoints_) {
+      if (e->depth != nullptr && !e->draining) snap.push_back(e);
+    }
+  }
+  for (auto& e : snap) scrapeOne(*e);
 }
 
 void Pool::metricsLoop() {
@@ -354,7 +710,7 @@ Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   Endpoint* cand[2] = {nullptr, nullptr};
   uint32_t seen = 0;
   for (auto& e : endpoints_) {
-    if (e->state != State::kHealthy || p.tried[e->index]) continue;
+    if (e->state != State::kHealthy || e->draining || p.triedContains(e->id)) continue;
     if (skip_degraded && e->gpu_degraded) continue;
     if (config_.max_concurrency > 0 && e->inflight >= config_.max_concurrency) {
       *all_busy = true;
@@ -384,8 +740,11 @@ Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
 }
 
 std::vector<std::string> Pool::endpoints() const {
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> out;
-  for (auto& e : endpoints_) out.push_back(e->client->address());
+  for (auto& e : endpoints_) {
+    if (!e->draining) out.push_back(e->client->address());
+  }
   return out;
 }
 
@@ -416,7 +775,7 @@ std::string Pool::unavailableMessageLocked() const {
 }
 
 void Pool::execute(const Batch& batch, BatchDone done) {
-  Pending p{&batch, std::move(done), std::vector<bool>(endpoints_.size(), false)};
+  Pending p{&batch, std::move(done), {}};
   dispatch(std::move(p));
 }
 
@@ -424,7 +783,7 @@ void Pool::drainPendingLocked(std::vector<Pending>& ready) {
   // Hand queued batches to endpoints with free slots (the caller dispatches them unlocked).
   size_t free_slots = 0;
   for (auto& e : endpoints_) {
-    if (e->state != State::kHealthy) continue;
+    if (e->state != State::kHealthy || e->draining) continue;
     if (config_.max_concurrency == 0) {
       free_slots = queue_.size();
       break;
@@ -440,6 +799,11 @@ void Pool::drainPendingLocked(std::vector<Pending>& ready) {
 
 void Pool::dispatch(Pending p) {
   const Batch& batch = *p.batch;
+  if (batch.cancel != nullptr && batch.cancel->cancelled()) {
+    // Every client of the batch went away before it was sent (docs/BATCHING.md "Cancellation").
+    p.done(absl::CancelledError("Request cancelled"));
+    return;
+  }
   const uint64_t now = common::monotonicNs();
   SendOptions opt;
   opt.timeout_ms = config_.request_timeout_ms;
@@ -466,6 +830,7 @@ void Pool::dispatch(Pending p) {
     }
   }
 
+  const Affinity aff = affinityOf(batch);
   Endpoint* e = nullptr;
   {
     std::unique_lock<std::mutex> lock(mu_);
@@ -474,23 +839,92 @@ void Pool::dispatch(Pending p) {
       p.done(absl::UnavailableError(fmt::format("model '{}' is shutting down", model_)));
       return;
     }
-    bool all_busy = false;
-    e = pickLocked(p, &all_busy);
-    if (e == nullptr && all_busy) {
-      queue_.push_back(std::move(p));  // dispatched when a slot frees up
+    auto refuse = [&](absl::Status s, common::Counter* c) {
+      lock.unlock();
+      if (c != nullptr) c->inc();
+      p.done(std::move(s));
+    };
+    auto bound = aff.key.empty() ? sequences_.end() : sequences_.find(aff.key);
+    auto unbind = [&](std::unordered_map<std::string, Binding>::iterator it) {
+      if (Endpoint* b = findLocked(it->second.endpoint); b != nullptr && b->sequences > 0) {
+        --b->sequences;
+      }
+      sequences_.erase(it);
+      if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
+    };
+    if (!aff.key.empty() && aff.key[0] == '!') {
+      refuse(absl::FailedPreconditionError(fmt::format(
+                 "model '{}': a batch mixes a sequence request with others (internal error)",
+                 model_)),
+             nullptr);
       return;
     }
-    if (e == nullptr) {
-      std::string msg = unavailableMessageLocked();
-      lock.unlock();
-      if (no_endpoint_ != nullptr) no_endpoint_->inc();
-      p.done(absl::UnavailableError(msg));
-      return;
+    if (!aff.key.empty() && !aff.start) {
+      // A request inside a sequence: its endpoint or a clear error, never another endpoint.
+      if (bound == sequences_.end()) {
+        refuse(absl::FailedPreconditionError(fmt::format(
+                   "model '{}': sequence {} is not bound to an endpoint (its first request needs "
+                   "sequence_start; or it ended, or was idle for more than {} ms)",
+                   model_, aff.key.substr(2), config_.sequence_idle_timeout_ms)),
+               seq_broken_);
+        return;
+      }
+      Endpoint* b = findLocked(bound->second.endpoint);
+      std::string why = bound->second.broken;
+      if (why.empty() && (b == nullptr || b->state != State::kHealthy)) {
+        why = b == nullptr ? "its endpoint left the pool"
+                           : fmt::format("{} endpoint {} is {}: {}", kind_, b->client->address(),
+                                         stateName(b->state), b->reason);
+      }
+      if (!why.empty()) {
+        unbind(bound);
+        refuse(absl::FailedPreconditionError(fmt::format(
+                   "model '{}': sequence {} ended: {} (a sequence is not moved to another "
+                   "endpoint; start it again with sequence_start)",
+                   model_, aff.key.substr(2), why)),
+               seq_broken_);
+        return;
+      }
+      if (config_.max_concurrency > 0 && b->inflight >= config_.max_concurrency) {
+        queue_.push_back(std::move(p));  // waits for a slot at its own endpoint
+        return;
+      }
+      e = b;
+      bound->second.last_ns = now;
+      if (aff.end) unbind(bound);
+    } else {
+      if (bound != sequences_.end()) unbind(bound);  // a new start of a known id: rebind
+      if (!aff.key.empty() && !aff.end && config_.sequence_max > 0 &&
+          sequences_.size() >= config_.sequence_max) {
+        refuse(absl::ResourceExhaustedError(fmt::format(
+                   "model '{}': {} sequences are bound already (sequence_max); sequence {} "
+                   "refused",
+                   model_, sequences_.size(), aff.key.substr(2))),
+               seq_refused_full_);
+        return;
+      }
+      bool all_busy = false;
+      e = pickLocked(p, &all_busy);
+      if (e == nullptr && all_busy) {
+        queue_.push_back(std::move(p));  // dispatched when a slot frees up
+        return;
+      }
+      if (e == nullptr) {
+        std::string msg = unavailableMessageLocked();
+        refuse(absl::UnavailableError(msg), no_endpoint_);
+        return;
+      }
+      if (!aff.key.empty() && !aff.end) {
+        sequences_[aff.key] = Binding{e->id, now, {}};
+        ++e->sequences;
+        if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
+      }
     }
     ++e->inflight;
+    ++e->active;
     ++inflight_;
     if (e->inflight_gauge != nullptr) e->inflight_gauge->add(1);
-    p.tried[e->index] = true;
+    p.tried.push_back(e->id);
   }
   // The Pending moves into the completion; `batch` stays valid until done is called.
   auto shared = std::make_shared<Pending>(std::move(p));
@@ -516,10 +950,30 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
     --e->inflight;
     if (e->inflight_gauge != nullptr) e->inflight_gauge->sub(1);
     ++e->batches;
+    const Affinity aff = affinityOf(*p.batch);
+    if (!out.ok() && !aff.key.empty() && !not_sent) {
+      // The sequence's state at the server is unknown now: its next request is refused.
+      auto it = sequences_.find(aff.key);
+      if (it != sequences_.end() && it->second.endpoint == e->id && it->second.broken.empty()) {
+        it->second.broken = fmt::format("a request failed at {} endpoint {}: {}", kind_,
+                                        e->client->address(),
+                                        std::string(out.status().message()));
+      }
+    }
     if (out.ok()) {
       e->consecutive_failures = 0;
       if (e->ok != nullptr) e->ok->inc();
       if (e->latency != nullptr) e->latency->record((now - start_ns) / 1000);
+    } else if (out.status().code() == absl::StatusCode::kCancelled && p.batch->cancel != nullptr &&
+               p.batch->cancel->cancelled()) {
+      // Cancelled by us (every client gone, Batch::cancel): not the endpoint's failure.
+      if (metrics_ != nullptr) {
+        metrics_
+            ->counter("infergate_backend_cancelled_total",
+                      "Backend calls cancelled because every client of the batch went away",
+                      {{"model", model_}, {"endpoint", e->client->address()}})
+            .inc();
+      }
     } else {
       ++e->failures;
       const int code = static_cast<int>(out.status().code());
@@ -583,7 +1037,26 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
   // anyone woken: a wake-up per completion of the health and metrics threads (which shared one
   // condition variable with the drain) cost ~5 futex calls per request.
   std::lock_guard<std::mutex> lock(mu_);
+  --e->active;  // after this, reap() may close `e`
   if (--inflight_ == 0 && stopping_) drained_.notify_all();
+}
+
+Pool::Affinity Pool::affinityOf(const Batch& batch) const {
+  Affinity a;
+  const QueuedRequest* seq = nullptr;
+  for (const auto& r : batch.requests) {
+    if (r->request.sequence.active()) seq = r.get();
+  }
+  if (seq == nullptr) return a;
+  if (batch.requests.size() != 1) {
+    a.key = "!";
+    return a;
+  }
+  const SequenceParams& sp = seq->request.sequence;
+  a.key = (sp.id_is_string ? "s:" : "i:") + sp.id;
+  a.start = sp.start;
+  a.end = sp.end;
+  return a;
 }
 
 std::vector<Pool::EndpointStatus> Pool::status() const {
@@ -594,7 +1067,7 @@ std::vector<Pool::EndpointStatus> Pool::status() const {
     out.push_back({e->client->address(), e->state, e->inflight, e->batches, e->failures,
                    e->reason,
                    freshLocked(*e, now) ? static_cast<int64_t>(e->depth_value) : -1,
-                   e->scrape_errors, e->gpu_degraded});
+                   e->scrape_errors, e->gpu_degraded, e->draining, e->sequences});
   }
   return out;
 }

@@ -18,10 +18,24 @@
 // healthy endpoint -> UNAVAILABLE at once. Deadlines: when every request of a batch has one,
 // the call's deadline is the latest of them (and request_timeout_ms at most).
 //
+// Endpoint set at run time: setEndpoints() (configuration reload) and `dns:///name:port` entries
+// (re-resolved by the pool's resolver thread, backends/dns_resolver.h) change it. A new endpoint
+// is probed at once and takes batches after its first passing probe; a removed one is drained:
+// no new batches (except those of sequences bound to it), its in-flight batches complete, then
+// the health thread closes it (EndpointClient::shutdown, then destroyed).
+// Sequences (Triton's sequence batcher): a batch whose request carries a sequence id (it is a
+// batch of one: the batcher never merges it) goes to the endpoint the sequence is bound to. The
+// binding is made by the sequence_start request (picked as any batch), removed by sequence_end,
+// expires after sequence_idle_timeout_ms without a request, and at most sequence_max exist
+// (a start beyond that: RESOURCE_EXHAUSTED, counted). When the bound endpoint fails (a failed
+// batch, unhealthy, ejected, removed), the sequence's next request gets FAILED_PRECONDITION
+// naming the endpoint and why, and the binding is dropped: a sequence is never moved.
+//
 // Threading: execute() from the batcher's dispatcher; completions on gRPC threads; one health
 // thread per pool, and one metrics thread when an endpoint has a metrics URL (scrapes have their
-// own cadence and must not delay probes, nor a hung probe age the readings). State is behind
-// one mutex per pool, taken a few times per batch; scrapes and probes run without it.
+// own cadence and must not delay probes, nor a hung probe age the readings), one resolver thread
+// when an endpoint entry is dns:///. State is behind one mutex per pool, taken a few times per
+// batch; scrapes, probes and resolutions run without it.
 
 #include <condition_variable>
 #include <cstdint>
@@ -31,6 +45,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,7 +65,7 @@ enum class SharedMemoryKind : uint8_t { kNone, kSystem, kCuda };
 
 // models[].triton / models[].tfserving.
 struct RemoteBackendConfig {
-  std::vector<std::string> endpoints;   // host:port, at least one
+  std::vector<std::string> endpoints;   // host:port or dns:///name:port, at least one
   std::string model_name;               // the model's name at the backend; empty: models[].name
   std::string model_version;            // empty: the backend's default (TF Serving: latest)
   std::string signature_name = "serving_default";  // TF Serving only
@@ -72,6 +87,19 @@ struct RemoteBackendConfig {
   // each is scraped (a scrape has that long, at most health_check_timeout_ms, to finish).
   std::vector<std::string> metrics_urls;
   uint64_t metrics_interval_ms = 500;
+  // dns:/// entries: re-resolved every dns_refresh_ms (sooner when the records' TTL is shorter,
+  // not below dns_min_refresh_ms; after a failed resolution, every dns_min_refresh_ms until
+  // one succeeds). dns_server: "ip:port" queried instead of /etc/resolv.conf's (tests).
+  // dns_max_endpoints: addresses kept per entry (sorted, the rest ignored and counted); it also
+  // sizes the batcher's in-flight limit for the entry (config.cc).
+  uint64_t dns_refresh_ms = 5000;
+  uint64_t dns_min_refresh_ms = 500;
+  uint64_t dns_timeout_ms = 2000;
+  std::string dns_server;
+  uint32_t dns_max_endpoints = 8;
+  // Sequence affinity (see Pool).
+  uint64_t sequence_idle_timeout_ms = 60000;
+  uint32_t sequence_max = 65536;
 };
 
 std::string_view sharedMemoryKindName(SharedMemoryKind k);  // "none" | "system" | "cuda"
@@ -98,11 +126,18 @@ class EndpointClient {
   // `done` returns.
   using SendDone = std::function<void(BatchOutputs, bool not_sent)>;
   virtual void send(const Batch& batch, const SendOptions& options, SendDone done) = 0;
-  // Pool shutting down, nothing in flight: undo set-up (unregister shared memory).
+  // Pool shutting down or the endpoint removed, nothing in flight: undo set-up (unregister
+  // shared memory).
   virtual void shutdown() {}
   // Before start(): the batcher's input buffers that live in shared memory (Pool::prepare).
   virtual void attachBuffers(const std::vector<SharedBuffer>& buffers) { (void)buffers; }
 };
+
+class DnsResolver;
+
+// Makes the client of an endpoint added at run time (setEndpoints, DNS). Called without the
+// pool's lock, from the thread that changes the set.
+using ClientFactory = std::function<std::unique_ptr<EndpointClient>(const std::string& address)>;
 
 class Pool : public BatchBackend {
  public:
@@ -117,6 +152,8 @@ class Pool : public BatchBackend {
     int64_t queue_depth;    // the server's fresh queue-depth reading; -1: none (or stale)
     uint64_t scrape_errors; // failed metrics scrapes
     bool gpu_degraded;      // setEndpointDegraded: picked only when no unmarked one is healthy
+    bool draining = false;  // removed from the set: no new batches, closed once idle
+    uint32_t sequences = 0; // sequences bound to it
   };
 
   // `model`: for messages and metric labels; `kind`: "triton" | "tfserving". `metrics` nullptr:
@@ -128,6 +165,19 @@ class Pool : public BatchBackend {
        std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics,
        std::vector<std::unique_ptr<QueueDepthSource>> queue_depth = {});
   ~Pool() override;  // answers queued batches, waits for in-flight ones, stops the health thread
+
+  // Needed for setEndpoints() and dns:/// entries; before start(). `clients` given to the
+  // constructor are the initial set (their addresses; a dns:/// entry of config.endpoints has
+  // none: the resolver fills it in).
+  void setClientFactory(ClientFactory factory);
+
+  // Replaces the configured endpoint list (host:port and dns:///name:port entries, as
+  // RemoteBackendConfig::endpoints) at run time; safe from any thread, never blocks on the
+  // network (dns entries are resolved by the resolver thread; the first resolution of a new
+  // one runs there too). Endpoints no longer in the set are drained (see above); new ones are
+  // probed at once. INVALID_ARGUMENT for a malformed entry, FAILED_PRECONDITION without a
+  // client factory (nothing changes either way).
+  absl::Status setEndpoints(const std::vector<std::string>& configured);
 
   // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
   // health thread (and the metrics thread when an endpoint has a queue-depth source). `require_ready`: an error naming each endpoint's problem when none became
@@ -151,6 +201,12 @@ class Pool : public BatchBackend {
   // One metrics round now, on the calling thread (tests): scrapes every endpoint that has a
   // queue-depth source.
   void scrapeAll();
+  // One housekeeping round now (tests; the health thread does it every round): closes drained
+  // endpoints, expires idle sequence bindings.
+  void reap();
+  // One resolution of every dns:/// entry now, on the calling thread (tests; start-up).
+  void resolveAll();
+  size_t sequenceCount() const;
   static std::string_view stateName(State s);
 
  private:
@@ -158,8 +214,32 @@ class Pool : public BatchBackend {
   struct Pending {
     const Batch* batch;
     BatchDone done;
-    std::vector<bool> tried;
+    std::vector<uint64_t> tried;  // endpoint ids
+    bool triedContains(uint64_t id) const {
+      for (uint64_t t : tried) {
+        if (t == id) return true;
+      }
+      return false;
+    }
   };
+  struct Binding {
+    uint64_t endpoint = 0;   // id
+    uint64_t last_ns = 0;
+    std::string broken;      // non-empty: the endpoint failed; the next request is refused
+  };
+  // What a sequence request needs: where to go (0: pick, then bind), or an error.
+  struct Affinity {
+    std::string key;       // empty: not a sequence
+    bool start = false;
+    bool end = false;
+  };
+  Affinity affinityOf(const Batch& batch) const;
+  std::shared_ptr<Endpoint> makeEndpoint(std::unique_ptr<EndpointClient> client);
+  // Makes the effective set static_ + resolved_ (clients outside the lock). set_mu_ held.
+  void applySetLocked(std::unique_lock<std::mutex>& set_lock);
+  void resolverLoop();
+  void breakBindingsLocked(const Endpoint& e, const std::string& why);
+  Endpoint* findLocked(uint64_t id) const;
   // Picks an endpoint for `p` (nullptr: none eligible); `*all_busy` when healthy endpoints exist
   // but every untried one is at its limit. Lock held.
   Endpoint* pickLocked(const Pending& p, bool* all_busy);
@@ -180,7 +260,39 @@ class Pool : public BatchBackend {
   std::string model_;
   std::string kind_;
   RemoteBackendConfig config_;
-  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  // Shared: the health and metrics threads hold a snapshot while probing or scraping without
+  // the lock; reap() destroys a drained endpoint only when it holds the last reference and no
+  // completion is running (Endpoint::active).
+  std::vector<std::shared_ptr<Endpoint>> endpoints_;
+  uint64_t next_id_ = 1;
+  ClientFactory factory_;
+  // The configured entries: static host:port, and dns:/// targets with their last good set.
+  std::mutex set_mu_;  // serializes set changes (taken before mu_)
+  std::vector<std::string> static_;
+  struct DnsTarget {
+    std::string entry;  // dns:///name:port
+    std::string name;
+    uint16_t port = 0;
+    std::vector<std::string> addresses;  // last good resolution ("ip:port", "[ip6]:port")
+    bool resolved = false;
+    uint64_t next_ns = 0;
+  };
+  std::vector<DnsTarget> dns_;
+  std::unique_ptr<DnsResolver> resolver_;
+  std::thread resolver_thread_;
+  std::condition_variable resolver_cv_;  // resolver thread: stop or new targets
+  bool resolve_now_ = false;
+  bool probe_now_ = false;  // health thread: new endpoints to probe
+  common::Counter* dns_resolutions_ = nullptr;
+  common::Counter* dns_failures_ = nullptr;
+  common::Counter* dns_empty_ = nullptr;
+  common::Gauge* endpoints_gauge_ = nullptr;
+  // Sequences.
+  std::unordered_map<std::string, Binding> sequences_;
+  common::Counter* seq_refused_full_ = nullptr;
+  common::Counter* seq_broken_ = nullptr;
+  common::Counter* seq_expired_ = nullptr;
+  common::Gauge* seq_gauge_ = nullptr;
   common::Counter* retries_ = nullptr;
   common::Counter* no_endpoint_ = nullptr;
   common::MetricsRegistry* metrics_;

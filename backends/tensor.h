@@ -175,6 +175,18 @@ struct RequestedOutput {
   bool binary = false;  // KServe binary tensor extension: return raw bytes, not JSON
 };
 
+// KServe sequence parameters (Triton's sequence batcher; docs/BACKENDS.md "Sequences"):
+// `sequence_id` (a non-zero integer or a non-empty string), `sequence_start`, `sequence_end`.
+// A remote pool keeps the sequence on one endpoint and forwards them; the batcher never merges
+// a sequence request with another request.
+struct SequenceParams {
+  std::string id;  // empty: not a sequence; an integer id in decimal
+  bool id_is_string = false;
+  bool start = false;
+  bool end = false;
+  bool active() const { return !id.empty(); }
+};
+
 struct InferRequest {
   std::string model_name;
   std::string model_version;  // empty: the model's default version
@@ -184,6 +196,7 @@ struct InferRequest {
   bool binary_data_output = false;
   int64_t priority = 0;    // KServe "priority": 0 = default level, 1 = highest
   uint64_t timeout_us = 0; // KServe "timeout": 0 = none
+  SequenceParams sequence;
   net::Protocol protocol = net::Protocol::kHttpKserve;
   // One-copy reservation owning the inputs' slots (null when no input has a slot).
   std::shared_ptr<InputSlots> slots;

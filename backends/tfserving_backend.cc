@@ -4,6 +4,8 @@
 
 #include <charconv>
 
+#include "backends/dns_resolver.h"
+
 namespace infergate::backends {
 
 namespace {
@@ -215,7 +217,8 @@ void TfServingClient::send(const Batch& batch, const SendOptions& options, SendD
                                               const_cast<uint8_t*>(o->raw), o->raw_bytes});
                }
                done(std::move(result), false);
-             });
+             },
+             batch.cancel);  // every client gone: RST_STREAM CANCEL reaches TF Serving
 }
 
 absl::StatusOr<std::unique_ptr<BatchBackend>> createTfServingBackend(
@@ -234,9 +237,15 @@ absl::StatusOr<std::unique_ptr<BatchBackend>> createTfServingBackend(
   const RemoteBackendConfig& remote = *config.remote;
   std::vector<std::unique_ptr<EndpointClient>> clients;
   for (const std::string& ep : remote.endpoints) {
+    if (isDnsEntry(ep)) continue;  // resolved by the pool
     clients.push_back(std::make_unique<TfServingClient>(config, remote, ep));
   }
   auto pool = std::make_unique<Pool>(config.name, "tfserving", remote, std::move(clients), metrics);
+  // Endpoints added at run time (dns:///, setEndpoints); the copy keeps config.remote alive.
+  pool->setClientFactory([config](const std::string& address) {
+    return std::unique_ptr<EndpointClient>(
+        std::make_unique<TfServingClient>(config, *config.remote, address));
+  });
   absl::Status s = pool->start(true);
   if (!s.ok()) return s;
   return std::unique_ptr<BatchBackend>(std::move(pool));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "backends/dns_resolver.h"
 #include "common/metrics.h"
 
 namespace infergate::backends {
@@ -346,6 +347,13 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
     params.id = id;
     params.priority = options.priority;
     params.timeout_us = options.timeout_us;
+    if (batch.requests.size() == 1 && batch.requests[0]->request.sequence.active()) {
+      const SequenceParams& sp = batch.requests[0]->request.sequence;
+      params.sequence_id = sp.id;
+      params.sequence_id_is_string = sp.id_is_string;
+      params.sequence_start = sp.start;
+      params.sequence_end = sp.end;
+    }
     wire::encodeModelInfer(params, inputs, outputs, call->enc);
     if (grpc_bytes_ != nullptr) grpc_bytes_->inc(call->enc.raw_bytes);
     if (shm_bytes_ != nullptr && shm_bytes > 0) shm_bytes_->inc(shm_bytes);
@@ -426,7 +434,8 @@ void TritonClient::send(const Batch& batch, const SendOptions& options, SendDone
           }
           done(std::move(result), false);
           // `r` (the response buffer) and `call` (the slot) are released after done.
-        });
+        },
+        batch.cancel);  // every client gone: RST_STREAM CANCEL reaches Triton
   };
   if (needs_copy) {
     grpc_.post(std::move(rest));
@@ -541,12 +550,19 @@ absl::StatusOr<std::unique_ptr<BatchBackend>> createTritonBackend(
   }
   std::vector<std::unique_ptr<EndpointClient>> clients;
   for (const std::string& ep : remote.endpoints) {
+    if (isDnsEntry(ep)) continue;  // resolved by the pool
     clients.push_back(std::make_unique<TritonClient>(config, remote, ep, shm, metrics));
   }
   // Started by Pool::prepare (BatchedModel::create), once the batcher's buffers exist: with
   // shared_memory: system they are registered with the endpoints too.
-  return std::unique_ptr<BatchBackend>(
-      std::make_unique<Pool>(config.name, "triton", remote, std::move(clients), metrics));
+  auto pool = std::make_unique<Pool>(config.name, "triton", remote, std::move(clients), metrics);
+  // Endpoints added at run time (dns:///, setEndpoints). The pool and its clients share the
+  // model's configuration (the copy here keeps config.remote alive, which clients refer to).
+  pool->setClientFactory([config, shm, metrics](const std::string& address) {
+    return std::unique_ptr<EndpointClient>(
+        std::make_unique<TritonClient>(config, *config.remote, address, shm, metrics));
+  });
+  return std::unique_ptr<BatchBackend>(std::move(pool));
 }
 
 }  // namespace infergate::backends

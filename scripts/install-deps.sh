@@ -9,7 +9,7 @@ PKGS=(
   # BPF / XDP
   libbpf-dev libxdp-dev bpftool xdp-tools libelf-dev zlib1g-dev linux-libc-dev
   # codecs, config, CLI, logging
-  node-llhttp libnghttp2-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
+  node-llhttp libnghttp2-dev libc-ares-dev libsimdjson-dev libyaml-cpp-dev libcli11-dev libspdlog-dev
   libfmt-dev libabsl-dev
   # gRPC / protobuf (later issues)
   libprotobuf-dev protobuf-compiler libgrpc++-dev protobuf-compiler-grpc
