@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/checked.h"
 #include "common/clock.h"
 #include "common/metrics.h"
 #include "fmt/format.h"
@@ -24,7 +25,14 @@ Batcher::Batcher(ModelConfig model, BatchingConfig config, common::Clock* clock,
       metrics_(std::move(metrics)),
       arena_(std::move(arena)),
       assembler_(model_, config_, *arena_),
-      queues_(config_, *metrics_) {}
+      queues_(config_, *metrics_) {
+  // Retry-After hints before the first batch is measured: the configured cost model (the
+  // identity backend's; 0 for remote backends, whose hints stay at the minimum until measured).
+  const uint64_t batch_requests = model_.max_batch_size > 0 ? model_.max_batch_size : 1;
+  const uint64_t cost_us = common::saturatingAdd(
+      model_.cost_fixed_us, common::saturatingMul(model_.cost_per_item_us, batch_requests));
+  queues_.setServiceEstimate(common::saturatingMul(cost_us, 1000), batch_requests);
+}
 
 Batcher::~Batcher() { shutdown(); }
 
@@ -238,7 +246,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
       answers.push_back({std::move(r->done), absl::UnavailableError("Model is shutting down")});
     } else if (externallyShed(r->level)) {
       metrics_->levels[r->level - 1].rejected_external.inc();
-      answers.push_back({std::move(r->done), queues_.overloadStatus(kGpuShedMessage)});
+      answers.push_back({std::move(r->done), queues_.overloadStatus(kGpuShedMessage, r->level)});
     } else {
       ticket = queues_.push(std::move(r), answers, refused_level);
     }
@@ -268,7 +276,7 @@ absl::Status Batcher::admission(int64_t priority) {
     if (externallyShed(level)) {
       metrics_->refused_before_copy.inc();
       metrics_->levels[level - 1].rejected_external.inc();
-      return queues_.overloadStatus(kGpuShedMessage);
+      return queues_.overloadStatus(kGpuShedMessage, level);
     }
     st = queues_.admission(level);
     if (st.ok()) return st;
@@ -358,10 +366,12 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs,
   batch->heap.clear();
 
   std::vector<char> cancelled(n, 0);
+  const uint64_t now = clock_->nowNs();
   {
     std::lock_guard<std::mutex> lock(mu_);
     --inflight_;
     metrics_->inflight.sub(1);
+    updateServiceEstimateLocked(now > batch->dispatch_ns ? now - batch->dispatch_ns : 0);
     for (size_t k = 0; k < n; ++k) {
       const QueuedRequest& r = *batch->requests[k];
       cancelled[k] = r.cancelled;
@@ -390,6 +400,20 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs,
     r.done(std::move(resp));
   }
   if (!before_answers) notify();
+}
+
+void Batcher::updateServiceEstimateLocked(uint64_t batch_ns) {
+  // The first measurement replaces the configured cost; then an average with weight 1/4 for
+  // the newest batch, so one slow batch moves the hint but does not make it.
+  const uint64_t prev = queues_.batchNsEstimate();
+  const uint64_t est = measured_batches_++ == 0 ? batch_ns : prev - prev / 4 + batch_ns / 4;
+  const uint64_t batch_requests = model_.max_batch_size > 0 ? model_.max_batch_size : 1;
+  queues_.setServiceEstimate(est, batch_requests);
+}
+
+uint32_t Batcher::retryAfterSeconds(int64_t priority) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queues_.retryAfterSeconds(queues_.levelOf(priority));
 }
 
 void Batcher::shutdown() {

@@ -126,6 +126,13 @@ class Batcher {
   // The level (1..levels) of a KServe priority: 0, negative or > levels -> default level
   // (Triton's rule).
   uint32_t levelOf(int64_t priority) const;
+  // The Retry-After hint (seconds, 1..60; docs/ERRORS.md "Retry-After") a refusal of a request
+  // of `priority` would carry now: the time for the requests queued at its level and above to
+  // be served, at the measured service time per batch (every completed batch's dispatch ->
+  // complete time: the first replaces the configured cost_fixed_us + cost_per_item_us x
+  // max_batch_size, later ones are averaged in with weight 1/4), max_batch_size requests per
+  // batch and max_inflight_batches batches at once. Queue refusals and sheds carry it.
+  uint32_t retryAfterSeconds(int64_t priority) const;
   size_t queued() const;
   size_t queued(uint32_t level) const;
   uint32_t inflight() const;
@@ -150,6 +157,8 @@ class Batcher {
   // `refused_level`: the level of a request just refused or shed for overload (0: none).
   void updateOverloadLocked(uint32_t refused_level);
   void publishOverload();
+  // A batch took `batch_ns` from dispatch to complete: the Retry-After service estimate.
+  void updateServiceEstimateLocked(uint64_t batch_ns);
   // The external level refuses requests of `level` (called under mu_).
   bool externallyShed(uint32_t level) const;
 
@@ -167,6 +176,7 @@ class Batcher {
   mutable std::mutex mu_;
   PriorityQueues queues_;  // guarded by mu_
   uint32_t inflight_ = 0;
+  uint64_t measured_batches_ = 0;  // guarded by mu_; batches measured for the service estimate
   uint64_t next_batch_ = 1;
   bool shutdown_ = false;
 

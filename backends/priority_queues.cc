@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "backends/retry_after.h"
 #include "common/checked.h"
 #include "fmt/format.h"
 
@@ -61,23 +62,36 @@ uint64_t PriorityQueues::deadline(uint32_t level, uint64_t request_timeout_us,
   return timeout_us > 0 ? common::saturatingAdd(now, common::saturatingMul(timeout_us, 1000)) : 0;
 }
 
-absl::Status PriorityQueues::overloadStatus(std::string message) const {
-  if (config_.overload_status == 429) return absl::ResourceExhaustedError(std::move(message));
-  return absl::UnavailableError(std::move(message));
+absl::Status PriorityQueues::overloadStatus(std::string message, uint32_t level) const {
+  absl::Status st = config_.overload_status == 429
+                        ? absl::ResourceExhaustedError(std::move(message))
+                        : absl::UnavailableError(std::move(message));
+  return withRetryAfter(std::move(st), retryAfterSeconds(level));
+}
+
+uint64_t PriorityQueues::aheadOf(uint32_t level) const {
+  uint64_t ahead = 0;
+  for (uint32_t l = 1; l <= level && l <= levels_.size(); ++l) ahead += levels_[l - 1].size();
+  return ahead;
+}
+
+uint32_t PriorityQueues::retryAfterSeconds(uint32_t level) const {
+  return retryAfterFromNs(
+      drainTimeNs(aheadOf(level), batch_requests_, config_.max_inflight_batches, batch_ns_));
 }
 
 absl::Status PriorityQueues::admission(uint32_t level_no) {
   Level& level = levels_[level_no - 1];
   if (level.policy.max_queue_size > 0 && level.size() >= level.policy.max_queue_size) {
     level.metrics->rejected_full.inc();
-    return overloadStatus(kQueueFullMessage);
+    return overloadStatus(kQueueFullMessage, level_no);
   }
   if (config_.max_total_queue_size > 0 && queued_ >= config_.max_total_queue_size) {
     for (uint32_t l = config_.priority_levels; l > level_no; --l) {
       if (levels_[l - 1].size() != 0) return absl::OkStatus();  // push() would shed it
     }
     level.metrics->rejected_overload.inc();
-    return overloadStatus(kQueueFullMessage);
+    return overloadStatus(kQueueFullMessage, level_no);
   }
   return absl::OkStatus();
 }
@@ -88,7 +102,7 @@ uint64_t PriorityQueues::push(std::unique_ptr<QueuedRequest> r, std::vector<Answ
   Level& level = levels_[level_no - 1];
   if (level.policy.max_queue_size > 0 && level.size() >= level.policy.max_queue_size) {
     level.metrics->rejected_full.inc();
-    answers.push_back({std::move(r->done), overloadStatus(kQueueFullMessage)});
+    answers.push_back({std::move(r->done), overloadStatus(kQueueFullMessage, level_no)});
     return 0;
   }
   if (config_.max_total_queue_size > 0 && queued_ >= config_.max_total_queue_size) {
@@ -103,16 +117,20 @@ uint64_t PriorityQueues::push(std::unique_ptr<QueuedRequest> r, std::vector<Answ
       tickets_.erase(up->ticket);
       low.metrics->shed.inc();
       refused_level = l;
-      answers.push_back({std::move(up->done),
-                         overloadStatus(fmt::format(
-                             "Request shed: model overloaded, priority level {} dropped", l))});
+      // Its hint counts the request that takes its place (queued below, ahead of level l).
+      absl::Status shed = overloadStatus(
+          fmt::format("Request shed: model overloaded, priority level {} dropped", l), l);
+      shed = withRetryAfter(std::move(shed),
+                            retryAfterFromNs(drainTimeNs(aheadOf(l) + 1, batch_requests_,
+                                                         config_.max_inflight_batches, batch_ns_)));
+      answers.push_back({std::move(up->done), std::move(shed)});
       admit = true;
       break;
     }
     if (!admit) {
       level.metrics->rejected_overload.inc();
       refused_level = level_no;
-      answers.push_back({std::move(r->done), overloadStatus(kQueueFullMessage)});
+      answers.push_back({std::move(r->done), overloadStatus(kQueueFullMessage, level_no)});
       return 0;
     }
   }

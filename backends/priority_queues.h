@@ -107,8 +107,22 @@ class PriorityQueues {
   // push() counts it), without shedding anything; OK when push() would queue it.
   absl::Status admission(uint32_t level);
 
-  // The status of a refusal for overload (overload_status: 503 or 429).
-  absl::Status overloadStatus(std::string message) const;
+  // The status of a refusal for overload (overload_status: 503 or 429) of a request of `level`,
+  // with its Retry-After hint (retryAfterSeconds(level), backends/retry_after.h).
+  absl::Status overloadStatus(std::string message, uint32_t level) const;
+
+  // Retry-After hints (docs/ERRORS.md "Retry-After"): the batcher's estimate of one batch's
+  // service time, `batch_ns` for a batch of up to `batch_requests` requests (0: unknown, the
+  // hint is the minimum), with max_inflight_batches batches at once.
+  void setServiceEstimate(uint64_t batch_ns, uint64_t batch_requests) {
+    batch_ns_ = batch_ns;
+    batch_requests_ = batch_requests;
+  }
+  uint64_t batchNsEstimate() const { return batch_ns_; }
+  // Seconds until a request of `level` that joined now would be served: drainTimeNs over the
+  // requests queued at `level` and above (they go first) with the estimate above, as
+  // retryAfterFromNs (1..60).
+  uint32_t retryAfterSeconds(uint32_t level) const;
 
  private:
   struct Level {
@@ -120,6 +134,7 @@ class PriorityQueues {
   };
   std::unique_ptr<QueuedRequest> remove(QueuedRequest* r);
   void recomputeDeadline();
+  uint64_t aheadOf(uint32_t level) const;  // requests queued at `level` and above
 
   const BatchingConfig& config_;
   std::vector<Level> levels_;  // index level-1
@@ -127,6 +142,8 @@ class PriorityQueues {
   size_t queued_ = 0;
   uint64_t next_ticket_ = 1;
   uint64_t next_deadline_ns_ = UINT64_MAX;
+  uint64_t batch_ns_ = 0;  // setServiceEstimate
+  uint64_t batch_requests_ = 1;
 };
 
 }  // namespace infergate::backends
