@@ -4,7 +4,8 @@
 // PriorityQueues (backends/priority_queues.h) held; rules in docs/BATCHING.md.
 //
 // Threading: a Batch belongs to one thread at a time (the dispatcher, then the backend until
-// its completion); QueuedRequest::cancelled is guarded by the batcher's mutex.
+// its completion); QueuedRequest::cancelled and Batch::cancelled are guarded by the batcher's
+// mutex; Batch::cancel is a thread-safe token (any thread).
 
 #include <cstdint>
 #include <list>
@@ -15,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "backends/model.h"
 #include "backends/tensor.h"
+#include "net/cancel_token.h"
 
 namespace infergate::backends {
 
@@ -60,6 +62,14 @@ struct Batch {
   std::vector<uint8_t*> slabs;
   std::vector<std::vector<uint8_t>> heap;
   uint64_t dispatch_ns = 0;
+  // Cancellation of the backend call (docs/BATCHING.md "Cancellation"): the batcher cancels
+  // this token once every request of the batch is cancelled (all their clients went away); a
+  // backend registers on it what cancelling its call means (Triton / TF Serving: the gRPC
+  // call's RST_STREAM CANCEL, GrpcEndpoint::call) and then answers the batch CANCELLED. A batch
+  // with a live request is never cancelled: it runs, and the cancelled requests' slices are
+  // dropped. Set by Batcher::poll (never null for its batches); null: not cancellable.
+  std::shared_ptr<net::CancelToken> cancel;
+  uint32_t cancelled = 0;  // requests marked cancelled in flight; guarded by the batcher's mutex
 };
 
 // Backend outputs of a batch (views valid until complete() returns), or an error every

@@ -31,13 +31,19 @@ BatchedModel::BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<Bat
     : batcher_(std::move(batcher)),
       backend_(std::move(backend)),
       clock_(clock),
-      burst_(std::make_shared<BurstDispatch>()) {
+      burst_(std::make_shared<BurstDispatch>()),
+      lifeline_(std::make_shared<Lifeline>()) {
   burst_->model = this;
+  lifeline_->batcher = batcher_.get();
   batcher_->setNotify([this] { onNotify(); });
   dispatcher_ = std::thread([this] { dispatchLoop(); });
 }
 
 BatchedModel::~BatchedModel() {
+  {
+    std::lock_guard<std::recursive_mutex> lock(lifeline_->mu);  // waits for a canceller running
+    lifeline_->batcher = nullptr;
+  }
   batcher_->setOverloadListener(nullptr);  // the listener's target may be gone first
   {
     std::lock_guard<std::mutex> lock(burst_->mu);  // waits for a reactor dispatching now
@@ -68,10 +74,14 @@ uint64_t BatchedModel::submit(InferRequest request, InferCallback done) {
   std::shared_ptr<net::CancelToken> token = request.cancel;
   const uint64_t ticket = batcher_->enqueue(std::move(request), std::move(done));
   // Registered after enqueue: a cancel in between finds the token cancelled and runs the
-  // canceller now; one after the answer finds the ticket gone (a no-op).
+  // canceller now; one after the answer finds the ticket gone (a no-op). The token lives with
+  // the connection, which may outlive this model (removed by a reload): the canceller reaches
+  // the batcher through the lifeline, which the destructor cuts.
   if (ticket != 0 && token) {
-    Batcher* b = batcher_.get();
-    token->onCancel([b, ticket] { b->cancel(ticket); });
+    token->onCancel([life = lifeline_, ticket] {
+      std::lock_guard<std::recursive_mutex> lock(life->mu);
+      if (life->batcher != nullptr) life->batcher->cancel(ticket);
+    });
   }
   return ticket;
 }
@@ -95,6 +105,11 @@ uint64_t BatchedModel::dispatchDue() {
 }
 
 void BatchedModel::execute(std::unique_ptr<Batch> batch) {
+  if (batch->cancel != nullptr && batch->cancel->cancelled()) {
+    // Every client went away between poll() and here: never sent.
+    batcher_->complete(std::move(batch), absl::CancelledError("Request cancelled"));
+    return;
+  }
   Batch* raw = batch.release();
   backend_->execute(*raw, [this, raw](BatchOutputs outputs) {
     // The next due batch starts on the completing thread before this one's answers go out.

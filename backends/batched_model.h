@@ -67,7 +67,10 @@ class BatchedModel : public Model {
 
   const ModelConfig& config() const override { return batcher_->model(); }
   bool ready() const override { return true; }
-  // Registers request.cancel (when set) to cancel the request's ticket (Batcher::cancel).
+  // Registers request.cancel (when set) to cancel the request's ticket (Batcher::cancel): a
+  // queued request leaves at once; a batch whose every request is cancelled has its backend
+  // call cancelled (Batch::cancel; a batch cancelled before it reached the backend is answered
+  // CANCELLED without being sent).
   void infer(InferRequest request, InferCallback done) override;
   // Slots in the batch buffers (Batcher::placeInputs).
   bool placeInputs(InferRequest& request) override { return batcher_->placeInputs(request); }
@@ -135,6 +138,14 @@ class BatchedModel : public Model {
   // is awake (it polls again before sleeping).
   std::atomic<uint64_t> dispatcher_sleep_until_{0};
   std::shared_ptr<BurstDispatch> burst_;
+  // What the requests' cancel tokens reach the batcher through: the tokens live with the
+  // connections and may outlive the model; the destructor clears `batcher` (under `mu`, so it
+  // waits for a canceller running). Recursive: a canceller's answers may cancel again inline.
+  struct Lifeline {
+    std::recursive_mutex mu;
+    Batcher* batcher = nullptr;
+  };
+  std::shared_ptr<Lifeline> lifeline_;
   std::thread dispatcher_;
 };
 

@@ -85,9 +85,23 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::create(ModelConfig model, Batc
     const SlabPool& pool = *(*arena)->pool(input);
     batch_metrics->poolBytes(model.inputs[input].name, pool.kind(), pool.regionBytes());
   }
-  return std::unique_ptr<Batcher>(new Batcher(std::move(model), std::move(config), clock,
-                                              std::move(own_registry), std::move(batch_metrics),
-                                              std::move(*arena)));
+  const common::Labels queued = {{"model", model.name}, {"stage", "queued"}};
+  const common::Labels in_flight = {{"model", model.name}, {"stage", "in_flight"}};
+  const common::Labels labels = {{"model", model.name}};
+  std::unique_ptr<Batcher> b(new Batcher(std::move(model), std::move(config), clock,
+                                         std::move(own_registry), std::move(batch_metrics),
+                                         std::move(*arena)));
+  constexpr const char* kCancelledHelp =
+      "Requests cancelled by their client, by stage: queued (removed, never sent) or in_flight "
+      "(in a batch at the backend: its slice is dropped)";
+  b->cancelled_queued_ =
+      &metrics->counter("infergate_requests_cancelled_total", kCancelledHelp, queued);
+  b->cancelled_inflight_ =
+      &metrics->counter("infergate_requests_cancelled_total", kCancelledHelp, in_flight);
+  b->batches_cancelled_ = &metrics->counter(
+      "infergate_batcher_batches_cancelled_total",
+      "Batches in flight whose every request was cancelled: the backend call is cancelled", labels);
+  return b;
 }
 
 const SlabPool* Batcher::pool(size_t input) const { return arena_->pool(input); }
@@ -293,16 +307,39 @@ absl::Status Batcher::admission(int64_t priority) {
 bool Batcher::cancel(uint64_t ticket) {
   std::vector<Answer> answers;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    switch (queues_.cancel(ticket, answers)) {
-      case PriorityQueues::Cancelled::kUnknown:
-        return false;
-      case PriorityQueues::Cancelled::kInFlight:
-        return true;  // answered CANCELLED when its batch completes
-      case PriorityQueues::Cancelled::kAnswered:
-        break;
+    std::shared_ptr<net::CancelToken> batch_cancel;  // the batch's last live request went
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      switch (queues_.cancel(ticket, answers)) {
+        case PriorityQueues::Cancelled::kUnknown:
+          return false;
+        case PriorityQueues::Cancelled::kInFlight:
+          // Answered CANCELLED when its batch completes; the backend call is cancelled when no
+          // request of the batch is left to answer.
+          cancelled_inflight_->inc();
+          for (Batch* b : inflight_batches_) {
+            auto it = std::find_if(b->requests.begin(), b->requests.end(),
+                                   [&](const auto& r) { return r->ticket == ticket; });
+            if (it == b->requests.end()) continue;
+            if (++b->cancelled == b->requests.size() && b->cancel) {
+              batch_cancel = b->cancel;
+              batches_cancelled_->inc();
+            }
+            break;
+          }
+          break;
+        case PriorityQueues::Cancelled::kAnswered:
+          cancelled_queued_->inc();
+          updateOverloadLocked(0);
+          break;
+      }
     }
-    updateOverloadLocked(0);
+    if (answers.empty()) {
+      // In flight: the token's cancellers run here, lock released (the backend posts its
+      // cancel to its own thread; a batch not yet sent is answered when the pool reaches it).
+      if (batch_cancel) batch_cancel->cancel();
+      return true;
+    }
   }
   publishOverload();
   flushAnswers(answers);
@@ -326,6 +363,8 @@ std::unique_ptr<Batch> Batcher::poll(uint64_t* next_wake_ns) {
         batch = std::make_unique<Batch>();
         batch->id = next_batch_++;
         batch->dispatch_ns = now;
+        batch->cancel = std::make_shared<net::CancelToken>();
+        inflight_batches_.push_back(batch.get());
         for (QueuedRequest* r : next.requests) {
           std::unique_ptr<QueuedRequest> up = queues_.take(r, now);
           batch->size += up->rows;
@@ -372,6 +411,8 @@ void Batcher::complete(std::unique_ptr<Batch> batch, BatchOutputs outputs,
     --inflight_;
     metrics_->inflight.sub(1);
     updateServiceEstimateLocked(now > batch->dispatch_ns ? now - batch->dispatch_ns : 0);
+    auto it = std::find(inflight_batches_.begin(), inflight_batches_.end(), batch.get());
+    if (it != inflight_batches_.end()) inflight_batches_.erase(it);
     for (size_t k = 0; k < n; ++k) {
       const QueuedRequest& r = *batch->requests[k];
       cancelled[k] = r.cancelled;

@@ -74,7 +74,11 @@ class Batcher {
 
   // Client gone: a queued request is removed and answered CANCELLED "Request cancelled" now;
   // one already in a batch is answered CANCELLED when the batch completes (its result slice is
-  // dropped; neighbours are untouched). False when the ticket is unknown (already answered).
+  // dropped; neighbours are untouched), and when it was the batch's last live request the
+  // batch's token (Batch::cancel) is cancelled, lock released, so the backend cancels its call.
+  // Counted in infergate_requests_cancelled_total{stage="queued"|"in_flight"} and
+  // infergate_batcher_batches_cancelled_total. False when the ticket is unknown (already
+  // answered).
   bool cancel(uint64_t ticket);
 
   // Expires due requests, then takes the next batch if one is due and an in-flight slot (and
@@ -177,7 +181,12 @@ class Batcher {
   PriorityQueues queues_;  // guarded by mu_
   uint32_t inflight_ = 0;
   uint64_t measured_batches_ = 0;  // guarded by mu_; batches measured for the service estimate
+  std::vector<Batch*> inflight_batches_;  // guarded by mu_; poll() adds, complete() removes
   uint64_t next_batch_ = 1;
+  // Cancellation counters (cancel()); set by create().
+  common::Counter* cancelled_queued_ = nullptr;
+  common::Counter* cancelled_inflight_ = nullptr;
+  common::Counter* batches_cancelled_ = nullptr;
   bool shutdown_ = false;
 
   // Overload level: written under mu_, published under publish_mu_.

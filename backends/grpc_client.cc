@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "common/check.h"
@@ -55,6 +56,7 @@ struct Call {
   std::function<void(GrpcResult)> done;
   Conn* conn = nullptr;  // set while waiting for or running on a connection
   int32_t stream_id = 0;
+  uint64_t cancel_id = 0;     // key in Impl::cancellable while the call can be cancelled
   bool headers_sent = false;  // the request reached the socket
   // The response.
   int http_status = 0;
@@ -95,7 +97,12 @@ struct GrpcEndpoint::Impl {
   Impl(std::string address, int channels, int max_message_bytes);
   ~Impl();
 
-  void start(Call* c, const char* method, uint64_t timeout_ms);
+  void start(Call* c, const char* method, uint64_t timeout_ms,
+             std::shared_ptr<net::CancelToken> cancel);
+  // A cancel token fired for call `id` (any thread): handed to the I/O thread.
+  void requestCancel(uint64_t id);
+  // Ends call `id` with CANCELLED (RST_STREAM CANCEL when on the wire); no-op when it ended.
+  void cancelLocked(uint64_t id, std::vector<Call*>& fin);
   bool reachable();
   void wake();
   void ioLoop();
@@ -142,8 +149,19 @@ struct GrpcEndpoint::Impl {
   uint64_t next_wake_ns = 0;  // when the sleeping I/O thread wakes; 0: it is awake
   bool stopping = false;
   std::vector<std::function<void()>> posted;  // GrpcEndpoint::post, run by the I/O thread
-  Conn* current = nullptr;                    // the connection nghttp2 is working on (callbacks)
-  std::vector<Call*>* cb_fin = nullptr;       // where callbacks put finished calls
+  // Cancellable calls by id, and the cancels the I/O thread has yet to carry out.
+  std::unordered_map<uint64_t, Call*> cancellable;
+  std::vector<uint64_t> cancel_requests;
+  uint64_t next_cancel_id = 1;
+  // What cancel tokens reach the endpoint through: a token may outlive it (held by a batch
+  // being answered, a connection); the destructor clears `impl` under `mu`.
+  struct Lifeline {
+    std::mutex mu;
+    Impl* impl = nullptr;
+  };
+  std::shared_ptr<Lifeline> lifeline = std::make_shared<Lifeline>();
+  Conn* current = nullptr;               // the connection nghttp2 is working on (callbacks)
+  std::vector<Call*>* cb_fin = nullptr;  // where callbacks put finished calls
   std::thread thread;
 };
 
@@ -228,6 +246,7 @@ absl::Status fromGrpcStatus(int code, const std::string& message) {
 
 GrpcEndpoint::Impl::Impl(std::string address_in, int channels, int max_bytes)
     : address(std::move(address_in)), max_message_bytes(max_bytes) {
+  lifeline->impl = this;
   if (channels < 1) channels = 1;
   for (int i = 0; i < channels; ++i) conns.push_back(std::make_unique<Conn>());
   epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -244,6 +263,10 @@ GrpcEndpoint::Impl::Impl(std::string address_in, int channels, int max_bytes)
 }
 
 GrpcEndpoint::Impl::~Impl() {
+  {
+    std::lock_guard<std::mutex> lock(lifeline->mu);  // waits for a canceller running
+    lifeline->impl = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     stopping = true;
@@ -288,7 +311,8 @@ void GrpcEndpoint::Impl::wake() {
 }
 
 void GrpcEndpoint::call(const char* method, const wire::ModelInferEncoding& request,
-                        uint64_t timeout_ms, std::function<void(GrpcResult)> done) {
+                        uint64_t timeout_ms, std::function<void(GrpcResult)> done,
+                        std::shared_ptr<net::CancelToken> cancel) {
   Call* c = new Call;
   c->done = std::move(done);
   c->pieces.reserve(request.pieces.size() + 1);
@@ -300,17 +324,18 @@ void GrpcEndpoint::call(const char* method, const wire::ModelInferEncoding& requ
         p.external ? reinterpret_cast<const char*>(p.data) : request.meta.data() + p.offset;
     c->pieces.emplace_back(data, p.size);
   }
-  impl_->start(c, method, timeout_ms);
+  impl_->start(c, method, timeout_ms, std::move(cancel));
 }
 
 void GrpcEndpoint::call(const char* method, std::string request, uint64_t timeout_ms,
-                        std::function<void(GrpcResult)> done) {
+                        std::function<void(GrpcResult)> done,
+                        std::shared_ptr<net::CancelToken> cancel) {
   Call* c = new Call;
   c->owned = std::move(request);
   c->done = std::move(done);
   c->pieces.emplace_back(c->prefix, sizeof c->prefix);
   c->pieces.emplace_back(c->owned);
-  impl_->start(c, method, timeout_ms);
+  impl_->start(c, method, timeout_ms, std::move(cancel));
 }
 
 GrpcResult GrpcEndpoint::callSync(const char* method, std::string request, uint64_t timeout_ms) {
@@ -320,7 +345,8 @@ GrpcResult GrpcEndpoint::callSync(const char* method, std::string request, uint6
   return f.get();
 }
 
-void GrpcEndpoint::Impl::start(Call* c, const char* method, uint64_t timeout_ms) {
+void GrpcEndpoint::Impl::start(Call* c, const char* method, uint64_t timeout_ms,
+                               std::shared_ptr<net::CancelToken> cancel) {
   c->method = method;
   c->timeout_ms = timeout_ms;
   size_t len = 0;
@@ -334,9 +360,13 @@ void GrpcEndpoint::Impl::start(Call* c, const char* method, uint64_t timeout_ms)
   const uint64_t now = common::monotonicNs();
   std::vector<Call*> fin;
   bool need_wake = false;
+  uint64_t cancel_id = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
-    if (stopping) {
+    if (cancel != nullptr && cancel->cancelled()) {
+      c->result.status = absl::CancelledError("Cancelled before it was sent");
+      fin.push_back(c);
+    } else if (stopping) {
       c->result.status = absl::UnavailableError("gRPC client shut down");
       c->result.not_sent = true;
       fin.push_back(c);
@@ -381,17 +411,59 @@ void GrpcEndpoint::Impl::start(Call* c, const char* method, uint64_t timeout_ms)
             "failed to connect to all addresses; last error: {}", conns[first]->last_error));
         c->result.not_sent = true;
         fin.push_back(c);
-      } else if (pick->state == Conn::State::kReady && !pick->draining) {
-        submitLocked(*pick, c, fin);
-        flushLocked(*pick, fin);
       } else {
-        c->conn = pick;
-        pick->waiting.push_back(c);
+        if (cancel != nullptr) {
+          // Before submitting: a submit that fails finishes the call, which forgets the id.
+          cancel_id = c->cancel_id = next_cancel_id++;
+          cancellable.emplace(cancel_id, c);
+        }
+        if (pick->state == Conn::State::kReady && !pick->draining) {
+          submitLocked(*pick, c, fin);
+          flushLocked(*pick, fin);
+        } else {
+          c->conn = pick;
+          pick->waiting.push_back(c);
+        }
       }
     }
   }
   if (need_wake) wake();
   runDone(fin);
+  // Registered unlocked: a token already cancelled runs the canceller here, which takes `mu`.
+  // If the call has ended meanwhile its id is gone and the cancel is a no-op.
+  if (cancel_id != 0) {
+    cancel->onCancel([life = lifeline, cancel_id] {
+      std::lock_guard<std::mutex> lock(life->mu);
+      if (life->impl != nullptr) life->impl->requestCancel(cancel_id);
+    });
+  }
+}
+
+void GrpcEndpoint::Impl::requestCancel(uint64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (cancellable.find(id) == cancellable.end()) return;  // ended already
+    cancel_requests.push_back(id);
+  }
+  wake();
+}
+
+void GrpcEndpoint::Impl::cancelLocked(uint64_t id, std::vector<Call*>& fin) {
+  auto it = cancellable.find(id);
+  if (it == cancellable.end()) return;
+  Call* c = it->second;
+  Conn* k = c->conn;
+  if (k != nullptr && k->session != nullptr && c->stream_id > 0) {
+    // The stream's late frames find no call; the server gets RST_STREAM CANCEL.
+    nghttp2_session_set_stream_user_data(k->session, c->stream_id, nullptr);
+    nghttp2_submit_rst_stream(k->session, NGHTTP2_FLAG_NONE, c->stream_id, NGHTTP2_CANCEL);
+  } else if (k != nullptr) {
+    k->waiting.erase(std::remove(k->waiting.begin(), k->waiting.end(), c), k->waiting.end());
+  }
+  c->result = GrpcResult{};
+  c->result.status = absl::CancelledError("Cancelled: every client of the call went away");
+  finishLocked(c, fin);
+  if (k != nullptr) flushLocked(*k, fin);
 }
 
 void GrpcEndpoint::Impl::removeDeadlineLocked(Call* c) {
@@ -403,6 +475,10 @@ void GrpcEndpoint::Impl::removeDeadlineLocked(Call* c) {
 
 void GrpcEndpoint::Impl::finishLocked(Call* c, std::vector<Call*>& fin) {
   removeDeadlineLocked(c);
+  if (c->cancel_id != 0) {
+    cancellable.erase(c->cancel_id);
+    c->cancel_id = 0;
+  }
   if (c->conn != nullptr) c->conn->calls.erase(c);
   c->conn = nullptr;
   fin.push_back(c);
@@ -587,9 +663,7 @@ void GrpcEndpoint::Impl::submitLocked(Conn& k, Call* c, std::vector<Call*>& fin)
     c->result.status =
         absl::UnavailableError(fmt::format("cannot start a stream: {}", nghttp2_strerror(id)));
     c->result.not_sent = true;
-    c->conn = nullptr;
-    removeDeadlineLocked(c);
-    fin.push_back(c);
+    finishLocked(c, fin);  // not in k.calls yet: only forgets the deadline and cancel id
     return;
   }
   c->stream_id = id;
@@ -915,6 +989,10 @@ void GrpcEndpoint::Impl::ioLoop() {
         finishLocked(c, fin);
         if (k != nullptr) flushLocked(*k, fin);
       }
+      // Cancelled calls (requestCancel): RST_STREAM CANCEL, answered CANCELLED.
+      std::vector<uint64_t> cancels;
+      cancels.swap(cancel_requests);
+      for (uint64_t id : cancels) cancelLocked(id, fin);
     }
     runDone(fin);
     std::vector<std::function<void()>> tasks;

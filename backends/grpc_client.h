@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "backends/grpc_client_wire.h"
+#include "net/cancel_token.h"
 
 namespace infergate::backends {
 
@@ -68,11 +69,20 @@ class GrpcEndpoint {
 
   // Starts a call; `done` runs exactly once (see Threading). `request` must stay valid until
   // `done` runs (its external pieces are referenced, not copied). `timeout_ms` 0 = none.
+  // `cancel` (optional): cancelling the token (any thread, any time) ends the call with
+  // CANCELLED (not_sent false: never retried): a call on the wire gets RST_STREAM CANCEL, so
+  // the server sees the cancellation (Triton cancels the request, gRPC servers see
+  // context.is_active() turn false); one waiting for a connection is dropped. The cancel is
+  // handed to the I/O thread, which answers `done` there; a token cancelled before call() fails
+  // the call at once, never sent. A cancel after the call ended, or after the endpoint is
+  // destroyed, is a no-op.
   void call(const char* method, const wire::ModelInferEncoding& request, uint64_t timeout_ms,
-            std::function<void(GrpcResult)> done);
+            std::function<void(GrpcResult)> done,
+            std::shared_ptr<net::CancelToken> cancel = nullptr);
   // Convenience for small requests (copied).
   void call(const char* method, std::string request, uint64_t timeout_ms,
-            std::function<void(GrpcResult)> done);
+            std::function<void(GrpcResult)> done,
+            std::shared_ptr<net::CancelToken> cancel = nullptr);
   // Runs `fn` on the endpoint's I/O thread soon (work that may wait, e.g. a device copy, off a
   // caller that must not block). `fn` must not block for long: responses wait behind it.
   void post(std::function<void()> fn);
