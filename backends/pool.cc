@@ -124,16 +124,22 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
     const std::string backend_model = config_.model_name.empty() ? model_ : config_.model_name;
     const uint64_t timeout_ms = std::max<uint64_t>(
         std::min(config_.metrics_interval_ms, config_.health_check_timeout_ms), 1);
-    for (size_t i = 0; i < endpoints_.size() && i < config_.metrics_urls.size(); ++i) {
+    // metrics_urls is parallel to config.endpoints, whose dns:/// entries have no client.
+    for (size_t i = 0; i < config_.endpoints.size() && i < config_.metrics_urls.size(); ++i) {
       if (config_.metrics_urls[i].empty()) continue;
+      Endpoint* target = nullptr;
+      for (auto& e : endpoints_) {
+        if (e->client->address() == config_.endpoints[i]) target = e.get();
+      }
+      if (target == nullptr) continue;
       absl::StatusOr<HttpUrl> url = parseHttpUrl(config_.metrics_urls[i]);
       if (!url.ok()) {  // the config loader validates URLs: only a hand-built config gets here
         spdlog::error("model '{}': ignoring the metrics URL of {} endpoint {}: {}", model_, kind_,
-                      endpoints_[i]->client->address(), std::string(url.status().message()));
+                      target->client->address(), std::string(url.status().message()));
         continue;
       }
-      endpoints_[i]->depth = makeTritonQueueDepthSource(*std::move(url), backend_model,
-                                                        config_.model_version, timeout_ms);
+      target->depth = makeTritonQueueDepthSource(*std::move(url), backend_model,
+                                                 config_.model_version, timeout_ms);
     }
   } else {
     for (size_t i = 0; i < endpoints_.size() && i < queue_depth.size(); ++i) {

@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 
+#include "backends/dns_resolver.h"
 #include "backends/pool.h"
 
 #include <arpa/inet.h>
@@ -922,7 +923,7 @@ class Loader {
                             "fragments", "rst_rate_limit", "source_prefix_v4",
                             "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
                             "busy_poll_usecs", "busy_poll_budget", "held_frames",
-                            "held_frames_per_connection", "tcp_rcv_buf"}));
+                            "held_frames_per_connection", "tcp_rcv_buf", "keep_attached"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -1075,6 +1076,13 @@ class Loader {
                                                x.pin_path));
       }
     }
+    // Restart without a drop (docs/OPERATIONS.md): the program and its pinned maps outlive us.
+    if (YAML::Node v = n["keep_attached"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.keep_attached", x.keep_attached));
+      if (x.keep_attached && x.pin_path.empty()) {
+        return err("xdp.keep_attached", "needs xdp.pin_path (the next process finds the maps there)");
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -1219,8 +1227,8 @@ class Loader {
         IG_CONFIG_TRY(readBatching(v, join(path, "dynamic_batching"), mc.max_batch_size, bc));
         if (mc.remote && !(v.IsMap() && v["max_inflight_batches"].IsDefined())) {
           // Remote pools run batches in parallel: as many as the endpoints take.
-          bc.max_inflight_batches = static_cast<uint32_t>(mc.remote->endpoints.size() *
-                                                          mc.remote->max_concurrency);
+          bc.max_inflight_batches =
+              static_cast<uint32_t>(endpointSlots(*mc.remote) * mc.remote->max_concurrency);
         }
         mc.dynamic_batching = std::move(bc);
       } else if (mc.max_batch_size > 0) {
@@ -1230,7 +1238,7 @@ class Loader {
         mc.dynamic_batching = backends::BatchingConfig{};
         if (mc.remote) {
           mc.dynamic_batching->max_inflight_batches =
-              static_cast<uint32_t>(mc.remote->endpoints.size() * mc.remote->max_concurrency);
+              static_cast<uint32_t>(endpointSlots(*mc.remote) * mc.remote->max_concurrency);
         }
       }
       if (mc.backend == "identity") IG_CONFIG_TRY(checkIdentity(mc, path));
@@ -1342,6 +1350,15 @@ class Loader {
     return absl::OkStatus();
   }
 
+  // Endpoints a remote pool may have: a dns:/// entry counts as dns_max_endpoints.
+  static size_t endpointSlots(const backends::RemoteBackendConfig& r) {
+    size_t n = 0;
+    for (const std::string& ep : r.endpoints) {
+      n += backends::isDnsEntry(ep) ? r.dns_max_endpoints : 1;
+    }
+    return n;
+  }
+
   // models[].triton / models[].tfserving.
   absl::Status readRemote(const YAML::Node& n, const std::string& path, const std::string& backend,
                           backends::RemoteBackendConfig& out) const {
@@ -1352,14 +1369,16 @@ class Loader {
            "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "shared_memory",
            "cuda_device", "validate_metadata", "max_message_bytes", "metrics_port",
-           "metrics_interval_ms"}));
+           "metrics_interval_ms", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max"}));
     } else {
       IG_CONFIG_TRY(checkMap(
           n, path,
           {"endpoints", "model_name", "model_version", "signature_name", "max_concurrency",
            "channels", "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "validate_metadata",
-           "max_message_bytes"}));
+           "max_message_bytes", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max"}));
     }
     const std::string epath = join(path, "endpoints");
     YAML::Node eps = n["endpoints"];
@@ -1393,6 +1412,19 @@ class Loader {
         }
       } else {
         IG_CONFIG_TRY(readString(eps[i], at(epath, i), ep));
+      }
+      if (backends::isDnsEntry(ep)) {  // dns:///name:port (backends/dns_resolver.h)
+        if (absl::StatusOr<backends::DnsTargetSpec> d = backends::parseDnsEntry(ep); !d.ok()) {
+          return err(at(epath, i), std::string(d.status().message()));
+        }
+        if (!metrics_url.empty()) {
+          return err(at(epath, i), "metrics_url is not supported for a dns:/// entry");
+        }
+        for (const std::string& prev : out.endpoints) {
+          if (prev == ep) return err(at(epath, i), fmt::format("duplicate endpoint '{}'", ep));
+        }
+        out.endpoints.push_back(std::move(ep));
+        continue;
       }
       const size_t colon = ep.rfind(':');
       int64_t port = 0;
@@ -1484,6 +1516,36 @@ class Loader {
     if (YAML::Node v = n["metrics_interval_ms"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "metrics_interval_ms"), 10, 60000,
                                out.metrics_interval_ms));
+    }
+    // dns:/// entries and sequence affinity (docs/BACKENDS.md).
+    if (YAML::Node v = n["dns_refresh_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "dns_refresh_ms"), 10, kMaxMs, out.dns_refresh_ms));
+    }
+    if (YAML::Node v = n["dns_min_refresh_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(
+          readNumber(v, join(path, "dns_min_refresh_ms"), 10, kMaxMs, out.dns_min_refresh_ms));
+    }
+    out.dns_min_refresh_ms = std::min(out.dns_min_refresh_ms, out.dns_refresh_ms);
+    if (YAML::Node v = n["dns_timeout_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "dns_timeout_ms"), 10, 60000, out.dns_timeout_ms));
+    }
+    if (YAML::Node v = n["dns_server"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, join(path, "dns_server"), out.dns_server));
+      if (absl::StatusOr<std::unique_ptr<backends::DnsResolver>> r =
+              backends::DnsResolver::create({out.dns_server, out.dns_timeout_ms});
+          !r.ok()) {
+        return err(join(path, "dns_server"), std::string(r.status().message()));
+      }
+    }
+    if (YAML::Node v = n["dns_max_endpoints"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "dns_max_endpoints"), 1, 1024, out.dns_max_endpoints));
+    }
+    if (YAML::Node v = n["sequence_idle_timeout_ms"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "sequence_idle_timeout_ms"), 1, kMaxMs,
+                               out.sequence_idle_timeout_ms));
+    }
+    if (YAML::Node v = n["sequence_max"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "sequence_max"), 1, 10000000, out.sequence_max));
     }
     if (YAML::Node v = n["cuda_device"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "cuda_device"), 0, 1023, out.cuda_device));
