@@ -30,8 +30,8 @@ bool validName(std::string_view n) {
       continue;
     }
     if (++label > 63) return false;
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '-' || c == '_')) {
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_')) {
       return false;
     }
   }
@@ -55,9 +55,8 @@ absl::StatusOr<DnsTargetSpec> parseDnsEntry(std::string_view entry) {
   const size_t colon = rest.rfind(':');
   uint32_t port = 0;
   if (colon == std::string_view::npos) {
-    return absl::InvalidArgumentError(
-        fmt::format("invalid endpoint '{}': expected dns:///name:port (the port is required)",
-                    entry));
+    return absl::InvalidArgumentError(fmt::format(
+        "invalid endpoint '{}': expected dns:///name:port (the port is required)", entry));
   }
   auto [p, ec] = std::from_chars(rest.data() + colon + 1, rest.data() + rest.size(), port);
   if (ec != std::errc() || p != rest.data() + rest.size() || port < 1 || port > 65535) {
@@ -120,9 +119,9 @@ absl::StatusOr<std::unique_ptr<DnsResolver>> DnsResolver::create(const Options& 
   if (!options.server.empty()) {
     rc = ares_set_servers_ports_csv(impl->channel, options.server.c_str());
     if (rc != ARES_SUCCESS) {
-      return absl::InvalidArgumentError(fmt::format(
-          "dns_server '{}': {} (expected ip:port, e.g. 127.0.0.1:5353 or [::1]:53)",
-          options.server, ares_strerror(rc)));
+      return absl::InvalidArgumentError(
+          fmt::format("dns_server '{}': {} (expected ip:port, e.g. 127.0.0.1:5353 or [::1]:53)",
+                      options.server, ares_strerror(rc)));
     }
   }
   return std::unique_ptr<DnsResolver>(new DnsResolver(std::move(impl)));
@@ -159,8 +158,8 @@ void onAddrInfo(void* arg, int status, int /*timeouts*/, struct ares_addrinfo* r
       std::sort(a.addresses.begin(), a.addresses.end());
       a.addresses.erase(std::unique(a.addresses.begin(), a.addresses.end()), a.addresses.end());
       a.min_ttl_s = ttl == UINT32_MAX ? 0 : ttl;
-      a.status = a.addresses.empty() ? absl::NotFoundError("no A or AAAA record")
-                                     : absl::OkStatus();
+      a.status =
+          a.addresses.empty() ? absl::NotFoundError("no A or AAAA record") : absl::OkStatus();
     } else if (status == ARES_ENOTFOUND || status == ARES_ENODATA || status == ARES_SUCCESS) {
       a.status = absl::NotFoundError(status == ARES_ENOTFOUND ? "NXDOMAIN (no such name)"
                                                               : "no A or AAAA record");
@@ -210,8 +209,7 @@ std::vector<DnsResolver::Answer> DnsResolver::resolve(const std::vector<std::str
       if (ev == 0) continue;
       fds[n++] = pollfd{socks[i], ev, 0};
     }
-    const auto left =
-        std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now).count();
     timeval maxtv{static_cast<time_t>(left / 1000000), static_cast<suseconds_t>(left % 1000000)};
     timeval tv{};
     ares_timeout(ch, &maxtv, &tv);

@@ -29,7 +29,7 @@ std::string joinHostPort(const std::string& ip, uint16_t port);
 class DnsResolver {
  public:
   struct Options {
-    std::string server;       // "ip:port" (or "ip", port 53); empty: /etc/resolv.conf's servers
+    std::string server;          // "ip:port" (or "ip", port 53); empty: /etc/resolv.conf's servers
     uint64_t timeout_ms = 2000;  // a whole resolve() at most
   };
   // The outcome for one name. `status`: OK with addresses; NOT_FOUND for NXDOMAIN or no A/AAAA

@@ -1,0 +1,397 @@
+// Pool (backends/pool.h) endpoint set changes and sequence affinity, over fake endpoint
+// clients made by the pool's client factory: setEndpoints() drains a removed endpoint (its
+// in-flight batches complete, it takes no new batch, reap() closes it once idle) and admits an
+// added one after its first passing probe; sequences stay on their endpoint from start to end,
+// expire when idle, are bounded, and end with FAILED_PRECONDITION when their endpoint fails.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "backends/pool.h"
+#include "common/metrics.h"
+
+namespace infergate::backends {
+namespace {
+
+struct FakeState {
+  std::mutex mu;
+  absl::Status probe = absl::OkStatus();
+  bool hold = false;
+  absl::Status result = absl::OkStatus();
+  bool not_sent = false;
+  int sends = 0;
+  bool shut = false;
+  std::deque<EndpointClient::SendDone> held;
+};
+
+class FakeClient : public EndpointClient {
+ public:
+  FakeClient(std::string a, std::shared_ptr<FakeState> s) : addr_(std::move(a)), s_(std::move(s)) {}
+  const std::string& address() const override { return addr_; }
+  absl::Status probe(bool) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    return s_->probe;
+  }
+  void send(const Batch&, const SendOptions&, SendDone done) override {
+    absl::Status r;
+    bool ns;
+    {
+      std::lock_guard<std::mutex> l(s_->mu);
+      ++s_->sends;
+      if (s_->hold) {
+        s_->held.push_back(std::move(done));
+        return;
+      }
+      r = s_->result;
+      ns = s_->not_sent;
+    }
+    if (r.ok()) {
+      done(std::vector<BatchTensor>{}, false);
+    } else {
+      done(r, ns);
+    }
+  }
+  void shutdown() override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->shut = true;
+  }
+
+ private:
+  std::string addr_;
+  std::shared_ptr<FakeState> s_;
+};
+
+struct Fixture {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<FakeState>> st;  // by address, made on first use
+  common::MetricsRegistry metrics;
+  std::unique_ptr<Pool> pool;
+
+  std::shared_ptr<FakeState> state(const std::string& a) {
+    std::lock_guard<std::mutex> l(mu);
+    auto& s = st[a];
+    if (!s) s = std::make_shared<FakeState>();
+    return s;
+  }
+  explicit Fixture(std::vector<std::string> eps, RemoteBackendConfig cfg = {}) {
+    cfg.endpoints = eps;
+    cfg.health_check_interval_ms = 3600 * 1000;  // probes only when the test asks
+    cfg.startup_timeout_ms = 0;
+    std::vector<std::unique_ptr<EndpointClient>> clients;
+    for (const auto& a : eps) clients.push_back(std::make_unique<FakeClient>(a, state(a)));
+    pool = std::make_unique<Pool>("m", "triton", cfg, std::move(clients), &metrics);
+    pool->setClientFactory([this](const std::string& a) {
+      return std::unique_ptr<EndpointClient>(std::make_unique<FakeClient>(a, state(a)));
+    });
+  }
+  int sends(const std::string& a) {
+    auto s = state(a);
+    std::lock_guard<std::mutex> l(s->mu);
+    return s->sends;
+  }
+  void hold(const std::string& a, bool h) {
+    auto s = state(a);
+    std::lock_guard<std::mutex> l(s->mu);
+    s->hold = h;
+  }
+  size_t release(const std::string& a) {
+    auto s = state(a);
+    std::deque<EndpointClient::SendDone> h;
+    {
+      std::lock_guard<std::mutex> l(s->mu);
+      h.swap(s->held);
+    }
+    for (auto& d : h) d(std::vector<BatchTensor>{}, false);
+    return h.size();
+  }
+  const Pool::EndpointStatus* status(const std::string& a, std::vector<Pool::EndpointStatus>& v) {
+    v = pool->status();
+    for (auto& s : v) {
+      if (s.address == a) return &s;
+    }
+    return nullptr;
+  }
+};
+
+struct Result {
+  std::atomic<int> calls{0};
+  absl::Status status;
+};
+
+BatchDone collect(Result& r) {
+  return [&r](BatchOutputs out) {
+    r.status = out.status();
+    r.calls.fetch_add(1);
+  };
+}
+
+std::unique_ptr<Batch> seqBatch(const std::string& id, bool start, bool end,
+                                bool is_string = false) {
+  auto b = std::make_unique<Batch>();
+  auto q = std::make_unique<QueuedRequest>();
+  q->request.sequence.id = id;
+  q->request.sequence.id_is_string = is_string;
+  q->request.sequence.start = start;
+  q->request.sequence.end = end;
+  b->requests.push_back(std::move(q));
+  return b;
+}
+
+TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
+  Fixture f({"a:1", "b:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.hold("a:1", true);
+  f.hold("b:1", true);
+  // Four batches in flight, spread over a and b.
+  std::vector<std::unique_ptr<Result>> rs;
+  Batch b;
+  for (int i = 0; i < 4; ++i) {
+    rs.push_back(std::make_unique<Result>());
+    f.pool->execute(b, collect(*rs.back()));
+  }
+  const int a_before = f.sends("a:1");
+  ASSERT_GT(a_before, 0);
+  ASSERT_TRUE(f.pool->setEndpoints({"b:1", "c:1"}).ok());
+  std::vector<Pool::EndpointStatus> v;
+  ASSERT_NE(f.status("a:1", v), nullptr);
+  EXPECT_TRUE(f.status("a:1", v)->draining);
+  ASSERT_NE(f.status("c:1", v), nullptr);
+  EXPECT_EQ(f.status("c:1", v)->state, Pool::State::kUnknown);  // not before its probe
+  EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"b:1", "c:1"}));
+  // New batches: never a (draining), never c (not probed yet).
+  Result x;
+  f.hold("b:1", false);
+  for (int i = 0; i < 10; ++i) f.pool->execute(b, collect(x));
+  EXPECT_EQ(f.sends("a:1"), a_before);
+  EXPECT_EQ(f.sends("c:1"), 0);
+  // reap() keeps a while its batches are in flight.
+  f.pool->reap();
+  ASSERT_NE(f.status("a:1", v), nullptr);
+  EXPECT_FALSE(f.state("a:1")->shut);
+  // Its in-flight batches complete normally.
+  EXPECT_EQ(f.release("a:1"), static_cast<size_t>(a_before));
+  f.release("b:1");
+  for (auto& r : rs) {
+    EXPECT_EQ(r->calls.load(), 1);
+    EXPECT_TRUE(r->status.ok()) << r->status;
+  }
+  f.pool->reap();
+  EXPECT_EQ(f.status("a:1", v), nullptr);
+  EXPECT_TRUE(f.state("a:1")->shut);
+  // c takes batches after its first passing probe.
+  f.pool->probeAll();
+  for (int i = 0; i < 20; ++i) f.pool->execute(b, collect(x));
+  EXPECT_GT(f.sends("c:1"), 0);
+  EXPECT_EQ(f.sends("a:1"), a_before);
+}
+
+TEST(PoolEndpoints, ReAddedBeforeClosedIsKept) {
+  Fixture f({"a:1", "b:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.hold("a:1", true);
+  Batch b;
+  Result r;
+  for (int i = 0; i < 6 && f.sends("a:1") == 0; ++i) f.pool->execute(b, collect(r));
+  ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
+  ASSERT_TRUE(f.pool->setEndpoints({"a:1", "b:1"}).ok());
+  std::vector<Pool::EndpointStatus> v;
+  ASSERT_NE(f.status("a:1", v), nullptr);
+  EXPECT_FALSE(f.status("a:1", v)->draining);
+  EXPECT_EQ(v.size(), 2u);
+  f.release("a:1");
+}
+
+TEST(PoolEndpoints, MalformedListChangesNothing) {
+  Fixture f({"a:1"});
+  EXPECT_EQ(f.pool->setEndpoints({"b:1", "nocolon"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->setEndpoints({"dns:///bad name:1"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"a:1"}));
+}
+
+TEST(PoolSequences, StayOnTheirEndpointFromStartToEnd) {
+  Fixture f({"a:1", "b:1", "c:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Result r;
+  auto start = seqBatch("7", true, false);
+  f.pool->execute(*start, collect(r));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  std::string bound;
+  for (const char* a : {"a:1", "b:1", "c:1"}) {
+    if (f.sends(a) == 1) bound = a;
+  }
+  ASSERT_FALSE(bound.empty());
+  EXPECT_EQ(f.pool->sequenceCount(), 1u);
+  for (int i = 0; i < 20; ++i) {
+    auto mid = seqBatch("7", false, false);
+    f.pool->execute(*mid, collect(r));
+    ASSERT_TRUE(r.status.ok()) << r.status;
+  }
+  EXPECT_EQ(f.sends(bound), 21);
+  auto end = seqBatch("7", false, true);
+  f.pool->execute(*end, collect(r));
+  EXPECT_TRUE(r.status.ok());
+  EXPECT_EQ(f.sends(bound), 22);
+  EXPECT_EQ(f.pool->sequenceCount(), 0u);
+  // After the end: not bound any more.
+  auto after = seqBatch("7", false, false);
+  f.pool->execute(*after, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.status.message().find("not bound"), std::string::npos) << r.status;
+  // String and integer ids are different sequences.
+  auto s = seqBatch("7", false, false, true);
+  f.pool->execute(*s, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(PoolSequences, EndpointFailureEndsTheSequenceClearly) {
+  Fixture f({"a:1", "b:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  // Bind sequences until both endpoints hold one.
+  std::map<std::string, std::string> where;  // id -> endpoint
+  Result r;
+  for (int id = 1; id <= 40; ++id) {
+    const int a0 = f.sends("a:1");
+    auto b = seqBatch(std::to_string(id), true, false);
+    f.pool->execute(*b, collect(r));
+    ASSERT_TRUE(r.status.ok());
+    where[std::to_string(id)] = f.sends("a:1") > a0 ? "a:1" : "b:1";
+  }
+  // a fails its probe: its sequences end; b's go on.
+  f.state("a:1")->probe = absl::UnavailableError("gone");
+  f.pool->probeAll();
+  int refused = 0, ok = 0;
+  for (auto& [id, ep] : where) {
+    auto b = seqBatch(id, false, false);
+    f.pool->execute(*b, collect(r));
+    if (ep == "a:1") {
+      EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
+      EXPECT_NE(r.status.message().find("a:1"), std::string::npos) << r.status;
+      ++refused;
+    } else {
+      EXPECT_TRUE(r.status.ok()) << r.status;
+      ++ok;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(ok, 0);
+  EXPECT_EQ(f.pool->sequenceCount(), static_cast<size_t>(ok));  // the refused ones are dropped
+  // Not moved: the same id, without a new start, is refused again (unbound now).
+  for (auto& [id, ep] : where) {
+    if (ep != "a:1") continue;
+    auto b = seqBatch(id, false, false);
+    f.pool->execute(*b, collect(r));
+    EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
+    // A new start binds it again, to the healthy endpoint.
+    auto s = seqBatch(id, true, false);
+    const int b0 = f.sends("b:1");
+    f.pool->execute(*s, collect(r));
+    EXPECT_TRUE(r.status.ok());
+    EXPECT_EQ(f.sends("b:1"), b0 + 1);
+    break;
+  }
+}
+
+TEST(PoolSequences, FailedRequestBreaksTheBinding) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Result r;
+  auto s = seqBatch("x", true, false, true);
+  f.pool->execute(*s, collect(r));
+  ASSERT_TRUE(r.status.ok());
+  f.state("a:1")->result = absl::UnavailableError("reset");  // sent, then failed
+  auto m = seqBatch("x", false, false, true);
+  f.pool->execute(*m, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  f.state("a:1")->result = absl::OkStatus();
+  f.pool->execute(*m, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition) << r.status;
+  EXPECT_NE(r.status.message().find("reset"), std::string::npos) << r.status;
+}
+
+TEST(PoolSequences, RemovedEndpointKeepsItsSequencesUntilTheyEnd) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Result r;
+  auto s = seqBatch("1", true, false);
+  f.pool->execute(*s, collect(r));
+  ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
+  f.pool->probeAll();
+  auto m = seqBatch("1", false, false);
+  f.pool->execute(*m, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(f.sends("a:1"), 2);
+  f.pool->reap();
+  EXPECT_FALSE(f.state("a:1")->shut);  // a sequence is still bound there
+  auto e = seqBatch("1", false, true);
+  f.pool->execute(*e, collect(r));
+  EXPECT_EQ(f.sends("a:1"), 3);
+  f.pool->reap();
+  EXPECT_TRUE(f.state("a:1")->shut);
+  // New work goes to b.
+  Batch b;
+  f.pool->execute(b, collect(r));
+  EXPECT_EQ(f.sends("b:1"), 1);
+}
+
+TEST(PoolSequences, BoundedTableAndIdleExpiry) {
+  RemoteBackendConfig cfg;
+  cfg.sequence_max = 2;
+  cfg.sequence_idle_timeout_ms = 50;
+  Fixture f({"a:1"}, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Result r;
+  for (const char* id : {"1", "2"}) {
+    auto s = seqBatch(id, true, false);
+    f.pool->execute(*s, collect(r));
+    ASSERT_TRUE(r.status.ok());
+  }
+  auto third = seqBatch("3", true, false);
+  f.pool->execute(*third, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(f.sends("a:1"), 2);
+  // A one-request sequence (start and end) needs no binding.
+  auto once = seqBatch("4", true, true);
+  f.pool->execute(*once, collect(r));
+  EXPECT_TRUE(r.status.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));
+  f.pool->reap();
+  EXPECT_EQ(f.pool->sequenceCount(), 0u);
+  f.pool->execute(*third, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  const std::string text = f.metrics.renderPrometheus();
+  EXPECT_NE(text.find("infergate_backend_sequence_refused_total{model=\"m\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("infergate_backend_sequence_expired_total{model=\"m\"} 2"),
+            std::string::npos);
+}
+
+TEST(PoolSequences, NotSentStartIsRetriedElsewhereAndBoundThere) {
+  Fixture f({"a:1", "b:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.state("a:1")->result = absl::UnavailableError("refused");
+  f.state("a:1")->not_sent = true;
+  f.state("b:1")->result = absl::UnavailableError("refused");
+  f.state("b:1")->not_sent = true;
+  Result r;
+  // Both refuse: the start fails UNAVAILABLE after trying both.
+  auto s = seqBatch("9", true, false);
+  f.pool->execute(*s, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
+  f.state("b:1")->result = absl::OkStatus();
+  f.state("b:1")->not_sent = false;
+  f.state("a:1")->probe = absl::UnavailableError("down");
+  f.pool->probeAll();
+  f.pool->execute(*s, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  auto m = seqBatch("9", false, false);
+  f.pool->execute(*m, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(f.sends("b:1"), 3);  // the refused try, the start, the next request
+}
+
+}  // namespace
+}  // namespace infergate::backends
