@@ -22,7 +22,13 @@ PKGS=(
   # real peers and tools used by tests, the demo and benchmarks
   curl wrk nginx-light nghttp2-client python3 python3-grpcio python3-grpc-tools
   iproute2 ethtool procps psmisc gnuplot-nox hping3
+  # deploy/ (Kubernetes manifests, dashboard, alert rules): read by their tests
+  python3-yaml
 )
+# `kubectl kustomize` renders deploy/kubernetes in tests/integration/test_deploy_manifests.py:
+# Debian's kubernetes-client, unless a kubectl from elsewhere (which would own
+# /usr/bin/kubectl) is already installed.
+if ! command -v kubectl >/dev/null 2>&1; then PKGS+=(kubernetes-client); fi
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -149,6 +149,7 @@ def problems(exprs, names, labels, unverified_ok=lambda name: False):
             if name not in names:
                 if unverified_ok(name):
                     unverified.add(name)
+                    known.add("*")  # its labels are unknown: no grouping check
                 else:
                     bad.append("%s: no metric %s in /metrics" % (where, name))
                 continue
