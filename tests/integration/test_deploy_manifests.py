@@ -342,6 +342,23 @@ class DeployManifestsTest(unittest.TestCase):
         r = check_config(harness.ARGS.binary, text.replace("reactors:", "reactor:"))
         self.assertEqual(r.returncode, 2)
 
+    def test_commented_triton_example_passes_check_config(self):
+        """The commented Triton model under "# Uncomment for a Triton fleet", uncommented."""
+        for tree, objs in self.rendered.items():
+            with self.subTest(tree=tree):
+                lines = one(objs, "ConfigMap")["data"]["infergate.yaml"].splitlines()
+                start = next(i for i, l in enumerate(lines) if "# Uncomment for a Triton fleet" in l)
+                out, block = lines[:start], False
+                for l in lines[start:]:
+                    if l.startswith("  # - ") or (block and l.startswith("  #   ")):
+                        block = True
+                        out.append("  " + l[4:])
+                    else:
+                        out.append(l)
+                r = check_config(harness.ARGS.binary, "\n".join(out) + "\n")
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertIn("2 model(s)", r.stdout)
+
     def test_socket_pod_serves_its_probes(self):
         """The base's configuration on loopback and free ports, started as the rendered
         container starts (uid 65532, no capability, no_new_privs) when running as root."""
