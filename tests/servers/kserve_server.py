@@ -10,7 +10,10 @@ latency and failure injection, and a control service (JSON over raw bytes):
                                   "ready": false, "hang_ms": 0}
   /infergate.test.Control/Stats  -> {"infer_requests", "infer_request_bytes" (serialized
                                   ModelInferRequest sizes), "raw_input_bytes", "shm_input_bytes",
-                                  "regions", "ids", "priorities", "timeouts", ...}
+                                  "regions", "ids", "priorities", "timeouts",
+                                  "cancelled_calls", ...}
+"cancelled_calls": ModelInfer calls whose client cancelled them (RST_STREAM: the gRPC context
+went inactive) while the handler waited out latency_ms / hang_ms; such a call answers nothing.
 
 Usage: kserve_server.py --port 0 --model identity --input INPUT0:FP32:-1,16 --output OUTPUT0:FP32:-1,16
 Prints "PORT <n>" on stdout once serving.
@@ -137,7 +140,7 @@ class State:
                       "shm_input_bytes": 0, "shm_output_bytes": 0, "ids": [], "priorities": [],
                       "timeouts": [], "batch_sizes": [], "registers": 0, "unregisters": 0,
                       "cuda_registers": 0, "cuda_unregisters": 0, "cuda_input_bytes": 0,
-                      "cuda_output_bytes": 0}
+                      "cuda_output_bytes": 0, "cancelled_calls": 0}
 
 
 class StubGpu:
@@ -238,6 +241,19 @@ def make_server(args):
             abort(ctx, "INVALID_ARGUMENT", "shared memory region '%s' too small" % name)
         return mm, roff + offset
 
+    def wait_active(ms, ctx):
+        """Sleeps `ms` unless the client cancels first: then counts it and returns False."""
+        end = time.monotonic() + ms / 1000.0
+        while True:
+            if not ctx.is_active():
+                with st.lock:
+                    st.stats["cancelled_calls"] += 1
+                return False
+            left = end - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.005))
+
     def model_infer(req, ctx):
         if GPU is not None:
             GPU.work()
@@ -254,14 +270,19 @@ def make_server(args):
                 st.stats["priorities"].append(param_value(req.parameters["priority"]))
             if "timeout" in req.parameters:
                 st.stats["timeouts"].append(param_value(req.parameters["timeout"]))
-        if hang:
-            time.sleep(hang / 1000.0)
+            if "sequence_id" in req.parameters:  # Stats "sequences": [[id, start, end], ...]
+                flag = lambda k: bool(param_value(req.parameters[k])) if k in req.parameters else False
+                st.stats.setdefault("sequences", []).append(
+                    [param_value(req.parameters["sequence_id"]), flag("sequence_start"),
+                     flag("sequence_end")])
+        if hang and not wait_active(hang, ctx):
+            return pb.ModelInferResponse()  # cancelled: nobody reads it
         if fail:
             abort(ctx, code, "injected failure")
         if req.model_name != args.model:
             abort(ctx, "NOT_FOUND", "Request for unknown model: '%s' is not found" % req.model_name)
-        if latency:
-            time.sleep(latency / 1000.0)
+        if latency and not wait_active(latency, ctx):
+            return pb.ModelInferResponse()
         resp = pb.ModelInferResponse(model_name=req.model_name, model_version="1", id=req.id)
         datas = []
         raw_i = 0
