@@ -17,6 +17,7 @@
 #include <cstring>
 #include <thread>
 
+#include "app/admin_client.h"
 #include "app/privileges.h"
 #include "common/clock.h"
 #include "fmt/format.h"
@@ -275,67 +276,16 @@ namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 
+// The admin listener's client is shared with `infergate top` (app/admin_client.h).
 absl::StatusOr<std::string> httpGet(const std::string& admin, const std::string& target) {
-  const size_t colon = admin.rfind(':');
-  if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(fmt::format("--admin '{}': expected host:port", admin));
-  }
-  std::string host = admin.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  const std::string port = admin.substr(colon + 1);
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    return absl::InvalidArgumentError(fmt::format("--admin '{}': {}", admin, gai_strerror(rc)));
-  }
-  int fd = -1;
-  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    timeval tv{2, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(res);
-  if (fd < 0) {
+  absl::StatusOr<AdminResponse> r = adminGet(admin, target);
+  if (!r.ok()) return r.status();
+  if (r->status != 200) {
     return absl::UnavailableError(fmt::format(
-        "cannot connect to the admin listener at {} (is `infergate run` up, with admin.enabled "
-        "and gpu.enabled?)",
-        admin));
+        "{}{}: HTTP {} {}", admin, target, r->status,
+        r->status == 404 ? "(gpu.enabled is false in the gateway's configuration)" : r->body));
   }
-  const std::string req = fmt::format(
-      "GET {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", target, admin);
-  if (send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
-    close(fd);
-    return absl::UnavailableError(fmt::format("{}: send failed", admin));
-  }
-  std::string resp;
-  char buf[16384];
-  constexpr size_t kMaxResponse = 16u << 20;
-  for (;;) {
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    resp.append(buf, static_cast<size_t>(n));
-    if (resp.size() > kMaxResponse) break;
-  }
-  close(fd);
-  const size_t head_end = resp.find("\r\n\r\n");
-  if (resp.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos || resp.size() < 12) {
-    return absl::UnavailableError(fmt::format("{}: not an HTTP response", admin));
-  }
-  const std::string status = resp.substr(9, 3);
-  std::string body = resp.substr(head_end + 4);
-  if (status != "200") {
-    return absl::UnavailableError(fmt::format(
-        "{}{}: HTTP {} {}", admin, target, status,
-        status == "404" ? "(gpu.enabled is false in the gateway's configuration)" : body));
-  }
-  return body;
+  return std::move(r->body);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 //   infergate check-config -c FILE validate a config and exit
 //   infergate print-config         print the embedded default config
 //   infergate gpu [--once]         the GPU watch of a running gateway (docs/GPU.md)
+//   infergate top [--once]         live view of a running gateway's /metrics (docs/OPERATIONS.md)
 //   infergate --version
 
 #include <malloc.h>
@@ -15,6 +16,7 @@
 #include "app/gpu_watch.h"
 #include "app/modes/mode.h"
 #include "app/server.h"
+#include "app/top.h"
 #include "common/logging.h"
 #include "config/config.h"
 #include "spdlog/spdlog.h"
@@ -115,9 +117,27 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 3600000))
       ->capture_default_str();
 
+  infergate::app::top::TopOptions top_opts;
+  std::string top_sort = "rate";
+  CLI::App* top = app.add_subcommand(
+      "top", "Live view of a running gateway from its /metrics: rates, latency, queues, XDP drops");
+  top->add_option("--admin", top_opts.admin, "host:port of the gateway's admin listener")
+      ->capture_default_str();
+  top->add_flag("--once", top_opts.once, "Print one frame (rates over one interval) and exit");
+  top->add_option("--interval-ms", top_opts.interval_ms, "Refresh period")
+      ->check(CLI::Range(100, 3600000))
+      ->capture_default_str();
+  top->add_option("--sort", top_sort, "Model rows sorted by rate, p99, p50, errors or name")
+      ->check(CLI::IsMember({"rate", "p99", "p50", "errors", "name"}))
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   if (*gpu) return infergate::app::runGpuView(gpu_admin, gpu_once, gpu_interval_ms, gpu_json);
+  if (*top) {
+    infergate::app::top::parseSortKey(top_sort, top_opts.sort);
+    return infergate::app::top::runTop(top_opts);
+  }
 
   if (*run) return runServer(run_config, drain_ms);
   if (*check) {
