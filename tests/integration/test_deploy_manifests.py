@@ -342,6 +342,29 @@ class DeployManifestsTest(unittest.TestCase):
         r = check_config(harness.ARGS.binary, text.replace("reactors:", "reactor:"))
         self.assertEqual(r.returncode, 2)
 
+    def test_containerfile_matches_the_manifests(self):
+        """The image builds with scripts/build.sh on Debian 12, its runtime stage's user is the
+        uid the socket pod runs as, and the build context leaves out build trees and .git."""
+        src = harness.ARGS.source
+        with open(os.path.join(src, "Containerfile")) as f:
+            text = f.read()
+        stages = re.findall(r"^FROM (\S+)(?: AS (\w+))?", text, re.M)
+        self.assertEqual([img.split(":")[0].split("/")[-1] for img, _ in stages], ["debian", "debian"])
+        self.assertTrue(all("bookworm" in img for img, _ in stages), stages)
+        self.assertRegex(text, r"RUN .*bash scripts/build\.sh")
+        self.assertTrue(os.path.exists(os.path.join(src, "scripts", "build.sh")))
+        runtime = text[text.rindex("FROM "):]
+        self.assertIn("COPY --from=build /out/infergate /usr/local/bin/infergate", runtime)
+        user = re.search(r"^USER (\d+):(\d+)$", runtime, re.M)
+        uid = self.table["socket"]["serve_uid"]
+        self.assertEqual((int(user.group(1)), int(user.group(2))), (uid, uid))
+        sc = one(self.rendered["base"], "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual(sc["securityContext"]["runAsUser"], uid)
+        with open(os.path.join(src, ".containerignore")) as f:
+            ignored = f.read().split()
+        for path in (".git", "build", "build-*"):
+            self.assertIn(path, ignored)
+
     def test_commented_triton_example_passes_check_config(self):
         """The commented Triton model under "# Uncomment for a Triton fleet", uncommented."""
         for tree, objs in self.rendered.items():
