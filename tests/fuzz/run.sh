@@ -13,7 +13,7 @@ secs=${2:-60}
 shift $(( $# < 2 ? $# : 2 ))
 all=(fuzz_xdp_classifier fuzz_tcp_stack fuzz_http1 fuzz_http2 fuzz_grpc_framing fuzz_modelinfer
      fuzz_tf_predict fuzz_kserve_json fuzz_kserve_stream fuzz_tfserving_rest fuzz_config
-     fuzz_grpc_client fuzz_gpu)
+     fuzz_grpc_client fuzz_gpu fuzz_prom_text)
 if [ $# -gt 0 ]; then
   targets=("$@")
 else
@@ -37,6 +37,7 @@ dict_for() {
     fuzz_http2 | fuzz_grpc_framing | fuzz_modelinfer | fuzz_tf_predict | fuzz_grpc_client) echo tests/fuzz/dict/h2.dict ;;
     fuzz_kserve_json | fuzz_kserve_stream | fuzz_tfserving_rest) echo tests/fuzz/dict/json.dict ;;
     fuzz_config) echo tests/fuzz/dict/yaml.dict ;;
+    fuzz_prom_text) echo tests/fuzz/dict/prom.dict ;;
   esac
 }
 
