@@ -19,7 +19,12 @@ MODE=socket
 source bench/lib.sh
 parse_opts "demo: " --duration DURATION --connections CONNS --mode MODE -h help=2,15 --help help=2,15 -- "$@"
 
-bash scripts/build.sh >/dev/null
+# The build's progress, one line per step (scripts/lib/build-progress.sh); on failure the error.
+source scripts/lib/build-progress.sh
+BUILD_LOG=$(mktemp /tmp/infergate-build.XXXXXX)
+echo "demo: installing dependencies, configuring and building infergate (first time: several minutes)..."
+run_build "$BUILD_LOG" bash scripts/build.sh
+rm -f "$BUILD_LOG"
 BIN=build/app/infergate
 case "$MODE" in
   socket) ;;
