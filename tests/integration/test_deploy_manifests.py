@@ -401,9 +401,17 @@ class DeployManifestsTest(unittest.TestCase):
             os.chmod(path, 0o644)
             prefix = setpriv(sc["runAsUser"], sc["capabilities"].get("add") or []) \
                 if os.geteuid() == 0 else []
+            binary = harness.ARGS.binary
+            if prefix and subprocess.run(prefix + [binary, "--version"],
+                                         capture_output=True).returncode != 0:
+                # The build tree is not reachable by that user (a checkout under /root): the
+                # same binary from a folder it may read.
+                binary = os.path.join(tmp, "infergate")
+                shutil.copy(harness.ARGS.binary, binary)
+                os.chmod(binary, 0o755)
             log_path = os.path.join(tmp, "log")
             with open(log_path, "w") as log:
-                p = subprocess.Popen(prefix + [harness.ARGS.binary, "run", "-c", path],
+                p = subprocess.Popen(prefix + [binary, "run", "-c", path],
                                      stdout=log, stderr=subprocess.STDOUT)
             try:
                 text = wait_serving(p, log_path)
