@@ -1,5 +1,5 @@
 // infergate: the command-line interface.
-//   infergate run [-c FILE]        serve (the embedded default config without -c)
+//   infergate run [-c FILE]        serve (the embedded default config without -c); SIGHUP reloads
 //   infergate check-config -c FILE validate a config and exit
 //   infergate print-config         print the embedded default config
 //   infergate gpu [--once]         the GPU watch of a running gateway (docs/GPU.md)
@@ -15,6 +15,7 @@
 #include "CLI/CLI.hpp"
 #include "app/gpu_watch.h"
 #include "app/modes/mode.h"
+#include "app/reload.h"
 #include "app/server.h"
 #include "app/top.h"
 #include "common/logging.h"
@@ -46,7 +47,13 @@ void tuneMalloc() {
 
 int runServer(const std::string& path, uint64_t drain_ms) {
   tuneMalloc();
-  absl::StatusOr<Config> cfg = loadConfig(path);
+  // With -c, the text is kept: SIGHUP and POST /admin/reload diff the new file against it.
+  absl::StatusOr<std::string> text =
+      path.empty() ? absl::StatusOr<std::string>(std::string()) : infergate::app::readConfigText(path);
+  absl::StatusOr<Config> cfg =
+      !text.ok() ? absl::StatusOr<Config>(text.status())
+      : path.empty() ? loadConfig(path)
+                     : infergate::config::loadConfigString(*text, path);
   if (!cfg.ok()) {
     std::fprintf(stderr, "infergate: %s\n", std::string(cfg.status().message()).c_str());
     return 2;
@@ -57,21 +64,27 @@ int runServer(const std::string& path, uint64_t drain_ms) {
   }
   spdlog::info("infergate {} starting: config {}, mode {}", INFERGATE_VERSION, cfg->source,
                infergate::config::modeName(cfg->mode));
-  // Block the stop signals in every thread; the main thread waits for them with sigwait.
+  // Block the stop signals (and SIGHUP, reload) in every thread; the main thread waits for
+  // them with sigwait.
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   infergate::app::Server server(std::move(*cfg));
+  if (!path.empty()) server.setReloadSource(path, std::move(*text));
   if (absl::Status st = server.start(); !st.ok()) {
     spdlog::critical("cannot start: {}", std::string(st.message()));
     return 1;
   }
   int sig = 0;
-  sigwait(&set, &sig);
+  while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    spdlog::info("received SIGHUP: reloading the configuration");
+    server.reload();  // logs and counts its result
+  }
   spdlog::info("received {}: draining (up to {} ms)", sig == SIGTERM ? "SIGTERM" : "SIGINT",
                drain_ms);
   server.stop(drain_ms);

@@ -13,6 +13,8 @@
 
 #include "app/modes/mode.h"
 #include "app/privileges.h"
+#include "app/reload.h"
+#include "common/logging.h"
 #include "backends/batched_model.h"
 #include "backends/identity_model.h"
 #include "common/metrics.h"
@@ -21,7 +23,46 @@
 
 namespace infergate::app {
 
-Server::Server(config::Config config) : config_(std::move(config)) {}
+namespace {
+
+// A configured model, built and logged (start-up and reload).
+absl::StatusOr<std::unique_ptr<backends::Model>> buildModel(const backends::ModelConfig& mc,
+                                                            backends::PinnedOptions* pinned) {
+  absl::StatusOr<std::unique_ptr<backends::Model>> m = backends::createModel(
+      mc, mc.dynamic_batching ? &*mc.dynamic_batching : nullptr,
+      &common::MetricsRegistry::global(), pinned);
+  if (!m.ok()) return m.status();
+  const bool batching = mc.dynamic_batching && mc.dynamic_batching->enabled;
+  spdlog::info("model '{}' version {} ready (backend {}, max_batch_size {}, {} input(s), cost "
+               "{}+{}us/item, dynamic batching {})",
+               mc.name, mc.version, mc.backend, mc.max_batch_size, mc.inputs.size(),
+               mc.cost_fixed_us, mc.cost_per_item_us,
+               batching ? fmt::format("on: max queue delay {}us, {} priority level(s)",
+                                      mc.dynamic_batching->max_queue_delay_us,
+                                      mc.dynamic_batching->priority_levels)
+                        : "off");
+  return m;
+}
+
+std::string jsonString(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Server::Server(config::Config config) : config_(std::move(config)), running_(config_) {}
 
 Server::~Server() { stop(0); }
 
@@ -34,24 +75,36 @@ absl::Status Server::start() {
   // Models.
   std::vector<std::string> names;
   for (const backends::ModelConfig& mc : c.models) {
-    absl::StatusOr<std::unique_ptr<backends::Model>> m = backends::createModel(
-        mc, mc.dynamic_batching ? &*mc.dynamic_batching : nullptr,
-        &common::MetricsRegistry::global(), &pinned_);
+    absl::StatusOr<std::unique_ptr<backends::Model>> m = buildModel(mc, &pinned_);
     if (!m.ok()) return m.status();
-    const bool batching = mc.dynamic_batching && mc.dynamic_batching->enabled;
-    spdlog::info("model '{}' version {} ready (backend {}, max_batch_size {}, {} input(s), cost "
-                 "{}+{}us/item, dynamic batching {})",
-                 mc.name, mc.version, mc.backend, mc.max_batch_size, mc.inputs.size(),
-                 mc.cost_fixed_us, mc.cost_per_item_us,
-                 batching ? fmt::format("on: max queue delay {}us, {} priority level(s)",
-                                        mc.dynamic_batching->max_queue_delay_us,
-                                        mc.dynamic_batching->priority_levels)
-                          : "off");
     models_.add(std::move(*m));
     names.push_back(mc.name);
   }
 
   common::MetricsRegistry& registry = common::MetricsRegistry::global();
+  constexpr const char* kReloadsHelp =
+      "Configuration reloads (SIGHUP, POST /admin/reload) by result: ok (applied), refused (a "
+      "key that cannot change live; nothing applied), invalid (the file does not load)";
+  reloads_ok_ = &registry.counter("infergate_config_reloads_total", kReloadsHelp, {{"result", "ok"}});
+  reloads_refused_ =
+      &registry.counter("infergate_config_reloads_total", kReloadsHelp, {{"result", "refused"}});
+  reloads_invalid_ =
+      &registry.counter("infergate_config_reloads_total", kReloadsHelp, {{"result", "invalid"}});
+  generation_gauge_ = &registry.gauge(
+      "infergate_config_generation",
+      "Generation of the configuration in effect: 1 at start-up, +1 per applied reload");
+  generation_gauge_->set(static_cast<int64_t>(generation_));
+  {
+    std::lock_guard<std::mutex> lock(*hash_mu_);
+    hash_ = std::make_shared<std::string>(running_text_.empty() ? std::string("embedded")
+                                                                : configHash(running_text_));
+  }
+  registry.addCollector([hash = hash_, mu = hash_mu_](std::string& out) {
+    std::lock_guard<std::mutex> lock(*mu);
+    out += "# HELP infergate_config_info The configuration in effect (hash: FNV-1a 64 of the file).\n";
+    out += "# TYPE infergate_config_info gauge\n";
+    out += fmt::format("infergate_config_info{{hash=\"{}\"}} 1\n", *hash);
+  });
   connection_metrics_ = std::make_unique<dataplane::ConnectionMetrics>(registry);
   metrics_ = std::make_unique<frontend::ServerMetrics>(registry, names);
   kserve_ = std::make_unique<frontend::KServeRestHandler>(
@@ -117,6 +170,14 @@ absl::Status Server::start() {
       return watch->adminResponse(r);
     });
   }
+  admin_handler_->addPostRoute("/admin/reload", [this](const frontend::HttpRequest&) {
+    ReloadResult r = reload();
+    frontend::HttpResponse resp;
+    resp.status = r.http_status;
+    resp.content_type = "application/json";
+    resp.body = std::move(r.json);
+    return resp;
+  });
   if (c.admin.enabled) {
     uint16_t port = c.admin.port;
     absl::StatusOr<int> fd = dataplane::openListener(c.admin.address, port, &port);
@@ -129,7 +190,7 @@ absl::Status Server::start() {
     ro.name = "admin";
     admin_ = std::make_unique<dataplane::SocketReactor>(ro);
     admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
-    spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*{})", c.admin.address, port,
+    spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*, POST /admin/reload{})", c.admin.address, port,
                  gpu_ ? ", /admin/gpu" : "");
   }
   // Every privileged step is done: give up what serving does not need (app/privileges.h).
@@ -213,6 +274,144 @@ void Server::stop(uint64_t drain_ms) {
     admin_->join();
   }
   admin_.reset();
+}
+
+}  // namespace infergate::app
+
+namespace infergate::app {
+
+void Server::setReloadSource(std::string path, std::string text) {
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  reload_path_ = std::move(path);
+  running_text_ = std::move(text);
+  if (hash_) {
+    std::lock_guard<std::mutex> hl(*hash_mu_);
+    *hash_ = configHash(running_text_);
+  }
+}
+
+Server::ReloadResult Server::reload() {
+  std::lock_guard<std::mutex> lock(reload_mu_);
+  ReloadResult out;
+  auto finish = [&](const std::string& result, int status, const ReloadPlan* plan,
+                    const std::string& error) {
+    out.result = result;
+    out.http_status = status;
+    std::string applied, refused;
+    if (plan != nullptr) {
+      for (const std::string& k : plan->applied) {
+        applied += (applied.empty() ? "" : ",") + jsonString(k);
+      }
+      for (const ReloadRefusal& r : plan->refused) {
+        refused += fmt::format("{}{{\"key\":{},\"reason\":{}}}", refused.empty() ? "" : ",",
+                               jsonString(r.key), jsonString(r.reason));
+      }
+    }
+    std::string hash;
+    {
+      std::lock_guard<std::mutex> hl(*hash_mu_);
+      hash = hash_ ? *hash_ : std::string();
+    }
+    out.json = fmt::format(
+        "{{\"result\":{},\"generation\":{},\"hash\":{},\"applied\":[{}],\"refused\":[{}]{}}}\n",
+        jsonString(result), generation_, jsonString(hash), result == "ok" ? applied : "", refused,
+        error.empty() ? "" : ",\"error\":" + jsonString(error));
+    (result == "ok" ? reloads_ok_ : result == "refused" ? reloads_refused_ : reloads_invalid_)
+        ->inc();
+    return out;
+  };
+  if (reload_path_.empty()) {
+    spdlog::warn("config reload refused: infergate was started without -c (the embedded "
+                 "configuration cannot be re-read)");
+    return finish("invalid", 400, nullptr,
+                  "started without -c: there is no configuration file to re-read");
+  }
+  absl::StatusOr<std::string> text = readConfigText(reload_path_);
+  absl::StatusOr<config::Config> next =
+      text.ok() ? config::loadConfigString(*text, reload_path_)
+                : absl::StatusOr<config::Config>(text.status());
+  if (!next.ok()) {
+    spdlog::warn("config reload: {} is invalid, nothing applied: {}", reload_path_,
+                 std::string(next.status().message()));
+    return finish("invalid", 400, nullptr, std::string(next.status().message()));
+  }
+  absl::StatusOr<ReloadPlan> plan = planReload(running_, running_text_, *next, *text);
+  if (!plan.ok()) return finish("invalid", 400, nullptr, std::string(plan.status().message()));
+  if (!plan->ok()) {
+    spdlog::warn("config reload of {} refused, nothing applied: {}", reload_path_,
+                 plan->refusalMessage());
+    return finish("refused", 409, &*plan, "");
+  }
+  // Build every new model first: a model that cannot be built refuses the reload as a whole.
+  std::vector<std::unique_ptr<backends::Model>> built;
+  std::vector<std::pair<std::string, std::string>> gone;
+  for (const backends::ModelConfig& mc : next->models) {
+    const std::string key = modelKey(mc);
+    const bool added = std::find(plan->models_added.begin(), plan->models_added.end(), key) !=
+                       plan->models_added.end();
+    const bool changed = std::find(plan->models_changed.begin(), plan->models_changed.end(),
+                                   key) != plan->models_changed.end();
+    if (!added && !changed) continue;
+    absl::StatusOr<std::unique_ptr<backends::Model>> m = buildModel(mc, &pinned_);
+    if (!m.ok()) {
+      spdlog::warn("config reload: model '{}': {}; nothing applied", key,
+                   std::string(m.status().message()));
+      return finish("invalid", 400, &*plan,
+                    fmt::format("models.{}: {}", key, std::string(m.status().message())));
+    }
+    built.push_back(std::move(*m));
+    if (changed) gone.emplace_back(mc.name, mc.version);
+  }
+  for (const backends::ModelConfig& mc : running_.models) {
+    if (std::find(plan->models_removed.begin(), plan->models_removed.end(), modelKey(mc)) !=
+        plan->models_removed.end())
+      gone.emplace_back(mc.name, mc.version);
+  }
+  if (models_.retiredCount() + gone.size() > backends::ModelRegistry::kMaxRetired) {
+    return finish("refused", 409, &*plan,
+                  fmt::format("{} models were removed since start-up (at most {} kept for their "
+                              "in-flight requests): restart infergate",
+                              models_.retiredCount(), backends::ModelRegistry::kMaxRetired));
+  }
+  // The XDP rules next (the step that can still fail), then the models, then the log level.
+  if (plan->xdp_program && mode_) {
+    if (absl::Status st = mode_->reconfigureXdp(next->xdp); !st.ok()) {
+      spdlog::warn("config reload: XDP rules: {}; nothing applied", std::string(st.message()));
+      if (st.code() == absl::StatusCode::kFailedPrecondition) {
+        plan->refused.push_back({"xdp", std::string(st.message())});
+        return finish("refused", 409, &*plan, "");
+      }
+      return finish("invalid", 400, &*plan, "xdp: " + std::string(st.message()));
+    }
+  }
+  if (!gone.empty() || !built.empty()) {
+    std::vector<backends::Model*> leaving;
+    for (const auto& [name, version] : gone) {
+      if (backends::Model* m = models_.find(name, version)) leaving.push_back(m);
+    }
+    if (absl::Status st = models_.update(gone, std::move(built)); !st.ok()) {
+      return finish("refused", 409, &*plan, std::string(st.message()));  // checked above
+    }
+    for (backends::Model* m : leaving) m->setOverloadListener(nullptr);
+    if (mode_) mode_->modelsChanged(models_);
+  }
+  if (plan->log_level) {
+    if (absl::Status st = common::setupLogging(next->logging.level); !st.ok())
+      spdlog::warn("config reload: logging.level: {}", std::string(st.message()));
+  }
+  running_ = std::move(*next);
+  running_text_ = std::move(*text);
+  if (!plan->empty()) ++generation_;
+  generation_gauge_->set(static_cast<int64_t>(generation_));
+  {
+    std::lock_guard<std::mutex> hl(*hash_mu_);
+    *hash_ = configHash(running_text_);
+  }
+  std::string list;
+  for (const std::string& k : plan->applied) list += (list.empty() ? "" : ", ") + k;
+  spdlog::info("config reloaded from {} (generation {}, hash {}): {}", reload_path_, generation_,
+               configHash(running_text_), list.empty() ? "no change" : "applied " + list);
+  return finish("ok", 200, &*plan, "");
 }
 
 }  // namespace infergate::app

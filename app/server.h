@@ -4,6 +4,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,10 +36,36 @@ class Server {
   // Stops accepting, drains in-flight requests for up to `drain_ms`, and joins the threads.
   void stop(uint64_t drain_ms);
 
+  // Configuration reload (app/reload.h, docs/OPERATIONS.md "Reload"): the file the running
+  // configuration came from and its text (`infergate run -c`); without it reload() refuses.
+  void setReloadSource(std::string path, std::string text);
+  // Re-reads the file, validates it, and applies what can change live (models added, removed
+  // or replaced, logging.level, xdp-filter mode's rules), or nothing when any changed key
+  // cannot (the answer names it). SIGHUP (main.cc) and POST /admin/reload (the admin thread);
+  // serialized. Counted in infergate_config_reloads_total{result}; logged.
+  struct ReloadResult {
+    std::string result;  // "ok" | "refused" | "invalid"
+    int http_status = 200;  // 200 | 409 (refused) | 400 (invalid)
+    std::string json;       // {"result":..,"generation":..,"hash":..,"applied":[..],"refused":[..]}
+  };
+  ReloadResult reload();
+
  private:
   // config.security: the drop after start-up, before any reactor serves (app/privileges.h).
   absl::Status dropPrivileges(common::MetricsRegistry& registry);
-  config::Config config_;
+  config::Config config_;  // the start-up configuration (modes keep references into it)
+  // Reload state (reload_mu_): the running configuration and its text, the generation.
+  std::mutex reload_mu_;
+  std::string reload_path_;
+  std::string running_text_;
+  config::Config running_;
+  uint64_t generation_ = 1;
+  common::Counter* reloads_ok_ = nullptr;
+  common::Counter* reloads_refused_ = nullptr;
+  common::Counter* reloads_invalid_ = nullptr;
+  common::Gauge* generation_gauge_ = nullptr;
+  std::shared_ptr<std::string> hash_;  // read by the /metrics collector under *hash_mu_
+  std::shared_ptr<std::mutex> hash_mu_ = std::make_shared<std::mutex>();
   backends::PinnedOptions pinned_;
   backends::ModelRegistry models_;
   std::unique_ptr<dataplane::ConnectionMetrics> connection_metrics_;

@@ -22,10 +22,61 @@ std::vector<int64_t> ModelConfig::fullShape(const TensorSpec& spec) const {
   return s;
 }
 
-void ModelRegistry::add(std::unique_ptr<Model> model) { models_.push_back(std::move(model)); }
+ModelRegistry::ModelRegistry() {
+  snapshots_.push_back(std::make_unique<Snapshot>());
+  current_.store(snapshots_.back().get(), std::memory_order_release);
+}
+
+ModelRegistry::~ModelRegistry() = default;
+
+void ModelRegistry::add(std::unique_ptr<Model> model) {
+  std::vector<std::unique_ptr<Model>> one;
+  one.push_back(std::move(model));
+  (void)update({}, std::move(one));  // removes nothing: cannot exceed kMaxRetired
+}
+
+absl::Status ModelRegistry::update(const std::vector<std::pair<std::string, std::string>>& remove,
+                                   std::vector<std::unique_ptr<Model>> add) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Snapshot& cur = *current_.load(std::memory_order_relaxed);  // writers hold mu_
+  auto next = std::make_unique<Snapshot>();
+  size_t removed = 0;
+  for (const std::shared_ptr<Model>& m : cur) {
+    const ModelConfig& c = m->config();
+    bool gone = false;
+    for (const auto& [name, version] : remove) {
+      gone = gone || (c.name == name && (version.empty() || c.version == version));
+    }
+    if (gone) {
+      ++removed;
+    } else {
+      next->push_back(m);
+    }
+  }
+  if (retired_ + removed > kMaxRetired) {
+    return absl::FailedPreconditionError(fmt::format(
+        "{} models have been removed since start-up (at most {} are kept for their in-flight "
+        "requests); restart infergate to free them",
+        retired_, kMaxRetired));
+  }
+  for (std::unique_ptr<Model>& m : add) next->push_back(std::move(m));
+  retired_ += removed;
+  snapshots_.push_back(std::move(next));
+  current_.store(snapshots_.back().get(), std::memory_order_release);  // pairs with readers' acquire
+  return absl::OkStatus();
+}
+
+bool ModelRegistry::remove(std::string_view name, std::string_view version) {
+  if (find(name, version) == nullptr) return false;
+  return update({{std::string(name), std::string(version)}}, {}).ok();
+}
+
+const std::vector<std::shared_ptr<Model>>& ModelRegistry::models() const {
+  return *current_.load(std::memory_order_acquire);  // pairs with update()'s release
+}
 
 Model* ModelRegistry::find(std::string_view name, std::string_view version) const {
-  for (const auto& m : models_) {
+  for (const std::shared_ptr<Model>& m : models()) {
     const ModelConfig& c = m->config();
     if (c.name == name && (version.empty() || c.version == version)) return m.get();
   }
@@ -33,10 +84,15 @@ Model* ModelRegistry::find(std::string_view name, std::string_view version) cons
 }
 
 bool ModelRegistry::allReady() const {
-  for (const auto& m : models_) {
+  for (const std::shared_ptr<Model>& m : models()) {
     if (!m->ready()) return false;
   }
   return true;
+}
+
+size_t ModelRegistry::retiredCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return retired_;
 }
 
 namespace {

@@ -2,13 +2,17 @@
 // The backend interface: a served model and the registry that finds models by name/version.
 // Every backend (in-process identity, Triton over gRPC, TF Serving) implements Model.
 
+#include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/batching_config.h"
 #include "backends/tensor.h"
@@ -102,18 +106,48 @@ uint32_t levelOfPriorityClass(int priority_class, uint32_t levels);
 // What decoders call to place a request's inputs (usually [&](r){ return model.placeInputs(r); }).
 using InputPlacer = std::function<bool(InferRequest&)>;
 
-// Read-mostly after start-up: models are added before serving starts, then only looked up
-// (from any thread, without locks).
+// The served models, looked up by name/version from every reactor while a reload
+// (app/reload.h) adds and removes models.
+//
+// Threading: find(), models() and allReady() are lock-free from any thread: they read the
+// current snapshot (an immutable list published with release/acquire ordering by the writers).
+// add(), update() and remove() may be called from any thread; they are serialized by a mutex
+// and publish a new snapshot. A removed model is retired, not destroyed: whoever found it before
+// the removal (a request in flight, a body being streamed into its slots) keeps a valid pointer,
+// and its requests complete; find() no longer returns it (new requests get 404). Retired models
+// and old snapshots live until the registry is destroyed, so a reload that changes models costs
+// a few pointers plus the retired models themselves (bounded by kMaxRetired: a reload that
+// would retire more is refused, naming the restart that frees them).
 class ModelRegistry {
  public:
+  static constexpr size_t kMaxRetired = 256;
+
+  ModelRegistry();
+  ~ModelRegistry();
+  ModelRegistry(const ModelRegistry&) = delete;
+  ModelRegistry& operator=(const ModelRegistry&) = delete;
+
   void add(std::unique_ptr<Model> model);
+  // One publication: the models named in `remove` (name, version; empty version: every version
+  // of the name) leave and `add` joins, so a model whose settings change is never missing in
+  // between. FailedPrecondition (nothing changed) when kMaxRetired would be exceeded.
+  absl::Status update(const std::vector<std::pair<std::string, std::string>>& remove,
+                      std::vector<std::unique_ptr<Model>> add);
+  // update({{name, version}}, {}); false when no such model is served.
+  bool remove(std::string_view name, std::string_view version = {});
   // version empty: the model's (only / default) version. nullptr when not found.
   Model* find(std::string_view name, std::string_view version = {}) const;
-  const std::vector<std::unique_ptr<Model>>& models() const { return models_; }
+  // The models served now (a snapshot: valid for the registry's lifetime, never changed).
+  const std::vector<std::shared_ptr<Model>>& models() const;
   bool allReady() const;
+  size_t retiredCount() const;
 
  private:
-  std::vector<std::unique_ptr<Model>> models_;
+  using Snapshot = std::vector<std::shared_ptr<Model>>;  // the owners: every snapshot ever
+  std::atomic<const Snapshot*> current_;  // release in publish, acquire in readers
+  mutable std::mutex mu_;                 // writers; snapshots_, retired_
+  std::vector<std::unique_ptr<Snapshot>> snapshots_;  // every snapshot ever published
+  size_t retired_ = 0;
 };
 
 // Validates a decoded request against the model's configuration: every configured input is

@@ -923,7 +923,7 @@ class Loader {
                             "fragments", "rst_rate_limit", "source_prefix_v4",
                             "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
                             "busy_poll_usecs", "busy_poll_budget", "held_frames",
-                            "held_frames_per_connection", "tcp_rcv_buf"}));
+                            "held_frames_per_connection", "tcp_rcv_buf", "keep_attached"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
       IG_CONFIG_TRY(readString(v, "xdp.interface", x.interface));
       if (!isPrintableToken(x.interface) || x.interface.size() > kMaxInterfaceLen ||
@@ -1074,6 +1074,13 @@ class Loader {
         return err("xdp.pin_path", fmt::format("must be an absolute path on a bpffs mount (e.g. "
                                                "/sys/fs/bpf/infergate), got '{}'",
                                                x.pin_path));
+      }
+    }
+    // Restart without a drop (docs/OPERATIONS.md): the program and its pinned maps outlive us.
+    if (YAML::Node v = n["keep_attached"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "xdp.keep_attached", x.keep_attached));
+      if (x.keep_attached && x.pin_path.empty()) {
+        return err("xdp.keep_attached", "needs xdp.pin_path (the next process finds the maps there)");
       }
     }
     return absl::OkStatus();

@@ -1,7 +1,8 @@
 #pragma once
 // The admin listener's API: GET /metrics (Prometheus text format), /v2/health/live and
 // /v2/health/ready (for probes that should not share the data port), plus GET routes the app
-// adds (addRoute: /admin/gpu, docs/GPU.md).
+// adds (addRoute: /admin/gpu, docs/GPU.md) and POST routes (addPostRoute: /admin/reload,
+// docs/OPERATIONS.md "Reload").
 
 #include <functional>
 #include <map>
@@ -23,9 +24,14 @@ class AdminHandler : public HttpHandler {
   // the admin reactor's thread: keep it quick. Add routes before the listener starts.
   using Route = std::function<HttpResponse(const HttpRequest&)>;
   void addRoute(std::string path, Route route) { routes_[std::move(path)] = std::move(route); }
+  // A POST route (POST /admin/reload): the same rules; the body is the route's business.
+  void addPostRoute(std::string path, Route route) {
+    post_routes_[std::move(path)] = std::move(route);
+  }
 
  private:
   std::map<std::string, Route, std::less<>> routes_;
+  std::map<std::string, Route, std::less<>> post_routes_;
   common::MetricsRegistry& metrics_;
   const backends::ModelRegistry& models_;
 };

@@ -8,6 +8,7 @@
 #include <linux/sockios.h>
 #include <linux/magic.h>
 #include <net/if.h>
+#include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -371,7 +372,18 @@ absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(
                    "is not flushed to a peer without an XDP program)",
                    opts.interface, opts.interface);
   }
-  if (auto s = f->loadProgram(); !s.ok()) return s;
+  if (opts.keep_attached && !opts.pin_path.empty()) f->reusePinned();
+  if (auto s = f->loadProgram(); !s.ok()) {
+    if (f->maps_.flows < 0) return s;
+    // The pins of a previous process do not fit this program (another build, other map
+    // sizes): start over with maps of our own, replacing its program atomically.
+    spdlog::warn("xdp: the maps pinned under {} do not fit this program ({}); using new maps",
+                 opts.pin_path, std::string(s.message()));
+    f.reset(new XdpFilter(opts));
+    f->ifindex_ = static_cast<int>(if_nametoindex(opts.interface.c_str()));
+    f->tx_redirect_ = opts.attach == AttachMode::kNative && interfaceDriver(opts.interface) == "veth";
+    if (auto s2 = f->loadProgram(); !s2.ok()) return s2;
+  }
   if (before_attach) {
     if (auto s = before_attach(*f); !s.ok()) return s;
   }
@@ -383,43 +395,91 @@ absl::StatusOr<std::unique_ptr<XdpFilter>> XdpFilter::attach(
 }
 
 absl::Status XdpFilter::loadProgram() {
+  absl::StatusOr<ig_ingress*> skel = loadSkeleton(opts_);
+  if (!skel.ok()) return skel.status();
+  skel_ = *skel;
+  if (maps_.flows < 0) {  // the first program: its maps are the ones every later one shares
+    auto own = [](bpf_map* m) { return fcntl(bpf_map__fd(m), F_DUPFD_CLOEXEC, 3); };
+    maps_.counters = own(skel_->maps.ig_counters);
+    maps_.class_counters = own(skel_->maps.ig_class_counters);
+    maps_.flows = own(skel_->maps.ig_flows);
+    maps_.buckets = own(skel_->maps.ig_buckets);
+    maps_.state = own(skel_->maps.ig_state);
+    maps_.cookie = own(skel_->maps.ig_cookie);
+    maps_.xsks = own(skel_->maps.ig_xsks);
+    maps_.rst_tokens = own(skel_->maps.ig_rst_tokens);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
   setupLibbpf();
   ig_config cfg;
-  if (auto s = buildConfig(opts_, &cfg); !s.ok()) return s;
-  skel_ = ig_ingress__open();
-  if (!skel_)
+  if (auto s = buildConfig(o, &cfg); !s.ok()) return s;
+  ig_ingress* skel = ig_ingress__open();
+  if (!skel)
     return absl::InternalError(fmt::format("opening the XDP skeleton: {}", errnoText(errno)));
-  if (opts_.rst_tx == RstTx::kRedirect || (opts_.rst_tx == RstTx::kAuto && tx_redirect_))
+  struct Destroy {
+    ig_ingress*& skel;
+    ~Destroy() {
+      if (skel) ig_ingress__destroy(skel);
+    }
+  } destroy{skel};
+  if (o.rst_tx == RstTx::kRedirect || (o.rst_tx == RstTx::kAuto && tx_redirect_))
     cfg.tx_redirect = 1;
-  if (opts_.synack_mss == 0 && !opts_.interface.empty()) {
-    int mtu = interfaceMtu(opts_.interface);
+  if (o.synack_mss == 0 && !o.interface.empty()) {
+    int mtu = interfaceMtu(o.interface);
     if (mtu >= 576 + 40) cfg.synack_mss = static_cast<uint16_t>(std::min(mtu - 40, 65495));
   }
   flow_mask_ = cfg.flow_mask;
-  std::memcpy(&skel_->rodata->ig_cfg, &cfg, sizeof(cfg));
-  flow_secret_ = common::randomSipKey();
-  std::memcpy(&skel_->rodata->ig_flow_secret, &flow_secret_, sizeof(flow_secret_));
-  bpf_map__set_max_entries(skel_->maps.ig_flows, cfg.flow_mask + 1);
-  bpf_map__set_max_entries(skel_->maps.ig_buckets, opts_.bucket_entries ? opts_.bucket_entries : 1);
-  int err = ig_ingress__load(skel_);
+  std::memcpy(&skel->rodata->ig_cfg, &cfg, sizeof(cfg));
+  if (!have_secret_) {
+    flow_secret_ = common::randomSipKey();
+    have_secret_ = true;
+  }
+  std::memcpy(&skel->rodata->ig_flow_secret, &flow_secret_, sizeof(flow_secret_));
+  bpf_map__set_max_entries(skel->maps.ig_flows, cfg.flow_mask + 1);
+  bpf_map__set_max_entries(skel->maps.ig_buckets, o.bucket_entries ? o.bucket_entries : 1);
+  if (maps_.flows >= 0) {  // a later program, or a previous process's pins: share the maps
+    const std::pair<bpf_map*, int> shared[] = {
+        {skel->maps.ig_counters, maps_.counters}, {skel->maps.ig_class_counters, maps_.class_counters},
+        {skel->maps.ig_flows, maps_.flows},       {skel->maps.ig_buckets, maps_.buckets},
+        {skel->maps.ig_state, maps_.state},       {skel->maps.ig_cookie, maps_.cookie},
+        {skel->maps.ig_xsks, maps_.xsks},         {skel->maps.ig_rst_tokens, maps_.rst_tokens}};
+    for (const auto& [m, fd] : shared) {
+      if (fd < 0) continue;
+      if (int err = bpf_map__reuse_fd(m, fd); err)
+        return absl::FailedPreconditionError(
+            fmt::format("xdp: map {} cannot be shared: {}", bpf_map__name(m), errnoText(err)));
+    }
+  }
+  int err = ig_ingress__load(skel);
   if (err) {
     if (err == -EPERM || errno == EPERM)
       return absl::PermissionDeniedError(
           "loading the XDP program was refused (EPERM): run as root or grant CAP_BPF, "
           "CAP_NET_ADMIN and CAP_PERFMON, and check kernel.unprivileged_bpf_disabled");
+    if (maps_.flows >= 0)
+      return absl::FailedPreconditionError(fmt::format(
+          "loading the XDP program over the shared maps failed: {}", errnoText(err)));
     return absl::InternalError(fmt::format(
         "loading the XDP program failed: {} (run with log level debug for the verifier log)",
         errnoText(err)));
   }
   {
     std::lock_guard<std::mutex> lock(runtime_mu_);
-    runtime_.overload_level = static_cast<uint32_t>(opts_.overload_level);
-    runtime_.cookie_mode = cfg.syn_cookies && opts_.syn_cookies == SynCookies::kAlways
-                               ? IG_COOKIE_ON
-                               : IG_COOKIE_OFF;
-    if (auto s = writeRuntime(); !s.ok()) return s;
+    if (maps_.flows < 0) {  // a new state; a shared one keeps its overload level and cookie mode
+      runtime_.overload_level = static_cast<uint32_t>(o.overload_level);
+      runtime_.cookie_mode = cfg.syn_cookies && o.syn_cookies == SynCookies::kAlways
+                                 ? IG_COOKIE_ON
+                                 : IG_COOKIE_OFF;
+    }
+    uint32_t zero = 0;
+    if (bpf_map__update_elem(skel->maps.ig_state, &zero, sizeof(zero), &runtime_,
+                             sizeof(runtime_), BPF_ANY))
+      return absl::InternalError(fmt::format("xdp: writing ig_state: {}", errnoText(errno)));
   }
-  absl::StatusOr<std::vector<CidrEntry>> entries = cidrEntries(opts_);
+  absl::StatusOr<std::vector<CidrEntry>> entries = cidrEntries(o);
   if (!entries.ok()) return entries.status();
   for (const CidrEntry& e : *entries) {
     ig_cidr_key k{};
@@ -429,11 +489,86 @@ absl::Status XdpFilter::loadProgram() {
     v.cls = e.cls;
     v.exempt = e.exempt;
     v.trusted = e.trusted;
-    if (bpf_map__update_elem(skel_->maps.ig_cidrs, &k, sizeof(k), &v, sizeof(v), BPF_ANY))
+    if (bpf_map__update_elem(skel->maps.ig_cidrs, &k, sizeof(k), &v, sizeof(v), BPF_ANY))
       return absl::InternalError(
           fmt::format("xdp: CIDR map update for {}: {}", e.cidr.toString(), errnoText(errno)));
   }
-  return absl::OkStatus();
+  ig_ingress* out = skel;
+  skel = nullptr;  // loaded: the caller owns it
+  return out;
+}
+
+namespace {
+
+// The read-only data (ig_cfg, the flow secret) and the map ids of a loaded program.
+bool programRodata(int prog_fd, ig_ingress::ig_ingress__rodata* out, std::vector<uint32_t>* map_ids) {
+  uint32_t ids[32] = {};
+  bpf_prog_info info{};
+  info.nr_map_ids = 32;
+  info.map_ids = reinterpret_cast<uint64_t>(ids);
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) return false;
+  bool found = false;
+  for (uint32_t i = 0; i < std::min<uint32_t>(info.nr_map_ids, 32); ++i) {
+    if (map_ids) map_ids->push_back(ids[i]);
+    int fd = bpf_map_get_fd_by_id(ids[i]);
+    if (fd < 0) continue;
+    bpf_map_info mi{};
+    uint32_t mlen = sizeof(mi);
+    if (!found && bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 &&
+        std::string_view(mi.name).find(".rodata") != std::string_view::npos &&
+        mi.value_size == sizeof(*out)) {
+      uint32_t zero = 0;
+      found = bpf_map_lookup_elem(fd, &zero, out) == 0;
+    }
+    close(fd);
+  }
+  return found;
+}
+
+uint32_t mapId(int fd) {
+  bpf_map_info mi{};
+  uint32_t len = sizeof(mi);
+  return fd >= 0 && bpf_obj_get_info_by_fd(fd, &mi, &len) == 0 ? mi.id : 0;
+}
+
+constexpr const char* kPinnedMaps[] = {"ig_counters", "ig_class_counters", "ig_flows",
+                                       "ig_buckets",  "ig_state",          "ig_cookie",
+                                       "ig_rst_tokens"};
+
+}  // namespace
+
+void XdpFilter::reusePinned() {
+  int* fds[] = {&maps_.counters, &maps_.class_counters, &maps_.flows,     &maps_.buckets,
+                &maps_.state,    &maps_.cookie,         &maps_.rst_tokens};
+  for (size_t i = 0; i < std::size(kPinnedMaps); ++i) {
+    std::string path = opts_.pin_path + "/" + kPinnedMaps[i];
+    *fds[i] = bpf_obj_get(path.c_str());
+  }
+  if (maps_.flows < 0 || maps_.counters < 0 || maps_.state < 0) {  // none, or a partial set
+    for (int* fd : fds) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    return;
+  }
+  // The flow secret of the program on the interface, when it is an infergate program over
+  // these maps: flow entries it wrote stay readable by our lookups.
+  uint32_t id = 0;
+  const uint32_t mode = opts_.attach == AttachMode::kNative ? XDP_FLAGS_DRV_MODE : XDP_FLAGS_SKB_MODE;
+  if (bpf_xdp_query_id(ifindex_, static_cast<int>(mode), &id) == 0 && id != 0) {
+    int fd = bpf_prog_get_fd_by_id(id);
+    ig_ingress::ig_ingress__rodata ro{};
+    std::vector<uint32_t> ids;
+    if (fd >= 0 && programRodata(fd, &ro, &ids) &&
+        std::find(ids.begin(), ids.end(), mapId(maps_.flows)) != ids.end()) {
+      flow_secret_ = ro.ig_flow_secret;
+      have_secret_ = true;
+    }
+    if (fd >= 0) close(fd);
+  }
+  spdlog::info("xdp: reusing the maps pinned under {} (xdp.keep_attached){}", opts_.pin_path,
+               have_secret_ ? ", and the flow secret of the attached program" : "");
 }
 
 absl::StatusOr<std::vector<CidrEntry>> cidrEntries(const XdpOptions& o) {
@@ -522,6 +657,43 @@ absl::Status XdpFilter::attachProgram() {
           "(ip link set dev {} xdp off) or choose another xdp.interface",
           opts_.interface, info.name, old_id, mode, opts_.interface));
     }
+    if (opts_.keep_attached) {
+      // Restart: the previous process's program stays when it is this very program (same
+      // instructions, same rules) over the maps we reused; otherwise it is replaced below.
+      ig_ingress::ig_ingress__rodata ro{};
+      std::vector<uint32_t> ids;
+      bpf_prog_info ours{};
+      uint32_t ours_len = sizeof(ours);
+      const bool same =
+          programRodata(old_fd, &ro, &ids) &&
+          std::memcmp(&ro.ig_cfg, const_cast<const ig_config*>(&skel_->rodata->ig_cfg),
+                      sizeof(ro.ig_cfg)) == 0 &&
+          std::memcmp(&ro.ig_flow_secret, &flow_secret_, sizeof(flow_secret_)) == 0 &&
+          std::find(ids.begin(), ids.end(), mapId(maps_.flows)) != ids.end() &&
+          bpf_obj_get_info_by_fd(prog_fd, &ours, &ours_len) == 0 &&
+          std::memcmp(ours.tag, info.tag, sizeof(ours.tag)) == 0;
+      if (same) {
+        attached_ = true;
+        adopted_ = true;
+        attach_flags_ = mode_flag;
+        attached_prog_fd_ = old_fd;
+        for (uint32_t map_id : ids) {  // its CIDR map, for live rule changes
+          int fd = bpf_map_get_fd_by_id(map_id);
+          bpf_map_info mi{};
+          uint32_t mlen = sizeof(mi);
+          if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 &&
+              std::string_view(mi.name) == "ig_cidrs") {
+            cidrs_fd_ = fd;
+            break;
+          }
+          if (fd >= 0) close(fd);
+        }
+        spdlog::info("xdp: kept program id {} on {} (left attached by a previous infergate: "
+                     "the same program and rules over the pinned maps)",
+                     old_id, opts_.interface);
+        return absl::OkStatus();
+      }
+    }
     spdlog::info("xdp: replacing infergate program id {} on {}", old_id, opts_.interface);
   }
   LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
@@ -534,6 +706,10 @@ absl::Status XdpFilter::attachProgram() {
   }
   int err = bpf_xdp_attach(ifindex_, prog_fd, flags, &aopts);
   if (old_fd >= 0) close(old_fd);
+  if (!err) {
+    attached_prog_fd_ = fcntl(prog_fd, F_DUPFD_CLOEXEC, 3);
+    cidrs_fd_ = fcntl(bpf_map__fd(skel_->maps.ig_cidrs), F_DUPFD_CLOEXEC, 3);
+  }
   if (err) {
     switch (-err) {
       case EPERM:
@@ -576,22 +752,33 @@ absl::Status XdpFilter::pinMaps() {
         "xdp.pin_path: {} is not a directory on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf "
         "and mkdir it)",
         opts_.pin_path));
-  bpf_map* maps[] = {skel_->maps.ig_counters, skel_->maps.ig_class_counters, skel_->maps.ig_flows,
-                     skel_->maps.ig_state};
-  for (bpf_map* m : maps) {
-    std::string path = opts_.pin_path + "/" + bpf_map__name(m);
+  const int fds[] = {maps_.counters, maps_.class_counters, maps_.flows,     maps_.buckets,
+                     maps_.state,    maps_.cookie,         maps_.rst_tokens};
+  for (size_t i = 0; i < std::size(kPinnedMaps); ++i) {
+    std::string path = opts_.pin_path + "/" + kPinnedMaps[i];
+    if (opts_.keep_attached && mapId(bpf_obj_get(path.c_str())) == mapId(fds[i]) && mapId(fds[i]) != 0)
+      continue;  // already pinned (a previous process's maps we reused)
     unlink(path.c_str());  // a previous run's pin: replaced by ours
-    if (int err = bpf_map__pin(m, path.c_str()); err)
-      return absl::InternalError(fmt::format("pinning {}: {}", path, errnoText(err)));
+    if (bpf_obj_pin(fds[i], path.c_str()) != 0)
+      return absl::InternalError(fmt::format("pinning {}: {}", path, errnoText(errno)));
   }
   pinned_ = true;
   return absl::OkStatus();
 }
 
 void XdpFilter::detach() {
+  if (opts_.keep_attached && (attached_ || pinned_)) {
+    if (attached_)
+      spdlog::info("xdp: program id {} stays attached to {} and its maps pinned under {} "
+                   "(xdp.keep_attached: the next infergate takes them over)",
+                   attachedProgramId(), opts_.interface, opts_.pin_path);
+    attached_ = false;
+    pinned_ = false;
+    return;
+  }
   if (attached_) {
     LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
-    aopts.old_prog_fd = bpf_program__fd(skel_->progs.ig_xdp_ingress);
+    aopts.old_prog_fd = attached_prog_fd_;
     int err = bpf_xdp_detach(ifindex_, attach_flags_ | XDP_FLAGS_REPLACE, &aopts);
     if (err)
       spdlog::warn("xdp: detaching from {}: {} (another program replaced ours?)", opts_.interface,
@@ -601,23 +788,126 @@ void XdpFilter::detach() {
     attached_ = false;
   }
   if (pinned_) {
-    bpf_map* maps[] = {skel_->maps.ig_counters, skel_->maps.ig_class_counters,
-                       skel_->maps.ig_flows, skel_->maps.ig_state};
-    for (bpf_map* m : maps) bpf_map__unpin(m, nullptr);
+    for (const char* name : kPinnedMaps) unlink((opts_.pin_path + "/" + name).c_str());
     pinned_ = false;
   }
+}
+
+uint32_t XdpFilter::attachedProgramId() const {
+  if (attached_prog_fd_ < 0) return 0;
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  return bpf_obj_get_info_by_fd(attached_prog_fd_, &info, &len) == 0 ? info.id : 0;
+}
+
+absl::Status XdpFilter::reconfigure(const XdpOptions& next) {
+  auto refuse = [](std::string_view key) {
+    return absl::FailedPreconditionError(
+        fmt::format("xdp.{} cannot change without a restart", key));
+  };
+  if (next.interface != opts_.interface) return refuse("interface");
+  if (next.attach != opts_.attach) return refuse("attach");
+  if (next.pin_path != opts_.pin_path) return refuse("pin_path");
+  if (next.keep_attached != opts_.keep_attached) return refuse("keep_attached");
+  if (next.flow_entries != opts_.flow_entries) return refuse("flow_entries");
+  if (next.bucket_entries != opts_.bucket_entries) return refuse("bucket_entries");
+  if (next.redirect_xsk != opts_.redirect_xsk || next.write_metadata != opts_.write_metadata ||
+      next.syn_cookies != opts_.syn_cookies)
+    return refuse("syn_cookies");
+  if (!skel_) return absl::FailedPreconditionError("xdp: no program loaded");
+  // The rules compiled into the program unchanged (only the CIDR rules differ): the running
+  // program's CIDR map is rewritten in place, entry by entry (new and changed prefixes first,
+  // then the ones that went away), which needs no privilege beyond the open map.
+  ig_config now_cfg, next_cfg;
+  if (auto st = buildConfig(opts_, &now_cfg); !st.ok()) return st;
+  if (auto st = buildConfig(next, &next_cfg); !st.ok()) return st;
+  if (std::memcmp(&now_cfg, &next_cfg, sizeof(now_cfg)) == 0 && cidrs_fd_ >= 0) {
+    absl::StatusOr<std::vector<CidrEntry>> before = cidrEntries(opts_);
+    absl::StatusOr<std::vector<CidrEntry>> after = cidrEntries(next);
+    if (!before.ok()) return before.status();
+    if (!after.ok()) return after.status();
+    auto key = [](const CidrEntry& e) {
+      ig_cidr_key k{};
+      k.prefixlen = e.cidr.prefix;
+      std::memcpy(k.addr, e.cidr.addr.data(), 16);
+      return k;
+    };
+    for (const CidrEntry& e : *after) {
+      ig_cidr_key k = key(e);
+      ig_cidr_val v{};
+      v.cls = e.cls;
+      v.exempt = e.exempt;
+      v.trusted = e.trusted;
+      if (bpf_map_update_elem(cidrs_fd_, &k, &v, BPF_ANY) != 0)
+        return absl::InternalError(fmt::format("xdp: CIDR map update for {}: {}",
+                                               e.cidr.toString(), errnoText(errno)));
+    }
+    for (const CidrEntry& e : *before) {
+      bool kept = false;
+      for (const CidrEntry& a : *after) kept = kept || a.cidr == e.cidr;
+      if (kept) continue;
+      ig_cidr_key k = key(e);
+      if (bpf_map_delete_elem(cidrs_fd_, &k) != 0 && errno != ENOENT)
+        return absl::InternalError(fmt::format("xdp: CIDR map delete for {}: {}",
+                                               e.cidr.toString(), errnoText(errno)));
+    }
+    const int level = opts_.overload_level;
+    opts_ = next;
+    opts_.overload_level = level;
+    spdlog::info("xdp: CIDR rules reloaded in place on {} ({} prefix(es), program id {} kept)",
+                 opts_.interface, after->size(), attachedProgramId());
+    return absl::OkStatus();
+  }
+  if (!replace_allowed_)
+    return absl::FailedPreconditionError(
+        "these xdp rules are compiled into the XDP program: changing them live loads a new "
+        "program, which privileges dropped at start-up no longer allow (security."
+        "drop_privileges: false allows it; or restart, xdp.keep_attached keeps traffic flowing)");
+  absl::StatusOr<ig_ingress*> loaded = loadSkeleton(next);
+  if (!loaded.ok()) return loaded.status();
+  ig_ingress* skel = *loaded;
+  const int new_fd = bpf_program__fd(skel->progs.ig_xdp_ingress);
+  const uint32_t old_id = attachedProgramId();
+  if (attached_) {
+    LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
+    aopts.old_prog_fd = attached_prog_fd_;
+    if (int err = bpf_xdp_attach(ifindex_, new_fd, attach_flags_ | XDP_FLAGS_REPLACE, &aopts);
+        err) {
+      ig_ingress__destroy(skel);
+      return absl::InternalError(fmt::format(
+          "xdp: replacing the program on {} failed: {} (the old rules stay)", opts_.interface,
+          errnoText(err)));
+    }
+    close(attached_prog_fd_);
+    attached_prog_fd_ = fcntl(new_fd, F_DUPFD_CLOEXEC, 3);
+    if (cidrs_fd_ >= 0) close(cidrs_fd_);
+    cidrs_fd_ = fcntl(bpf_map__fd(skel->maps.ig_cidrs), F_DUPFD_CLOEXEC, 3);
+  }
+  ig_ingress__destroy(skel_);
+  skel_ = skel;
+  const int level = opts_.overload_level;
+  opts_ = next;
+  opts_.overload_level = level;
+  adopted_ = false;
+  spdlog::info("xdp: rules reloaded on {}: program id {} replaced by id {} atomically (maps kept)",
+               opts_.interface, old_id, attachedProgramId());
+  return absl::OkStatus();
 }
 
 XdpFilter::~XdpFilter() {
   detach();
   if (skel_) ig_ingress__destroy(skel_);
+  for (int fd : {maps_.counters, maps_.class_counters, maps_.flows, maps_.buckets, maps_.state,
+                 maps_.cookie, maps_.xsks, maps_.rst_tokens, attached_prog_fd_, cidrs_fd_}) {
+    if (fd >= 0) close(fd);
+  }
 }
 
-int XdpFilter::xskMapFd() const { return skel_ ? bpf_map__fd(skel_->maps.ig_xsks) : -1; }
+int XdpFilter::xskMapFd() const { return maps_.xsks; }
 
 absl::Status XdpFilter::removeXsk(uint32_t queue) {
-  if (!skel_) return absl::OkStatus();
-  if (bpf_map__delete_elem(skel_->maps.ig_xsks, &queue, sizeof(queue), 0) != 0 && errno != ENOENT)
+  if (maps_.xsks < 0) return absl::OkStatus();
+  if (bpf_map_delete_elem(maps_.xsks, &queue) != 0 && errno != ENOENT)
     return absl::InternalError(fmt::format("xdp: removing queue {} from the XSKMAP: {}", queue,
                                            errnoText(errno)));
   return absl::OkStatus();
@@ -627,8 +917,7 @@ int XdpFilter::programFd() const { return bpf_program__fd(skel_->progs.ig_xdp_in
 int XdpFilter::passProgramFd() const { return bpf_program__fd(skel_->progs.ig_xdp_pass); }
 
 XdpCounters XdpFilter::readCounters() const {
-  return readCountersFromFds(bpf_map__fd(skel_->maps.ig_counters),
-                             bpf_map__fd(skel_->maps.ig_class_counters));
+  return readCountersFromFds(maps_.counters, maps_.class_counters);
 }
 
 std::optional<std::string> kernelSynCookiesWarning(const std::string& path) {
@@ -680,8 +969,7 @@ void XdpFilter::registerMetrics(common::MetricsRegistry& registry) {
 
 absl::Status XdpFilter::writeRuntime() {
   uint32_t zero = 0;
-  if (bpf_map__update_elem(skel_->maps.ig_state, &zero, sizeof(zero), &runtime_, sizeof(runtime_),
-                           BPF_ANY))
+  if (bpf_map_update_elem(maps_.state, &zero, &runtime_, BPF_ANY))
     return absl::InternalError(fmt::format("xdp: writing ig_state: {}", errnoText(errno)));
   return absl::OkStatus();
 }
@@ -699,8 +987,7 @@ absl::Status XdpFilter::setOverloadLevel(int level) {
 
 absl::Status XdpFilter::setCookieKeys(const ig_cookie_keys& keys) {
   uint32_t zero = 0;
-  if (bpf_map__update_elem(skel_->maps.ig_cookie, &zero, sizeof(zero), &keys, sizeof(keys),
-                           BPF_ANY))
+  if (bpf_map_update_elem(maps_.cookie, &zero, &keys, BPF_ANY))
     return absl::InternalError(fmt::format("xdp: writing the SYN cookie keys: {}", errnoText(errno)));
   return absl::OkStatus();
 }
@@ -733,7 +1020,7 @@ std::optional<Tag> XdpFilter::lookupFlowTag(const FlowTuple& f) const {
   uint64_t h = ig_flow_hash(&flow_secret_, &k);
   uint32_t idx = static_cast<uint32_t>(h) & flow_mask_;
   ig_flow_val v{};
-  if (bpf_map__lookup_elem(skel_->maps.ig_flows, &idx, sizeof(idx), &v, sizeof(v), 0) != 0)
+  if (bpf_map_lookup_elem(maps_.flows, &idx, &v) != 0)
     return std::nullopt;
   if (v.check != (ig_flow_check(h) | IG_FLOW_TAGGED)) return std::nullopt;
   Tag t;

@@ -101,8 +101,29 @@ class XdpFilter {
   XdpFilter(const XdpFilter&) = delete;
   XdpFilter& operator=(const XdpFilter&) = delete;
 
-  // Detaches (if still ours) and unpins. Idempotent.
+  // Detaches (if still ours) and unpins. Idempotent. With XdpOptions::keep_attached the
+  // program stays attached and the maps pinned, for the next process (logged).
   void detach();
+
+  // Configuration reload (xdp-filter mode): the rules of `next` take effect without a detach:
+  // a new program over the same maps (flows, buckets, counters, state, cookie keys, XSKMAP;
+  // the flow secret kept) with a CIDR map of its own, filled before it is swapped in
+  // atomically (XDP_FLAGS_REPLACE), so every packet sees either the old rules or the new ones.
+  // The interface, attach mode, pins, map sizes and afxdp knobs must be unchanged
+  // (FailedPrecondition naming the key). From one control thread (reloads are serialized);
+  // concurrent with readCounters/setOverloadLevel/lookupFlowTag, which use the maps only.
+  // When the compiled-in rules are the same and only the CIDR rules differ, the running
+  // program's CIDR map is rewritten in place instead (no new program, no privilege needed).
+  // A new program needs CAP_BPF: allowProgramReplace(false) (privileges dropped) refuses that
+  // case with FailedPrecondition, before any bpf() call seccomp would refuse.
+  absl::Status reconfigure(const XdpOptions& next);
+  void allowProgramReplace(bool allowed) { replace_allowed_ = allowed; }
+
+  // keep_attached: attach() found the program a previous infergate left on the interface
+  // with the same code and rules, over the pinned maps it reused, and kept it (no re-attach).
+  bool adopted() const { return adopted_; }
+  // The id of the program attached on the interface by (or for) this filter; 0 when none.
+  uint32_t attachedProgramId() const;
 
   XdpCounters readCounters() const;
 
@@ -149,9 +170,29 @@ class XdpFilter {
  private:
   explicit XdpFilter(XdpOptions opts) : opts_(std::move(opts)) {}
   absl::Status loadProgram();
+  // Opens and loads a skeleton for `o` over maps_ when they are set (every map but the CIDR
+  // trie and the read-only data), writes the runtime state and fills its CIDR map.
+  absl::StatusOr<ig_ingress*> loadSkeleton(const XdpOptions& o);
   absl::Status attachProgram();
   absl::Status pinMaps();
+  // keep_attached: the pinned maps of a previous process (maps_) and the flow secret of the
+  // infergate program attached to the interface, when there are both.
+  void reusePinned();
   absl::Status writeRuntime();  // runtime_ -> ig_state; holds runtime_mu_
+
+  // The maps every program of this filter shares, as descriptors of our own (dup'd from the
+  // first skeleton, or the pins of a previous process): the runtime calls use these, so a
+  // reconfigure can swap the skeleton under them.
+  struct MapFds {
+    int counters = -1, class_counters = -1, flows = -1, buckets = -1, state = -1, cookie = -1,
+        xsks = -1, rst_tokens = -1;
+  };
+  MapFds maps_;
+  bool have_secret_ = false;
+  bool adopted_ = false;
+  int attached_prog_fd_ = -1;  // the program on the interface (ours, or adopted); owned
+  int cidrs_fd_ = -1;          // that program's CIDR map; owned
+  bool replace_allowed_ = true;
 
   mutable std::mutex runtime_mu_;  // runtime_ (setOverloadLevel vs setCookieMode)
   ig_runtime runtime_{};

@@ -121,6 +121,12 @@ struct XdpOptions {
   uint32_t bucket_entries = 65536;
   int overload_level = 0;
   std::string pin_path;                            // bpffs dir for the maps; empty = no pinning
+  // Restart without a drop (docs/OPERATIONS.md "Restart without drops"; needs pin_path): the
+  // program stays attached and its maps pinned when infergate stops, and the next infergate
+  // takes them over: the same program and rules are kept as they are (same program id), other
+  // rules or another build replace the program atomically over the same maps. Never detached
+  // by infergate (ip link set dev IF xdp off, and rm -r pin_path, remove it).
+  bool keep_attached = false;
 };
 
 // The names the config file uses for the enums above, each written once: parseX(name) is

@@ -51,6 +51,17 @@ class ServingMode {
   // The mode attached an XDP program: it keeps CAP_NET_ADMIN (permitted only) to detach it
   // through netlink at stop, and its seccomp filter allows the bpf() map calls.
   virtual bool attachesXdp() const { return false; }
+
+  // Configuration reload (app/reload.h), from the thread that reloads (serialized by Server):
+  // the XDP program's rules changed (xdp-filter mode: a new program over the same maps,
+  // replaced atomically, or the CIDR map alone; never a detach). Other modes: UNIMPLEMENTED
+  // (the reload planner refuses the keys before asking).
+  virtual absl::Status reconfigureXdp(const xdp::XdpOptions& /*next*/) {
+    return absl::UnimplementedError("live XDP rule changes need xdp-filter mode");
+  }
+  // The served models changed (added, removed, replaced): the XDP modes publish the overload
+  // levels of the new set.
+  virtual void modelsChanged(const backends::ModelRegistry& /*models*/) {}
 };
 
 // The mode `mode` names, from the table; UNIMPLEMENTED (with what to build or configure) for a

@@ -19,11 +19,24 @@ class XdpFilterMode final : public SocketMode {
     if (!filter_) return;
     if (models_ != nullptr) clearOverloadListeners(*models_);
     ScopedCapability net_admin(CAP_NET_ADMIN);  // netlink detach; kept for this (Server)
-    filter_->detach();
-    spdlog::info("XDP program detached from {}", filter_->options().interface);
+    filter_->detach();  // xdp.keep_attached: stays attached for the next process (logged)
+    if (!filter_->options().keep_attached)
+      spdlog::info("XDP program detached from {}", filter_->options().interface);
     filter_.reset();
   }
   bool attachesXdp() const override { return true; }
+
+  absl::Status reconfigureXdp(const xdp::XdpOptions& next) override {
+    if (!filter_) return absl::FailedPreconditionError("the XDP program is not attached");
+    xdp::XdpOptions opts = next;
+    opts.service_ports = filter_->options().service_ports;  // the listeners do not change
+    return filter_->reconfigure(opts);
+  }
+
+  void modelsChanged(const backends::ModelRegistry& models) override {
+    if (!filter_) return;
+    publishOverloadLevels(models, [f = filter_.get()](int level) { return f->setOverloadLevel(level); });
+  }
 
  protected:
   // The tag of the connection's latest request start, from the program's flow map.
@@ -46,6 +59,8 @@ class XdpFilterMode final : public SocketMode {
     absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(opts);
     if (!filter.ok()) return filter.status();
     filter_ = std::move(*filter);
+    // A reload that changes compiled-in rules loads a new program: not after the drop.
+    filter_->allowProgramReplace(!c.security.drop_privileges);
     filter_->registerMetrics(ctx.registry);
     if (auto warning = xdp::kernelSynCookiesWarning()) spdlog::warn("{}", *warning);
     // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes
@@ -53,9 +68,11 @@ class XdpFilterMode final : public SocketMode {
     models_ = &ctx.models;
     publishOverloadLevels(ctx.models,
                           [f = filter_.get()](int level) { return f->setOverloadLevel(level); });
-    spdlog::info("XDP program attached to {} ({} mode) for port(s) {}{}", c.xdp.interface,
+    spdlog::info("XDP program {} {} ({} mode) for port(s) {}{}, program id {}{}",
+                 filter_->adopted() ? "kept on" : "attached to", c.xdp.interface,
                  xdp::attachModeName(c.xdp.attach), fmt::join(service_ports, ","),
-                 c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path);
+                 c.xdp.pin_path.empty() ? "" : ", maps pinned under " + c.xdp.pin_path,
+                 filter_->attachedProgramId(), c.xdp.keep_attached ? " (xdp.keep_attached)" : "");
     return absl::OkStatus();
   }
 

@@ -1,0 +1,258 @@
+#include "app/reload.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "fmt/format.h"
+#include "yaml-cpp/yaml.h"
+
+namespace infergate::app {
+
+namespace {
+
+// A node's canonical text ("" when absent or null): two nodes are the same key value when
+// their texts are equal (comments and formatting do not count, key order does).
+std::string canonical(const YAML::Node& n) {
+  if (!n.IsDefined() || n.IsNull()) return {};
+  YAML::Emitter e;
+  e << n;
+  return e.c_str();
+}
+
+// n[key] when n is a map holding key, else a null node (never throws, never inserts).
+YAML::Node child(const YAML::Node& n, const std::string& key) {
+  if (!n.IsDefined() || !n.IsMap()) return YAML::Node();
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    if (it->first.as<std::string>() == key) return it->second;
+  }
+  return YAML::Node();
+}
+
+// The keys of a map node in order (none when not a map).
+std::vector<std::string> keysOf(const YAML::Node& n) {
+  std::vector<std::string> out;
+  if (!n.IsMap()) return out;
+  for (auto it = n.begin(); it != n.end(); ++it) out.push_back(it->first.as<std::string>());
+  return out;
+}
+
+// new's keys in order, then old's keys that new lacks.
+std::vector<std::string> unionKeys(const YAML::Node& old_n, const YAML::Node& new_n) {
+  std::vector<std::string> out = keysOf(new_n);
+  for (const std::string& k : keysOf(old_n)) {
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  }
+  return out;
+}
+
+// Why each section that is set up once at start-up cannot change live.
+const std::map<std::string, std::string, std::less<>>& startupReasons() {
+  static const auto* m = new std::map<std::string, std::string, std::less<>>{
+      {"mode", "the serving mode is chosen at start-up"},
+      {"reactors", "the reactor threads are started at start-up"},
+      {"cpus", "the reactor threads are pinned at start-up"},
+      {"listeners", "listening sockets are opened at start-up, before privileges are dropped"},
+      {"admin", "the admin listener is opened at start-up, before privileges are dropped"},
+      {"limits", "the reactors and sessions take their limits at start-up"},
+      {"dpdk", "the EAL and the DPDK port are set up at start-up"},
+      {"security", "privileges are dropped at start-up and cannot be regained"},
+      {"priority",
+       "every session reads who may set priorities without synchronisation (xdp.cidr_rules "
+       "classes are live in xdp-filter mode)"},
+      {"gpu", "the GPU watch attaches its probes at start-up"},
+  };
+  return *m;
+}
+
+// xdp: keys XdpFilter::reconfigure applies live (the program's rules: a new program over the
+// same maps, replaced atomically on the interface, or the CIDR map alone). The others (the
+// interface, the attach mode, the pins, afxdp's socket and TCP knobs) are start-up only.
+bool xdpLive(std::string_view key) {
+  static const std::set<std::string, std::less<>> kLive = {
+      "methods",         "path_prefixes",      "http2_max_frame_size",
+      "rate_limit",      "request_rate_limit", "path_classes",
+      "cidr_rules",      "default_class",      "priority_header",
+      "send_rst",        "track_flows",        "reject_mid_stream",
+      "fragments",       "rst_rate_limit",     "source_prefix_v4",
+      "source_prefix_v6"};
+  return kLive.count(key) != 0;
+}
+
+void refuseSection(ReloadPlan& plan, const std::string& section, const YAML::Node& o,
+                   const YAML::Node& n) {
+  const auto& reasons = startupReasons();
+  const auto it = reasons.find(section);
+  const std::string reason =
+      it != reasons.end() ? it->second : "not a key that can change without a restart";
+  // Maps are compared key by key so the refusal names the key; anything else as a whole.
+  if ((o.IsMap() || !o.IsDefined() || o.IsNull()) && (n.IsMap() || !n.IsDefined() || n.IsNull()) &&
+      (o.IsMap() || n.IsMap())) {
+    for (const std::string& k : unionKeys(o, n)) {
+      if (canonical(child(o, k)) != canonical(child(n, k)))
+        plan.refused.push_back({section + "." + k, reason});
+    }
+    return;
+  }
+  plan.refused.push_back({section, reason});
+}
+
+void planModels(ReloadPlan& plan, const config::Config& running, const YAML::Node& o,
+                const config::Config& next, const YAML::Node& n) {
+  // models[i] of the typed config is models[i] of the YAML sequence (the loader keeps order).
+  auto index = [](const config::Config& c, const YAML::Node& seq) {
+    std::vector<std::pair<std::string, std::string>> out;  // key, canonical text
+    for (size_t i = 0; i < c.models.size(); ++i) {
+      out.emplace_back(modelKey(c.models[i]),
+                       seq.IsSequence() && i < seq.size() ? canonical(seq[i]) : std::string());
+    }
+    return out;
+  };
+  const auto old_models = index(running, o);
+  const auto new_models = index(next, n);
+  auto find = [](const auto& list, const std::string& key) -> const std::string* {
+    for (const auto& [k, text] : list) {
+      if (k == key) return &text;
+    }
+    return nullptr;
+  };
+  // A model built after the privilege drop makes system calls the seccomp filter refuses
+  // (mlock for pinned batch buffers, prctl(PR_SET_TIMERSLACK) on its dispatcher thread): with
+  // errno they fail harmlessly (counted in infergate_seccomp_denied_total); kill would end
+  // the process, so such a reload is refused.
+  const config::SecurityConfig& sec = running.security;
+  const bool kill = sec.drop_privileges && sec.seccomp && sec.seccomp_action == "kill";
+  auto build = [&](const std::string& key, const char* what) {
+    if (kill) {
+      plan.refused.push_back(
+          {"models." + key,
+           "building a model after the privilege drop makes system calls (mlock, prctl) that "
+           "security.seccomp_action: kill would answer by killing infergate; restart"});
+      return false;
+    }
+    plan.applied.push_back("models." + key + what);
+    return true;
+  };
+  for (const auto& [key, text] : new_models) {
+    const std::string* before = find(old_models, key);
+    if (before == nullptr) {
+      if (build(key, " (added)")) plan.models_added.push_back(key);
+    } else if (*before != text) {
+      if (build(key, " (changed)")) plan.models_changed.push_back(key);
+    }
+  }
+  for (const auto& [key, text] : old_models) {
+    if (find(new_models, key) == nullptr) {
+      plan.models_removed.push_back(key);
+      plan.applied.push_back("models." + key + " (removed)");
+    }
+  }
+}
+
+}  // namespace
+
+std::string ReloadPlan::refusalMessage() const {
+  std::string out;
+  for (const ReloadRefusal& r : refused) {
+    if (!out.empty()) out += "; ";
+    out += r.key + ": " + r.reason;
+  }
+  return out;
+}
+
+std::string modelKey(const backends::ModelConfig& m) {
+  return m.version == "1" ? m.name : m.name + "@" + m.version;
+}
+
+absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string_view running_yaml,
+                                      const config::Config& next, std::string_view next_yaml) {
+  YAML::Node old_root, new_root;
+  try {
+    old_root = YAML::Load(std::string(running_yaml));
+    new_root = YAML::Load(std::string(next_yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(std::string("reload: not YAML: ") + e.what());
+  }
+  const YAML::Node& o = old_root;
+  const YAML::Node& n = new_root;
+  ReloadPlan plan;
+  for (const std::string& section : unionKeys(o, n)) {
+    const YAML::Node os = child(o, section);
+    const YAML::Node ns = child(n, section);
+    if (canonical(os) == canonical(ns)) continue;
+    if (section == "models") {
+      planModels(plan, running, os, next, ns);
+    } else if (section == "logging") {
+      for (const std::string& k : unionKeys(os, ns)) {
+        if (canonical(child(os, k)) == canonical(child(ns, k))) continue;
+        if (k == "level") {
+          plan.log_level = true;
+          plan.applied.push_back("logging.level");
+        } else {
+          plan.refused.push_back({"logging." + k, "the sessions take it at start-up"});
+        }
+      }
+    } else if (section == "xdp") {
+      const bool xdp_mode = running.mode == config::Mode::kXdpFilter ||
+                            running.mode == config::Mode::kAfXdp ||
+                            running.mode == config::Mode::kDpdk;
+      for (const std::string& k : unionKeys(os, ns)) {
+        if (canonical(child(os, k)) == canonical(child(ns, k))) continue;
+        const std::string key = "xdp." + k;
+        if (!xdp_mode) {
+          plan.applied.push_back(key);  // not used in socket mode: nothing to do
+        } else if (!xdpLive(k)) {
+          plan.refused.push_back(
+              {key, "the XDP program's attachment and its maps' sizes are set at start-up"});
+        } else if (running.mode != config::Mode::kXdpFilter) {
+          plan.refused.push_back(
+              {key, fmt::format("live XDP rule changes are implemented in xdp-filter mode only "
+                                "(mode {} needs a restart)",
+                                config::modeName(running.mode))});
+        } else if (k != "cidr_rules" && running.security.drop_privileges) {
+          plan.refused.push_back(
+              {key,
+               "compiled into the XDP program: a live change loads a new program, which the "
+               "privileges dropped at start-up do not allow (security.drop_privileges: "
+               "false allows it; xdp.cidr_rules change in place)"});
+        } else {
+          plan.xdp_program = true;
+          plan.applied.push_back(key);
+        }
+      }
+    } else {
+      refuseSection(plan, section, os, ns);
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<std::string> readConfigText(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (f == nullptr) {
+    return absl::NotFoundError(fmt::format("{}: cannot read file: {}", path, std::strerror(errno)));
+  }
+  std::string text;
+  char buf[16384];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return absl::NotFoundError(fmt::format("{}: cannot read file", path));
+  return text;
+}
+
+std::string configHash(std::string_view text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace infergate::app

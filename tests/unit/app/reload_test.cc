@@ -1,0 +1,258 @@
+// planReload: the exact keys a reload applies and refuses; ModelRegistry's live add/remove.
+#include "app/reload.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "backends/identity_model.h"
+#include "config/config.h"
+
+namespace infergate::app {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+constexpr const char* kBase = R"(
+mode: socket
+reactors: 2
+listeners:
+  - {name: http, address: 127.0.0.1, port: 8000, protocol: http}
+admin: {port: 8002}
+logging: {level: info}
+limits: {max_body_bytes: 1048576}
+models:
+  - name: a
+    max_batch_size: 8
+    inputs: [{name: x, datatype: FP32, shape: [4]}]
+    outputs: [{name: x, datatype: FP32, shape: [4]}]
+  - name: b
+    inputs: [{name: x, datatype: FP32, shape: [4]}]
+    outputs: [{name: x, datatype: FP32, shape: [4]}]
+)";
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+ReloadPlan plan(const std::string& before, const std::string& after) {
+  absl::StatusOr<config::Config> a = config::loadConfigString(before, "before.yaml");
+  EXPECT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<config::Config> b = config::loadConfigString(after, "after.yaml");
+  EXPECT_TRUE(b.ok()) << b.status();
+  absl::StatusOr<ReloadPlan> p = planReload(*a, before, *b, after);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *p;
+}
+
+std::vector<std::string> refusedKeys(const ReloadPlan& p) {
+  std::vector<std::string> out;
+  for (const ReloadRefusal& r : p.refused) out.push_back(r.key);
+  return out;
+}
+
+TEST(PlanReload, SameFileChangesNothing) {
+  const ReloadPlan p = plan(kBase, std::string(kBase) + "\n# a comment\n");
+  EXPECT_TRUE(p.empty());
+  EXPECT_TRUE(p.ok());
+}
+
+TEST(PlanReload, ModelAddedRemovedChangedAndLogLevel) {
+  std::string after = replace(kBase, "level: info", "level: debug");
+  // b removed, c added, a's max_batch_size changed.
+  after = replace(after, "  - name: b\n", "  - name: c\n");
+  after = replace(after, "max_batch_size: 8", "max_batch_size: 4");
+  const ReloadPlan p = plan(kBase, after);
+  EXPECT_THAT(p.applied, ElementsAre("logging.level", "models.a (changed)", "models.c (added)",
+                                     "models.b (removed)"));
+  EXPECT_THAT(p.refused, IsEmpty());
+  EXPECT_THAT(p.models_added, ElementsAre("c"));
+  EXPECT_THAT(p.models_removed, ElementsAre("b"));
+  EXPECT_THAT(p.models_changed, ElementsAre("a"));
+  EXPECT_TRUE(p.log_level);
+  EXPECT_FALSE(p.xdp_program);
+}
+
+TEST(PlanReload, ModelVersionIsPartOfItsKey) {
+  const std::string after = replace(kBase, "  - name: b\n", "  - name: b\n    version: \"2\"\n");
+  const ReloadPlan p = plan(kBase, after);
+  EXPECT_THAT(p.applied, ElementsAre("models.b@2 (added)", "models.b (removed)"));
+}
+
+TEST(PlanReload, ModelsAreNotBuiltUnderSeccompKill) {
+  const std::string before =
+      replace(kBase, "mode: socket", "mode: socket\nsecurity: {seccomp_action: kill}");
+  const std::string after = replace(before, "  - name: b\n", "  - name: c\n");
+  const ReloadPlan p = plan(before, after);
+  EXPECT_THAT(refusedKeys(p), ElementsAre("models.c"));
+  EXPECT_THAT(p.applied, ElementsAre("models.b (removed)"));  // listed, not applied: refused
+  EXPECT_THAT(p.models_added, IsEmpty());
+}
+
+TEST(PlanReload, ListenerChangeIsRefusedAndNamed) {
+  const std::string after =
+      replace(replace(kBase, "port: 8000", "port: 8001"), "level: info", "level: debug");
+  const ReloadPlan p = plan(kBase, after);
+  EXPECT_FALSE(p.ok());
+  EXPECT_THAT(refusedKeys(p), ElementsAre("listeners"));
+  // What could apply is still listed; Server::reload applies none of it when anything is refused.
+  EXPECT_THAT(p.applied, ElementsAre("logging.level"));
+  EXPECT_EQ(p.refusalMessage(),
+            "listeners: listening sockets are opened at start-up, before privileges are dropped");
+}
+
+TEST(PlanReload, StartupSectionsAreRefusedKeyByKey) {
+  std::string after = replace(kBase, "reactors: 2", "reactors: 3");
+  after = replace(after, "mode: socket", "mode: socket\nsecurity: {seccomp: false}");
+  after = replace(after, "max_body_bytes: 1048576", "max_body_bytes: 2097152");
+  after = replace(after, "admin: {port: 8002}", "admin: {port: 8003}");
+  after = replace(after, "logging: {level: info}", "logging: {level: info, access_log: true}");
+  after += "priority: {from_client: all}\n";
+  const ReloadPlan p = plan(kBase, after);
+  EXPECT_THAT(refusedKeys(p),
+              ElementsAre("security.seccomp", "reactors", "admin.port", "logging.access_log",
+                          "limits.max_body_bytes", "priority.from_client"));
+  EXPECT_THAT(p.applied, IsEmpty());
+}
+
+TEST(PlanReload, ModeChangeIsRefused) {
+  const std::string after =
+      replace(kBase, "mode: socket", "mode: xdp-filter\nxdp: {interface: lo}");
+  const ReloadPlan p = plan(kBase, after);
+  // xdp.* is not used by the running socket mode: accepted, nothing to do.
+  EXPECT_THAT(refusedKeys(p), ElementsAre("mode"));
+  EXPECT_THAT(p.applied, ElementsAre("xdp.interface"));
+}
+
+constexpr const char* kXdp = R"(
+mode: xdp-filter
+xdp:
+  interface: veth0
+  pin_path: /sys/fs/bpf/ig
+  request_rate_limit: {rate_per_sec: 100}
+  cidr_rules: [{cidr: 10.0.0.0/8, class: 2}]
+listeners:
+  - {name: http, port: 8000}
+models:
+  - name: a
+    inputs: [{name: x, datatype: FP32, shape: [4]}]
+    outputs: [{name: x, datatype: FP32, shape: [4]}]
+)";
+
+TEST(PlanReload, XdpRulesAreLiveInXdpFilterMode) {
+  const std::string before =
+      replace(kXdp, "mode: xdp-filter",
+              "mode: xdp-filter\nsecurity: {drop_privileges: false, seccomp: false}");
+  std::string after = replace(before, "rate_per_sec: 100", "rate_per_sec: 5");
+  after = replace(after, "class: 2", "class: 0");
+  const ReloadPlan p = plan(before, after);
+  EXPECT_TRUE(p.ok()) << p.refusalMessage();
+  EXPECT_THAT(p.applied, ElementsAre("xdp.request_rate_limit", "xdp.cidr_rules"));
+  EXPECT_TRUE(p.xdp_program);
+}
+
+TEST(PlanReload, CompiledXdpRulesNeedPrivilegesButCidrRulesDoNot) {
+  std::string after = replace(kXdp, "class: 2", "class: 0");
+  ReloadPlan p = plan(kXdp, after);
+  EXPECT_TRUE(p.ok()) << p.refusalMessage();
+  EXPECT_THAT(p.applied, ElementsAre("xdp.cidr_rules"));
+  EXPECT_TRUE(p.xdp_program);
+  after = replace(after, "rate_per_sec: 100", "rate_per_sec: 5");
+  p = plan(kXdp, after);
+  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.request_rate_limit"));
+  EXPECT_NE(p.refusalMessage().find("security.drop_privileges: false"), std::string::npos);
+}
+
+TEST(PlanReload, XdpAttachmentKeysAreRefused) {
+  std::string after = replace(kXdp, "interface: veth0", "interface: veth1");
+  after = replace(after, "pin_path: /sys/fs/bpf/ig", "pin_path: /sys/fs/bpf/other");
+  const ReloadPlan p = plan(kXdp, after);
+  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.interface", "xdp.pin_path"));
+  EXPECT_FALSE(p.xdp_program);
+}
+
+TEST(PlanReload, XdpRulesNeedARestartInAfxdpMode) {
+  const std::string before = replace(kXdp, "mode: xdp-filter", "mode: afxdp");
+  const std::string after = replace(before, "class: 2", "class: 0");
+  const ReloadPlan p = plan(before, after);
+  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.cidr_rules"));
+  EXPECT_NE(p.refusalMessage().find("xdp-filter mode only"), std::string::npos);
+}
+
+TEST(ConfigHash, StableAndDistinct) {
+  EXPECT_EQ(configHash(""), "cbf29ce484222325");
+  EXPECT_EQ(configHash("a"), "af63dc4c8601ec8c");
+  EXPECT_NE(configHash(kBase), configHash(kXdp));
+}
+
+std::unique_ptr<backends::Model> identity(const std::string& name) {
+  backends::ModelConfig c;
+  c.name = name;
+  c.inputs.push_back({"x", backends::DataType::kFp32, {4}});
+  c.outputs.push_back({"x", backends::DataType::kFp32, {4}});
+  return std::make_unique<backends::IdentityModel>(c);
+}
+
+TEST(ModelRegistry, RemovedModelStaysValidForHoldersAndIsNotFound) {
+  backends::ModelRegistry r;
+  r.add(identity("a"));
+  r.add(identity("b"));
+  backends::Model* held = r.find("b");  // a request in flight holds it
+  ASSERT_NE(held, nullptr);
+  std::vector<std::unique_ptr<backends::Model>> add;
+  add.push_back(identity("c"));
+  ASSERT_TRUE(r.update({{"b", ""}}, std::move(add)).ok());
+  EXPECT_EQ(r.find("b"), nullptr);
+  ASSERT_NE(r.find("c"), nullptr);
+  EXPECT_EQ(held->config().name, "b");  // not destroyed
+  EXPECT_EQ(r.models().size(), 2u);
+  EXPECT_EQ(r.retiredCount(), 1u);
+  EXPECT_FALSE(r.remove("nope"));
+  EXPECT_TRUE(r.remove("a"));
+  EXPECT_EQ(r.retiredCount(), 2u);
+}
+
+TEST(ModelRegistry, ReplacementIsNeverMissing) {
+  backends::ModelRegistry r;
+  r.add(identity("m"));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> missing{0}, lookups{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      if (r.find("m") == nullptr) missing.fetch_add(1);
+      lookups.fetch_add(1);
+    }
+  });
+  while (lookups.load() == 0) std::this_thread::yield();
+  for (int i = 0; i < 200; ++i) {
+    if (i % 20 == 0) std::this_thread::yield();  // let the reader run between publications
+    std::vector<std::unique_ptr<backends::Model>> add;
+    add.push_back(identity("m"));
+    ASSERT_TRUE(r.update({{"m", ""}}, std::move(add)).ok());
+  }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(missing.load(), 0u);
+  EXPECT_EQ(r.models().size(), 1u);
+}
+
+TEST(ModelRegistry, RetiredModelsAreBounded) {
+  backends::ModelRegistry r;
+  for (size_t i = 0; i < backends::ModelRegistry::kMaxRetired; ++i) {
+    r.add(identity("m"));
+    ASSERT_TRUE(r.remove("m"));
+  }
+  r.add(identity("last"));
+  const absl::Status st = r.update({{"last", ""}}, {});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(r.find("last"), nullptr);  // nothing changed
+}
+
+}  // namespace
+}  // namespace infergate::app
