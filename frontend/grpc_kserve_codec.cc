@@ -25,6 +25,7 @@ absl::Status bad(std::string_view what) {
 struct Param {
   uint32_t field = 0;
   uint64_t u = 0;  // bool_param, int64_param, uint64_param (raw varint)
+  std::string_view s;  // string_param (field 3)
 };
 
 absl::Status parseParamEntry(std::string_view entry, std::string_view& key, Param& value) {
@@ -42,6 +43,9 @@ absl::Status parseParamEntry(std::string_view entry, std::string_view& key, Para
         if ((pf == 1 || pf == 2 || pf == 5) && (ptag & 7) == kVarint) {
           value.field = pf;
           if (!pin.readVarint(value.u)) return bad("truncated parameter varint");
+        } else if (pf == 3 && (ptag & 7) == kLen) {
+          value.field = pf;
+          if (!pin.readView(value.s)) return bad("truncated parameter string");
         } else {
           if (pf >= 1 && pf <= 5) value.field = pf;
           if (!pin.skipField(ptag)) return bad("broken parameter value");
@@ -352,6 +356,22 @@ absl::Status scanFields(std::string_view wire, backends::InferRequest& out,
           }
         } else if (key == "timeout" && p.field == 2) {
           out.timeout_us = static_cast<int64_t>(p.u) > 0 ? p.u : 0;
+        } else if (key == "sequence_id") {
+          // Triton's sequence batcher (docs/BACKENDS.md "Sequences"): int64/uint64 or string;
+          // 0 / "" mean no sequence.
+          if ((p.field == 2 || p.field == 5) && static_cast<int64_t>(p.u) >= 0) {
+            out.sequence.id = p.u == 0 ? std::string() : std::to_string(p.u);
+            out.sequence.id_is_string = false;
+          } else if (p.field == 3 && p.s.size() <= 256) {
+            out.sequence.id.assign(p.s);
+            out.sequence.id_is_string = true;
+          } else {
+            return absl::InvalidArgumentError(
+                "parameter 'sequence_id' must be a non-negative int64/uint64 or a string of at "
+                "most 256 bytes");
+          }
+        } else if ((key == "sequence_start" || key == "sequence_end") && p.field == 1) {
+          (key == "sequence_start" ? out.sequence.start : out.sequence.end) = p.u != 0;
         }
         break;
       }

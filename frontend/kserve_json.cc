@@ -557,8 +557,30 @@ absl::Status decodeParameters(element el, InferRequest& req) {
                                    "(microseconds), got {}",
                                    describe(field.value)));
       }
+    } else if (field.key == "sequence_id") {
+      // Triton's sequence batcher (docs/BACKENDS.md "Sequences"): a non-zero integer or a
+      // non-empty string (at most 256 bytes); 0 / "" mean no sequence, as in Triton.
+      uint64_t v = 0;
+      std::string_view str;
+      if (getNonNegative(field.value, v)) {
+        req.sequence.id = v == 0 ? std::string() : std::to_string(v);
+        req.sequence.id_is_string = false;
+      } else if (!field.value.get_string().get(str) && str.size() <= 256) {
+        req.sequence.id.assign(str);
+        req.sequence.id_is_string = true;
+      } else {
+        return invalid(fmt::format("request parameter 'sequence_id' must be a non-negative "
+                                   "integer or a string of at most 256 bytes, got {}",
+                                   describe(field.value)));
+      }
+    } else if (field.key == "sequence_start" || field.key == "sequence_end") {
+      bool& flag = field.key == "sequence_start" ? req.sequence.start : req.sequence.end;
+      if (field.value.get_bool().get(flag)) {
+        return invalid(fmt::format("request parameter '{}' must be a boolean, got {}",
+                                   std::string_view(field.key), describe(field.value)));
+      }
     }
-    // Other parameters (sequence_*, triton_*, custom) are not interpreted here.
+    // Other parameters (triton_*, custom) are not interpreted here.
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,121 @@
+"""Sequence affinity (docs/BACKENDS.md "Sequences"): a triton model over a pool of three KServe
+test servers; nine concurrent sequences (KServe `sequence_id` parameter, integer and string
+ids) with sequence_start / sequence_end, sent through infergate's REST API.
+
+Asserts: every request of a sequence reaches the same server (each server records the
+sequence ids and flags it saw: Control/Stats "sequences"), the parameters are forwarded (start
+on the first, end on the last), each sequence request goes alone (batch size 1); one server
+killed mid-sequence -> each of its sequences' next request gets 400 (FAILED_PRECONDITION)
+naming the endpoint, the one after that 400 "not bound" (never moved to another server), while
+the other sequences keep going on their own servers to their end; the bindings gauge ends at 0.
+"""
+import os
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+import backend_fixture as bf  # noqa: E402
+from backend_fixture import model_yaml, post_json  # noqa: E402
+from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401
+
+IDS = [1001, 1002, 1003, 1004, 1005, 1006, "seq-a", "seq-b", "seq-c"]
+
+
+def seq_infer(port, sid, k, start=False, end=False):
+    vals = [float(k)] * 16
+    params = {"sequence_id": sid}
+    if start:
+        params["sequence_start"] = True
+    if end:
+        params["sequence_end"] = True
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": vals}],
+            "parameters": params}
+    st, reply = post_json(port, "remote", body)
+    return st, reply, vals
+
+
+class SequenceAffinityTest(bf.BackendTestCase):
+    def test_sequences_stay_and_end_clearly(self):
+        servers = [self.server(), self.server(), self.server()]
+        gw = self.start_gateway(model_yaml(endpoints=[s.address for s in servers]))
+        phase1 = threading.Barrier(len(IDS) + 1)
+        phase2 = threading.Barrier(len(IDS) + 1)
+        answers = {sid: [] for sid in IDS}  # sid -> [(phase, status, reply, sent values)]
+
+        def run(sid):
+            for k in range(4):  # the start and three more
+                st, reply, vals = seq_infer(gw.port, sid, k, start=(k == 0))
+                answers[sid].append((1, st, reply, vals))
+            phase1.wait()
+            phase2.wait()  # the main thread killed a server meanwhile
+            for k in range(4, 8):
+                st, reply, vals = seq_infer(gw.port, sid, k, end=(k == 7))
+                answers[sid].append((2, st, reply, vals))
+                if st != 200 and k == 5:
+                    break
+
+        threads = [threading.Thread(target=run, args=(sid,)) for sid in IDS]
+        for t in threads:
+            t.start()
+        try:
+            phase1.wait(timeout=30)
+            for sid in IDS:
+                for _, st, reply, vals in answers[sid]:
+                    self.assertEqual(st, 200, reply)
+                    self.assertEqual(reply["outputs"][0]["data"], vals)
+            # Where each sequence went: exactly one server each.
+            where = {}
+            for s in servers:
+                for sid, start, end in s.control("Stats").get("sequences", []):
+                    key = sid if isinstance(sid, str) else int(sid)
+                    self.assertIn(where.setdefault(key, s), [s], "sequence %r on two servers" % sid)
+            self.assertEqual(sorted(map(str, where)), sorted(map(str, IDS)))
+            for s in servers:
+                seen = s.control("Stats").get("sequences", [])
+                starts = [x[0] for x in seen if x[1]]
+                mine = sorted({str(x[0]) for x in seen})
+                self.assertEqual(sorted(map(str, starts)), mine)  # one start per sequence
+                self.assertEqual(len(seen), 4 * len(mine))
+            victim = max(servers, key=lambda s: sum(1 for v in where.values() if v is s))
+            lost = sorted((sid for sid, s in where.items() if s is victim), key=str)
+            kept = sorted((sid for sid, s in where.items() if s is not victim), key=str)
+            self.assertGreater(len(kept), 0, "every sequence on one server")
+            victim.kill()
+            self.assertTrue(bf.wait_for(lambda: gw.metric(
+                "infergate_backend_healthy", model="remote", endpoint=victim.address) == 0, timeout=5))
+        finally:
+            phase2.wait(timeout=30)
+            for t in threads:
+                t.join()
+        for sid in lost:
+            p2 = [a for a in answers[sid] if a[0] == 2]
+            self.assertEqual(len(p2), 2, p2)
+            st, reply, _ = p2[0][1], p2[0][2], None
+            self.assertEqual(st, 400, reply)
+            self.assertIn("sequence %s ended" % sid, reply["error"])
+            self.assertIn(victim.address, reply["error"])
+            self.assertEqual(p2[1][1], 400, p2[1][2])
+            self.assertIn("not bound", p2[1][2]["error"])
+        for sid in kept:
+            p2 = [a for a in answers[sid] if a[0] == 2]
+            self.assertEqual([a[1] for a in p2], [200] * 4, p2)
+            for _, _, reply, vals in p2:
+                self.assertEqual(reply["outputs"][0]["data"], vals)
+            got = [x for x in where[sid].control("Stats")["sequences"] if str(x[0]) == str(sid)]
+            self.assertEqual(len(got), 8)
+            self.assertTrue(got[-1][2])  # sequence_end forwarded on the last
+            for s in servers:
+                if s is not where[sid] and s is not victim:
+                    self.assertNotIn(str(sid), [str(x[0]) for x in s.control("Stats").get("sequences", [])])
+        # Sequence requests went alone (the servers saw batches of one only).
+        for s in servers:
+            if s is not victim:
+                self.assertEqual(set(s.control("Stats")["batch_sizes"]), {1})
+        self.assertEqual(gw.metric("infergate_backend_sequences", model="remote"), 0)
+        self.assertEqual(gw.metric("infergate_backend_sequence_broken_total", model="remote"), 2 * len(lost))
+        print("sequence affinity: %d sequences, %d ended by the kill, %d kept" % (len(IDS), len(lost), len(kept)))
+
+
+if __name__ == "__main__":
+    harness.main()
