@@ -5,6 +5,8 @@
 #include <chrono>
 #include <utility>
 
+#include "spdlog/spdlog.h"
+
 namespace infergate::backends {
 namespace {
 
@@ -78,9 +80,18 @@ uint64_t BatchedModel::submit(InferRequest request, InferCallback done) {
   // the connection, which may outlive this model (removed by a reload): the canceller reaches
   // the batcher through the lifeline, which the destructor cuts.
   if (ticket != 0 && token) {
-    token->onCancel([life = lifeline_, ticket] {
-      std::lock_guard<std::recursive_mutex> lock(life->mu);
-      if (life->batcher != nullptr) life->batcher->cancel(ticket);
+    token->onCancel([life = lifeline_, ticket]() noexcept {
+      // Runs inside a session's close path (an nghttp2 callback for RST_STREAM): nothing may
+      // escape. Out of memory here leaves the request to run to its (dropped) answer.
+      try {
+        std::lock_guard<std::recursive_mutex> lock(life->mu);
+        if (life->batcher != nullptr) life->batcher->cancel(ticket);
+      } catch (...) {
+        static std::atomic<bool> logged{false};
+        if (!logged.exchange(true)) {
+          spdlog::warn("cancelling a request failed (out of memory?); it runs to its answer");
+        }
+      }
     });
   }
   return ticket;

@@ -432,9 +432,12 @@ void GrpcEndpoint::Impl::start(Call* c, const char* method, uint64_t timeout_ms,
   // Registered unlocked: a token already cancelled runs the canceller here, which takes `mu`.
   // If the call has ended meanwhile its id is gone and the cancel is a no-op.
   if (cancel_id != 0) {
-    cancel->onCancel([life = lifeline, cancel_id] {
-      std::lock_guard<std::mutex> lock(life->mu);
-      if (life->impl != nullptr) life->impl->requestCancel(cancel_id);
+    cancel->onCancel([life = lifeline, cancel_id]() noexcept {
+      try {  // runs in a client's close path: out of memory leaves the call to finish
+        std::lock_guard<std::mutex> lock(life->mu);
+        if (life->impl != nullptr) life->impl->requestCancel(cancel_id);
+      } catch (...) {
+      }
     });
   }
 }
