@@ -9,6 +9,7 @@
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
+#include "frontend/status_map.h"
 #include "frontend/tf_predict_codec.h"
 #include "frontend/tf_predict_stream.h"
 #include "grpc_service.pb.h"
@@ -38,7 +39,9 @@ GrpcReply errorReply(absl::StatusCode code, std::string message) {
   return r;
 }
 GrpcReply errorReply(const absl::Status& st) {
-  return errorReply(st.code(), std::string(st.message()));
+  GrpcReply r = errorReply(st.code(), std::string(st.message()));
+  r.retry_after_s = retryAfterFor(st).value_or(0);
+  return r;
 }
 
 template <typename M>
@@ -88,6 +91,7 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
     m.id = kPredict;
     m.protocol = net::Protocol::kGrpcTfServing;
     m.streaming_decode = true;  // PredictSink for split messages
+    m.limited = true;
     return m;
   }
   if (path.substr(0, kKserve.size()) != kKserve) return m;
@@ -102,6 +106,7 @@ GrpcMethod InferenceGrpcServices::resolve(std::string_view path) const {
       m.id = id;
       m.client_streaming = id == kModelStreamInfer;
       m.streaming_decode = id == kModelInfer;  // ModelInferSink for split messages
+      m.limited = id == kModelInfer || id == kModelStreamInfer;
     }
   }
   return m;

@@ -27,6 +27,9 @@ namespace infergate::frontend {
 struct GrpcReply {
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string message;  // grpc-message (error text), unencoded
+  // An error's Retry-After hint in seconds (backends/retry_after.h; 0: none), sent as the
+  // trailing metadata retry-after and grpc-retry-pushback-ms (docs/ERRORS.md "Retry-After").
+  uint32_t retry_after_s = 0;
   // The response message(s) already framed with their 5-byte gRPC prefix (appendGrpcMessage /
   // writeGrpcPrefix), so encoders write once into the buffer the session sends from.
   std::string framed;
@@ -40,6 +43,9 @@ struct GrpcMethod {
   // Messages that span DATA chunks go to a sink (GrpcServices::openSink, opened at the first
   // such message); a message inside one DATA chunk still goes to call(), as a view.
   bool streaming_decode = false;
+  // An inference method: counted against the caller's tenant (frontend/tenants.h) when its
+  // headers are complete, before any message is read.
+  bool limited = false;
 };
 
 // The per-call context the session passes with each message.

@@ -14,6 +14,8 @@
 
 namespace infergate::frontend {
 
+class TenantLease;  // frontend/tenants.h
+
 struct HttpHeader {
   std::string name;   // lower-case
   std::string value;  // leading/trailing whitespace removed
@@ -66,6 +68,10 @@ struct HttpRequest {
   // Set by the session: cancelled when the client is gone before the request was answered
   // (Http1Session); the handler hands it to the model (InferRequest::cancel).
   std::shared_ptr<net::CancelToken> cancel;
+  // Set by the session when it counted the request against its tenant (frontend/tenants.h,
+  // an inference request: POST): the tenant's in-flight place, held until the request is
+  // answered. Null without tenants or for requests no tenant limit applies to.
+  std::shared_ptr<TenantLease> tenant_lease;
 
   // First header with this (lower-case) name, or nullptr.
   const std::string* header(std::string_view lower_name) const;

@@ -5,10 +5,21 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
+#include "frontend/status_map.h"
+#include "frontend/tfserving_rest.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::frontend {
 namespace {
+
+// The body of a request its tenant refused when its headers were complete: discarded unread
+// (no byte is copied) while the refusal waits for its turn.
+struct RefusedBody final : HttpBodyReader {
+  explicit RefusedBody(absl::Status s) : status(std::move(s)) {}
+  void onBody(const char*, size_t, bool) override {}
+  absl::Status status;
+};
 
 // Per-thread recycling of response buffers (a reactor thread's connections share them): a
 // response is serialised into a buffer that already has room, and the buffer goes back once
@@ -48,13 +59,38 @@ Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
       last_activity_ns_(transport.loop().nowNs()) {
   priority_trusted_ = options.client_priority == nullptr ||
                       options.client_priority->trusts(transport.peerAddress());
+  if (options.tenants != nullptr) {
+    source_tenant_ = options.tenants->tenantOfSource(transport.peerAddress());
+  }
   parser_.setBodyHook(this);
+}
+
+absl::Status Http1Session::admitTenant(HttpRequest& request) {
+  TenantLimiter* tenants = options_.tenants;
+  if (tenants == nullptr || request.method != "POST") return absl::OkStatus();
+  if (!request.tenant_lease) {
+    TenantAdmission a =
+        tenants->admit(tenants->classify(source_tenant_, request.header(tenants->apiKeyHeader())));
+    if (!a.status.ok()) return a.status;
+    request.tenant_lease = std::move(a.lease);
+  }
+  // The tenant's default class stands in for the XDP tag's (a trusted client's own priority
+  // still wins: resolvePriority).
+  if (std::optional<int> cls = tenants->priorityClass(request.tenant_lease->tenant())) {
+    if (!request.tag) request.tag.emplace();
+    request.tag->priority_class = *cls;
+  }
+  return absl::OkStatus();
 }
 
 std::unique_ptr<HttpBodyReader> Http1Session::startBody(HttpRequest& head, const HttpBodyInfo& body) {
   // What dispatch() would set: the handler decides on them before the body arrives.
   head.tag = transport_->ingressTag();
   head.priority_trusted = priority_trusted_;
+  // Counted against its tenant before a body byte is read; refused: the body is discarded.
+  if (absl::Status st = admitTenant(head); !st.ok()) {
+    return std::make_unique<RefusedBody>(std::move(st));
+  }
   return handler_.startBody(head, body);
 }
 
@@ -118,6 +154,29 @@ void Http1Session::dispatch(HttpRequest&& request) {
   if (!request.body_reader) request.tag = transport_->ingressTag();
   request.priority_trusted = priority_trusted_;
   const uint64_t seq = slots_.back().seq;
+  if (options_.tenants != nullptr) {
+    // Refused when its headers were complete (RefusedBody), or now (a request without a body).
+    absl::Status refusal;
+    if (auto* refused = dynamic_cast<RefusedBody*>(request.body_reader.get())) {
+      refusal = refused->status;
+    } else {
+      refusal = admitTenant(request);
+    }
+    if (!refusal.ok()) {
+      HttpResponse r = httpErrorResponse(refusal);
+      if (metrics_ != nullptr) {
+        const uint64_t now = common::monotonicNs();  // received_ns's clock (kserve_rest.cc)
+        metrics_->recordRequest(-1,
+                                TfServingRestHandler::handles(request.path())
+                                    ? net::Protocol::kHttpTfServing
+                                    : net::Protocol::kHttpKserve,
+                                r.status, request.received_ns ? now - request.received_ns : 0);
+      }
+      deliver(seq, std::move(r));
+      return;
+    }
+    slots_.back().tenant_lease = std::move(request.tenant_lease);
+  }
   HttpRespond respond =
       net::answerOnLoop(transport_->loop(), weak_from_this(), seq, &Http1Session::deliver);
   // A handler that throws (out of memory decoding a hostile body, a bug) fails its own
@@ -160,6 +219,7 @@ void Http1Session::deliver(uint64_t seq, HttpResponse&& response) {
   if (slot.ready) return;
   slot.ready = true;
   slot.cancel.reset();
+  slot.tenant_lease.reset();  // answered: the tenant's in-flight place goes
   slot.status = response.status;
   if (response.close) slot.keep_alive = false;
   slot.bytes = takeBuffer();

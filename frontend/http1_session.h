@@ -22,6 +22,7 @@
 #include "frontend/http1_parser.h"
 #include "frontend/http_handler.h"
 #include "frontend/server_metrics.h"
+#include "frontend/tenants.h"
 #include "net/session.h"
 
 namespace infergate::frontend {
@@ -40,6 +41,10 @@ struct Http1SessionOptions {
   bool cancel_on_peer_close = false;
   // Who may set a request's priority; null: every client (unit tests, embeddings).
   const ClientPriorityPolicy* client_priority = nullptr;
+  // Per-tenant limits (frontend/tenants.h); null: none. Every POST (an inference request) is
+  // counted against its tenant when its headers are complete, before its body is read: a
+  // refusal (429 with Retry-After) is answered in order and the body discarded unread.
+  TenantLimiter* tenants = nullptr;
 };
 
 class Http1Session : public net::Session,
@@ -70,6 +75,7 @@ class Http1Session : public net::Session,
     uint64_t start_ns = 0;
     int status = 0;
     std::shared_ptr<net::CancelToken> cancel;  // until answered
+    std::shared_ptr<TenantLease> tenant_lease;  // until answered (tenant in-flight cap)
   };
   // Http1Parser::BodyHook: the handler's body reader for a request whose headers are complete.
   std::unique_ptr<HttpBodyReader> startBody(HttpRequest& head, const HttpBodyInfo& body) override;
@@ -80,6 +86,10 @@ class Http1Session : public net::Session,
   void flush();
   void updateReading();
   void cancelUnanswered();
+  // Tenant admission of a request whose headers are complete (options_.tenants, POST only):
+  // OK with HttpRequest::tenant_lease set (once) and the tenant's default priority class put
+  // on the request's tag, or the refusal.
+  absl::Status admitTenant(HttpRequest& request);
 
   net::Transport* transport_;
   HttpHandler& handler_;
@@ -90,6 +100,7 @@ class Http1Session : public net::Session,
   uint64_t next_seq_ = 0;
   uint64_t handler_exceptions_ = 0;
   bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once
+  int source_tenant_ = TenantLimiter::kDefaultTenant;  // options_.tenants, decided once
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close

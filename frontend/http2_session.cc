@@ -36,6 +36,9 @@ struct Http2Session::Stream {
   bool trailers_ready = false;
   absl::StatusCode status = absl::StatusCode::kOk;
   std::string status_message;
+  uint32_t retry_after_s = 0;  // the final status's Retry-After hint (0: none)
+  std::string api_key;         // the tenants' api_key_header metadata, until admission
+  std::shared_ptr<TenantLease> tenant_lease;  // admitted: until the call ends
   int http_status = 200;
   std::string out;          // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
@@ -164,6 +167,8 @@ struct Http2Session::Callbacks {
       s->grpc_timeout = v;
     } else if (n == kPriorityHeader) {
       s->call.priority_metadata = std::string(v);  // validated by the service (resolvePriority)
+    } else if (h.options_.tenants != nullptr && n == h.options_.tenants->apiKeyHeader()) {
+      s->api_key = v;  // within max_header_list_bytes; dropped at admission
     }
     return 0;
   }
@@ -271,6 +276,12 @@ struct Http2Session::Callbacks {
           msg = percentEncodeGrpcMessage(s.status_message);
           nva.push_back(makeNv("grpc-message", msg));
         }
+        const std::string retry = std::to_string(s.retry_after_s);
+        const std::string pushback = std::to_string(uint64_t{s.retry_after_s} * 1000);
+        if (s.retry_after_s != 0) {
+          nva.push_back(makeNv(kGrpcRetryAfterKey, retry));
+          nva.push_back(makeNv(kGrpcRetryPushbackKey, pushback));
+        }
         nghttp2_submit_trailer(session, stream_id, nva.data(), nva.size());
       } else if (n == 0) {
         s.deferred = true;
@@ -290,6 +301,9 @@ Http2Session::Http2Session(net::Transport& transport, GrpcServices& services,
       last_activity_ns_(transport.loop().nowNs()) {
   priority_trusted_ = options.client_priority == nullptr ||
                       options.client_priority->trusts(transport.peerAddress());
+  if (options.tenants != nullptr) {
+    source_tenant_ = options.tenants->tenantOfSource(transport.peerAddress());
+  }
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, &Callbacks::onBeginFrame);
@@ -515,6 +529,22 @@ void Http2Session::onHeadersDone(Stream& s) {
       return;
     }
   }
+  if (options_.tenants != nullptr && s.method.limited) {
+    // Counted against its tenant before any message byte is read.
+    TenantLimiter& tenants = *options_.tenants;
+    TenantAdmission a =
+        tenants.admit(tenants.classify(source_tenant_, s.api_key.empty() ? nullptr : &s.api_key));
+    std::string().swap(s.api_key);
+    if (!a.status.ok()) {
+      finishStream(s, a.status.code(), std::string(a.status.message()),
+                   retryAfterFor(a.status).value_or(0));
+      return;
+    }
+    s.tenant_lease = std::move(a.lease);
+    // The tenant's default class stands in for the XDP tag's (a trusted client's own priority
+    // still wins: resolvePriority).
+    if (std::optional<int> cls = tenants.priorityClass(a.tenant)) s.call.priority_class = *cls;
+  }
 }
 
 // Hands a stream's message bytes to its sink as they arrive (GrpcMessageReader::feedPieces).
@@ -551,7 +581,9 @@ struct Http2Session::SinkFeed final : GrpcMessageReader::PieceHandler {
       ++h.stats_.service_exceptions;
       st = absl::InternalError(std::string("internal error: ") + e.what());
     }
-    if (!st.ok()) h.finishStream(s, st.code(), std::string(st.message()));
+    if (!st.ok()) {
+      h.finishStream(s, st.code(), std::string(st.message()), retryAfterFor(st).value_or(0));
+    }
     return absl::OkStatus();
   }
   absl::Status onEnd() override {
@@ -650,7 +682,7 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
   if (s.outstanding == 0) s.call.cancel.reset();  // nothing left to cancel
   if (s.ended) return;  // e.g. the deadline passed first
   if (reply.code != absl::StatusCode::kOk) {
-    finishStream(s, reply.code, reply.message);
+    finishStream(s, reply.code, reply.message, reply.retry_after_s);
   } else {
     if (!reply.framed.empty()) {
       if (s.out.empty()) {
@@ -684,11 +716,14 @@ void Http2Session::submitHeadersIfNeeded(Stream& s) {
   nghttp2_submit_response(session_, s.id, nva, 3, &prd);
 }
 
-void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::string& message) {
+void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::string& message,
+                                uint32_t retry_after_s) {
   if (s.ended) return;
   s.ended = true;
   s.status = code;
   s.status_message = message;
+  s.retry_after_s = code == absl::StatusCode::kOk ? 0 : retry_after_s;
+  s.tenant_lease.reset();  // the call is over: the tenant's in-flight place goes
   record(s, code);
   if (!s.headers_sent) {
     // Trailers-Only: one HEADERS frame with END_STREAM.
@@ -700,6 +735,12 @@ void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::str
                                    makeNv("content-type", "application/grpc"),
                                    makeNv("grpc-status", grpc_status)};
     if (!msg.empty()) nva.push_back(makeNv("grpc-message", msg));
+    const std::string retry = std::to_string(s.retry_after_s);
+    const std::string pushback = std::to_string(uint64_t{s.retry_after_s} * 1000);
+    if (s.retry_after_s != 0) {
+      nva.push_back(makeNv(kGrpcRetryAfterKey, retry));
+      nva.push_back(makeNv(kGrpcRetryPushbackKey, pushback));
+    }
     nghttp2_submit_response(session_, s.id, nva.data(), nva.size(), nullptr);
     return;
   }

@@ -40,6 +40,7 @@
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_services.h"
 #include "frontend/server_metrics.h"
+#include "frontend/tenants.h"
 #include "net/session.h"
 
 struct nghttp2_session;
@@ -71,6 +72,13 @@ struct Http2SessionOptions {
   size_t max_connection_memory_bytes = 96ull << 20;
   // Who may set a call's priority; null: every client (unit tests, embeddings).
   const ClientPriorityPolicy* client_priority = nullptr;
+  // Per-tenant limits (frontend/tenants.h); null: none. A call of an inference method
+  // (GrpcMethod::limited) is counted against its tenant (the api_key_header metadata, else the
+  // connection's source) when its headers are complete: refused, it ends at once with
+  // RESOURCE_EXHAUSTED and the Retry-After hint in its trailers; admitted, it holds a place
+  // among the tenant's requests in flight until it ends (a ModelStreamInfer stream: one place
+  // and one token for the whole stream).
+  TenantLimiter* tenants = nullptr;
   // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
   // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over
   // any of them the connection ends with GOAWAY (ENHANCE_YOUR_CALM where nghttp2 says so).
@@ -130,7 +138,9 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
  private:
   void flush();
   void deliver(int32_t stream_id, GrpcReply&& reply);
-  void finishStream(Stream& s, absl::StatusCode code, const std::string& message);
+  // `retry_after_s`: the error's Retry-After hint (0: none), sent as trailing metadata.
+  void finishStream(Stream& s, absl::StatusCode code, const std::string& message,
+                    uint32_t retry_after_s = 0);
   void submitHeadersIfNeeded(Stream& s);
   void onHeadersDone(Stream& s);
   void onStreamData(Stream& s, const uint8_t* data, size_t len);
@@ -172,6 +182,7 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   // always complete and free memory.
   int32_t favoured_ = 0;
   bool timed_out_ = false;
+  int source_tenant_ = TenantLimiter::kDefaultTenant;  // options_.tenants, decided once
   bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once       // our GOAWAY is for a header timeout, not a flood
   int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;

@@ -4,11 +4,12 @@
 #include <string_view>
 #include <utility>
 
+#include "backends/retry_after.h"
 #include "common/clock.h"
 #include "frontend/kserve_body_stream.h"
 #include "frontend/kserve_json.h"
-#include "net/session.h"
 #include "frontend/tfserving_rest.h"
+#include "net/session.h"
 
 namespace infergate::frontend {
 namespace {
@@ -235,10 +236,14 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   // The ingress filter already decided this request start is over its source's rate or below
   // the overload level: answer without decoding anything.
   if (request.tag && request.tag->refused()) {
+    // Retry-After 1: the filter's buckets refill at least one request per second, and its
+    // overload level follows the queues (docs/ERRORS.md "Retry-After").
     const bool limited = request.tag->verdict == net::IngressTag::Verdict::kRateLimited;
-    return finish(errorResponse(limited ? 429 : 503,
-                                limited ? "request rate limit exceeded for this client"
-                                        : "server overloaded: only higher-priority requests are admitted"));
+    return finish(httpErrorResponse(backends::withRetryAfter(
+        limited ? absl::ResourceExhaustedError("request rate limit exceeded for this client")
+                : absl::UnavailableError(
+                      "server overloaded: only higher-priority requests are admitted"),
+        1)));
   }
   if (!model.ready()) {
     return finish(errorResponse(503, "model '" + model.config().name + "' is not ready"));
@@ -268,10 +273,10 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     req->received_copy_bytes = request.body.size() - *header_len;
   }
   if (!req.ok()) {
-    return finish(errorResponse(httpStatusFor(req.status()), std::string(req.status().message())));
+    return finish(httpErrorResponse(req.status()));
   }
   if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
-    return finish(errorResponse(httpStatusFor(st), std::string(st.message())));
+    return finish(httpErrorResponse(st));
   }
   {
     absl::StatusOr<int64_t> prio = resolvePriority(
@@ -279,7 +284,7 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
         request.tag ? std::optional<int>(request.tag->priority_class) : std::nullopt,
         model.priorityLevels(), request.priority_trusted);
     if (!prio.ok()) {
-      return finish(errorResponse(httpStatusFor(prio.status()), std::string(prio.status().message())));
+      return finish(httpErrorResponse(prio.status()));
     }
     req->priority = *prio;
   }
@@ -287,8 +292,7 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   model.infer(std::move(*req), [finish = std::move(finish)](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) {
-      return finish(
-          errorResponse(httpStatusFor(result.status()), std::string(result.status().message())));
+      return finish(httpErrorResponse(result.status()));
     }
     EncodedInferResponse enc = encodeInferResponse(*result);
     HttpResponse resp;

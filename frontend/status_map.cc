@@ -1,5 +1,7 @@
 #include "frontend/status_map.h"
 
+#include "backends/retry_after.h"
+
 namespace infergate::frontend {
 
 int httpStatusForCode(absl::StatusCode code) {
@@ -23,6 +25,20 @@ int httpStatusForCode(absl::StatusCode code) {
     case absl::StatusCode::kDataLoss:
     default: return 500;
   }
+}
+
+std::optional<uint32_t> retryAfterFor(const absl::Status& status) {
+  return backends::retryAfterOf(status);
+}
+
+HttpResponse httpErrorResponse(const absl::Status& status) {
+  HttpResponse r;
+  r.status = httpStatusFor(status);
+  r.body = errorBody(std::string(status.message()));
+  if (std::optional<uint32_t> s = retryAfterFor(status)) {
+    r.headers.push_back({"Retry-After", std::to_string(*s)});
+  }
+  return r;
 }
 
 }  // namespace infergate::frontend

@@ -8,10 +8,11 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "backends/retry_after.h"
 #include "common/clock.h"
-#include "frontend/status_map.h"
 #include "fmt/format.h"
 #include "frontend/http.h"
+#include "frontend/status_map.h"
 #include "frontend/tensor_json.h"
 #include "net/session.h"
 #include "simdjson.h"
@@ -676,8 +677,7 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
     respond(std::move(resp));
   };
   auto fail = [&](int model_index, const absl::Status& st) {
-    finishWith(respond, model_index,
-               jsonResponse(httpStatusFor(st), errorBody(std::string(st.message()))));
+    finishWith(respond, model_index, httpErrorResponse(st));
   };
   const std::string_view path = request.path();
   const bool get = request.method == "GET";
@@ -725,10 +725,13 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
   const int model_index = metrics != nullptr ? metrics->modelIndex(tp.name) : -1;
   if (request.tag && request.tag->refused()) {
     const bool limited = request.tag->verdict == net::IngressTag::Verdict::kRateLimited;
-    return fail(model_index,
-                limited ? absl::ResourceExhaustedError("request rate limit exceeded for this client")
-                        : absl::UnavailableError(
-                              "server overloaded: only higher-priority requests are admitted"));
+    return fail(
+        model_index,
+        backends::withRetryAfter(
+            limited ? absl::ResourceExhaustedError("request rate limit exceeded for this client")
+                    : absl::UnavailableError(
+                          "server overloaded: only higher-priority requests are admitted"),
+            1));
   }
   if (!model->ready()) {
     return fail(model_index,
@@ -753,9 +756,7 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
   model->infer(std::move(*req), [finishWith, respond = std::move(respond), model_index, format](
                                     absl::StatusOr<backends::InferResponse> result) mutable {
     if (!result.ok()) {
-      return finishWith(respond, model_index,
-                        jsonResponse(httpStatusFor(result.status()),
-                                     errorBody(std::string(result.status().message()))));
+      return finishWith(respond, model_index, httpErrorResponse(result.status()));
     }
     absl::StatusOr<std::string> body = encodeTfPredictResponse(*result, format);
     if (!body.ok()) {
