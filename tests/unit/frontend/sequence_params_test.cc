@@ -1,0 +1,89 @@
+// KServe sequence parameters (backends::SequenceParams; docs/BACKENDS.md "Sequences") decoded
+// from REST JSON (frontend/kserve_json.h) and gRPC ModelInferRequest parameters
+// (frontend/grpc_kserve_codec.h): integer and string ids, 0 / "" meaning none, the start and
+// end flags, and the errors for other types.
+#include <gtest/gtest.h>
+
+#include "backends/model.h"
+#include "frontend/grpc_kserve_codec.h"
+#include "frontend/kserve_json.h"
+#include "grpc_service.pb.h"
+
+namespace infergate::frontend {
+namespace {
+
+absl::StatusOr<backends::InferRequest> json(const std::string& params) {
+  static const backends::ModelConfig m;
+  const std::string body =
+      "{\"inputs\":[{\"name\":\"x\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}],"
+      "\"parameters\":" +
+      params + "}";
+  return decodeInferRequest(body, std::nullopt, m, "m", "1");
+}
+
+TEST(SequenceParams, Json) {
+  auto r = json("{\"sequence_id\":42,\"sequence_start\":true}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->sequence.id, "42");
+  EXPECT_FALSE(r->sequence.id_is_string);
+  EXPECT_TRUE(r->sequence.start);
+  EXPECT_FALSE(r->sequence.end);
+  r = json("{\"sequence_id\":\"abc\",\"sequence_end\":true}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->sequence.id, "abc");
+  EXPECT_TRUE(r->sequence.id_is_string);
+  EXPECT_TRUE(r->sequence.end);
+  r = json("{\"sequence_id\":0}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->sequence.active());
+  r = json("{}");
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->sequence.active());
+  for (const char* bad : {"{\"sequence_id\":-1}", "{\"sequence_id\":1.5}",
+                          "{\"sequence_id\":[1]}", "{\"sequence_start\":1}",
+                          "{\"sequence_end\":\"yes\"}"}) {
+    EXPECT_EQ(json(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(json("{\"sequence_id\":\"" + std::string(257, 'a') + "\"}").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SequenceParams, Grpc) {
+  inference::ModelInferRequest m;
+  (*m.mutable_parameters())["sequence_id"].set_int64_param(7);
+  (*m.mutable_parameters())["sequence_start"].set_bool_param(true);
+  backends::InferRequest r;
+  ASSERT_TRUE(decodeModelInferRequest(m.SerializeAsString(), r).ok());
+  EXPECT_EQ(r.sequence.id, "7");
+  EXPECT_FALSE(r.sequence.id_is_string);
+  EXPECT_TRUE(r.sequence.start);
+  EXPECT_FALSE(r.sequence.end);
+
+  inference::ModelInferRequest s;
+  (*s.mutable_parameters())["sequence_id"].set_string_param("user-9");
+  (*s.mutable_parameters())["sequence_end"].set_bool_param(true);
+  backends::InferRequest rs;
+  ASSERT_TRUE(decodeModelInferRequest(s.SerializeAsString(), rs).ok());
+  EXPECT_EQ(rs.sequence.id, "user-9");
+  EXPECT_TRUE(rs.sequence.id_is_string);
+  EXPECT_TRUE(rs.sequence.end);
+
+  inference::ModelInferRequest u;
+  (*u.mutable_parameters())["sequence_id"].set_uint64_param(0);
+  backends::InferRequest ru;
+  ASSERT_TRUE(decodeModelInferRequest(u.SerializeAsString(), ru).ok());
+  EXPECT_FALSE(ru.sequence.active());
+
+  inference::ModelInferRequest bad;
+  (*bad.mutable_parameters())["sequence_id"].set_int64_param(-3);
+  backends::InferRequest rb;
+  EXPECT_EQ(decodeModelInferRequest(bad.SerializeAsString(), rb).code(),
+            absl::StatusCode::kInvalidArgument);
+  inference::ModelInferRequest dbl;
+  (*dbl.mutable_parameters())["sequence_id"].set_double_param(1.0);
+  EXPECT_EQ(decodeModelInferRequest(dbl.SerializeAsString(), rb).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace infergate::frontend
