@@ -135,6 +135,7 @@ absl::Status Server::start() {
   http_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
   http_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http_options_.body_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
+  http_options_.cancel_on_peer_close = c.limits.cancel_on_half_close;
   http_options_.access_log = c.logging.access_log;
   http_options_.client_priority = &client_priority_;
   admin_options_ = http_options_;

@@ -651,7 +651,8 @@ class Loader {
                            {"max_header_bytes", "max_body_bytes", "max_connections",
                             "idle_timeout_ms", "header_timeout_ms", "body_timeout_ms",
                             "send_timeout_ms", "min_drain_bytes",
-                            "max_output_bytes_per_connection", "max_output_bytes"}));
+                            "max_output_bytes_per_connection", "max_output_bytes",
+                            "cancel_on_half_close"}));
     struct Field {
       std::string_view key;
       int64_t lo, hi;
@@ -673,6 +674,9 @@ class Loader {
       if (YAML::Node v = n[std::string(f.key)]; v.IsDefined()) {
         IG_CONFIG_TRY(readNumber(v, join("limits", f.key), f.lo, f.hi, *f.out));
       }
+    }
+    if (YAML::Node v = n["cancel_on_half_close"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readBool(v, "limits.cancel_on_half_close", l.cancel_on_half_close));
     }
     return checkOutputLimits(l);
   }

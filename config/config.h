@@ -37,6 +37,9 @@ struct LimitsConfig {
   uint64_t idle_timeout_ms = 60000;          // keep-alive connection with no request in progress
   uint64_t header_timeout_ms = 10000;        // a started request whose headers are not complete -> 408
   uint64_t body_timeout_ms = 60000;          // a request whose body is not complete -> 408
+  // HTTP/1.1: a FIN from the client (its side closed) while requests are unanswered cancels
+  // them as a reset does, backend calls included (docs/BATCHING.md "Cancellation").
+  bool cancel_on_half_close = false;
   // Slow readers and output memory (docs/OPERATIONS.md; dataplane/output_limits.h): a
   // connection with output queued must drain min_drain_bytes every send_timeout_ms (0: no
   // send timeout) or it is reset; reading pauses at half of each output budget and a

@@ -4,7 +4,8 @@ through the real binary in socket mode in front of the KServe test server
 ModelInfer calls its clients cancel (Stats "cancelled_calls": the gRPC context went inactive).
 
 A client that goes away while its request is at the backend:
-  - HTTP/1.1: the connection is reset (SO_LINGER 0);
+  - HTTP/1.1: the connection is reset (SO_LINGER 0), or, with limits.cancel_on_half_close, the
+    client closes its side (FIN; without the option a FIN leaves the request running);
   - HTTP/2: RST_STREAM(CANCEL) on the call's stream (raw frames);
   - gRPC: grpcio's future.cancel();
 makes the gateway cancel the backend call (RST_STREAM CANCEL to the server): the server's
@@ -55,8 +56,13 @@ class CancellationTest(bf.BackendTestCase):
     def setUp(self):
         super().setUp()
         self.srv = self.server()
+        if self._testMethodName != "test_http1_half_close_cancels_with_the_option":
+            self.gateway()
+
+    def gateway(self, top=""):
+        # `top`: a top-level section of the configuration (gateway_config's `xdp` slot).
         self.start_gateway(bf.model_yaml(endpoints=['"%s"' % self.srv.address]), reactors=1,
-                           grpc_port=0)
+                           grpc_port=0, xdp=top)
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -103,7 +109,8 @@ class CancellationTest(bf.BackendTestCase):
 
     # --- tests ---------------------------------------------------------------------------------
 
-    def test_http1_reset_cancels_the_backend_call(self):
+    def http1_request_at_server(self):
+        """An HTTP/1.1 request sent on a fresh connection, once the server has it."""
         before = self.slow()
         s = harness.connect(self.gw.port)
         body = json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32",
@@ -111,11 +118,25 @@ class CancellationTest(bf.BackendTestCase):
         s.sendall(b"POST /v2/models/remote/infer HTTP/1.1\r\nHost: x\r\n"
                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         self.wait_at_server(before)
+        return s
+
+    def test_http1_reset_cancels_the_backend_call(self):
+        s = self.http1_request_at_server()
         t0 = time.time()
         # Abort: SO_LINGER 0 turns close() into a reset, as a killed client would.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
         self.assert_cancelled_at_server(t0)
+
+    def test_http1_half_close_cancels_with_the_option(self):
+        self.gateway("limits: {cancel_on_half_close: true}\n")
+        s = self.http1_request_at_server()
+        t0 = time.time()
+        s.shutdown(socket.SHUT_WR)  # FIN: a client that gave up and closed
+        try:
+            self.assert_cancelled_at_server(t0)
+        finally:
+            s.close()
 
     def test_http2_rst_stream_cancels_the_backend_call(self):
         before = self.slow()

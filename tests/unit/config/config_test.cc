@@ -170,7 +170,7 @@ listeners:
   - {name: b, address: 10.0.0.2, port: 9000}
 admin: {enabled: false, address: "::1", port: 0}
 limits: {max_header_bytes: 4096, max_body_bytes: 1000, max_connections: 5, idle_timeout_ms: 1,
-         header_timeout_ms: 2, body_timeout_ms: 3}
+         header_timeout_ms: 2, body_timeout_ms: 3, cancel_on_half_close: true}
 logging: {level: debug, access_log: true}
 xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
       http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
@@ -205,6 +205,7 @@ models:
   EXPECT_EQ(c->limits.idle_timeout_ms, 1u);
   EXPECT_EQ(c->limits.header_timeout_ms, 2u);
   EXPECT_EQ(c->limits.body_timeout_ms, 3u);
+  EXPECT_TRUE(c->limits.cancel_on_half_close);
   EXPECT_EQ(c->logging.level, "debug");
   EXPECT_TRUE(c->logging.access_log);
   EXPECT_EQ(c->xdp.interface, "eth1");
@@ -439,6 +440,8 @@ std::vector<BadCase> badCases() {
       {"admin enabled quoted", withBase("admin: {enabled: \"true\"}\n"), "admin.enabled",
        "expected true or false"},
       {"admin a list", withBase("admin: [1]\n"), "admin", "expected a mapping, got a sequence"},
+      {"half close not a bool", withBase("limits: {cancel_on_half_close: 1}\n"),
+       "limits.cancel_on_half_close", "expected true or false"},
       {"header limit zero", withBase("limits: {max_header_bytes: 0}\n"), "limits.max_header_bytes",
        "must be between 1 and 16777216, got 0"},
       {"negative body limit", withBase("limits: {max_body_bytes: -5}\n"), "limits.max_body_bytes",
