@@ -15,6 +15,7 @@ import tempfile
 import threading
 import time
 import unittest
+import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -227,7 +228,9 @@ class TopTmuxTest(unittest.TestCase):
 
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="infergate-top-")
-        self.sock = "ig-top-%d" % os.getpid()
+        # A tmux server of its own per test (a name reused right after kill-server can meet the
+        # old server still exiting: "server exited unexpectedly").
+        self.sock = "ig-top-%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
         # A plain shell at a fixed size; its own tmux server (-L), so nothing else is touched.
         self.tmux("new-session", "-d", "-s", "top", "-x", str(self.WIDTH), "-y", str(self.HEIGHT),
                   "env", "PS1=$ ", "bash", "--norc", "--noprofile")
