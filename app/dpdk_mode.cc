@@ -58,6 +58,7 @@ class FilteredQueue final : public dataplane::PollableDevice {
   void txBurst(dataplane::Frame* frames, size_t n) override { filter_->txBurst(frames, n); }
   void txFlush() override { filter_->txFlush(); }
   uint32_t mtu() const override { return filter_->mtu(); }
+  bool txChecksumOffload() const override { return filter_->txChecksumOffload(); }
   int fd() const override { return -1; }
   void kick() override { dev_->kick(); }
   bool txPending() const override { return dev_->txPending(); }
@@ -162,8 +163,9 @@ void renderMetrics(MetricsView& view, std::string& out) {
   out += "# TYPE infergate_dpdk_port_info gauge\n";
   out += fmt::format(
       "infergate_dpdk_port_info{{driver=\"{}\",name=\"{}\",queues=\"{}\",rss=\"{}\","
-      "checksum_offload=\"{}\"}} 1\n",
-      caps.driver, caps.name, view.queues.size(), caps.rss ? 1 : 0, caps.checksum_offload ? 1 : 0);
+      "tx_checksum_offload=\"{}\",rx_checksum_offload=\"{}\"}} 1\n",
+      caps.driver, caps.name, view.queues.size(), caps.rss ? 1 : 0,
+      caps.tx_checksum_offload ? 1 : 0, caps.rx_checksum_offload ? 1 : 0);
   std::vector<dataplane::dpdk::DpdkStats> st;
   for (FilteredQueue* q : view.queues) st.push_back(q->device().stats());
   using S = dataplane::dpdk::DpdkStats;
@@ -184,6 +186,11 @@ void renderMetrics(MetricsView& view, std::string& out) {
   emit("rx_outstanding", "gauge", &S::rx_outstanding);
   emit("rx_outstanding_max", "gauge", &S::rx_outstanding_max);
   emit("tx_pending", "gauge", &S::tx_pending);
+  emit("rx_checksum_bad_total", "counter", &S::rx_checksum_bad);
+  emit("rx_checksum_good_total", "counter", &S::rx_checksum_good);
+  emit("rx_checksum_unknown_total", "counter", &S::rx_checksum_unknown);
+  emit("tx_checksum_offloaded_total", "counter", &S::tx_checksum_offloaded);
+  emit("tx_checksum_fallbacks_total", "counter", &S::tx_checksum_fallbacks);
   // What a kernel would have answered (dataplane/ingress_filter/l2_responder.h).
   std::vector<dataplane::ingress_filter::L2Counters> l2;
   for (FilteredQueue* q : view.queues) l2.push_back(q->filter().l2Counters());
@@ -324,6 +331,8 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
   po.tx_desc = d.tx_desc;
   po.mbufs_per_queue = d.mbufs_per_queue;
   po.hold_frames = c.afxdp_held_frames;
+  po.checksum_offload = d.checksum_offload ? dataplane::dpdk::ChecksumOffload::kAuto
+                                           : dataplane::dpdk::ChecksumOffload::kOff;
   absl::StatusOr<std::unique_ptr<DpdkPort>> port = DpdkPort::configure(po);
   if (!port.ok()) return port.status();
 
@@ -407,11 +416,10 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
         l.name, d.port, caps.name, d.ipv4, l.port, l.protocol, c.reactors);
   }
   spdlog::info(
-      "dpdk: port {} {} (driver {}, MAC {}), {} queue(s){}, {} mbufs per queue, "
-      "checksums in software (offload available: tx ip {} tcp {}, rx {}); ARP/ICMP "
+      "dpdk: port {} {} (driver {}, MAC {}), {} queue(s){}, {} mbufs per queue, {}; ARP/ICMP "
       "answered for {}{}{}; filter for port(s) {}",
       d.port, caps.name, caps.driver, macText(caps.mac), c.reactors, caps.rss ? " with RSS" : "",
-      d.mbufs_per_queue, caps.tx_ip_cksum, caps.tx_tcp_cksum, caps.rx_cksum, d.ipv4,
+      d.mbufs_per_queue, dataplane::dpdk::checksumSummary(caps, po.checksum_offload), d.ipv4,
       d.ipv6.empty() ? "" : " and ", d.ipv6, fmt::join(ports, ","));
   return mode;
 }

@@ -132,7 +132,41 @@ struct DpdkConfig {
   uint16_t tx_desc = 1024;             // tx ring descriptors per queue
   std::string ipv4;                    // the gateway's IPv4 address (required in mode dpdk)
   std::string ipv6;                    // optional: ICMPv6 echo and neighbour solicitations
+  // dpdk.checksum_offload: auto (true: the IPv4 + TCP checksum offloads the port reports are
+  // used) | off (false: software checksums both ways).
+  bool checksum_offload = true;
 };
+
+// Per-tenant limits (docs/CONFIGURATION.md "tenants"; frontend/tenants.h): who a request
+// counts against (an API key in `api_key_header`, else the most specific source CIDR, else
+// the tenant "default") and that tenant's request rate (token bucket), requests in flight and
+// default priority class. Absent or with no tenants and an unlimited default: off.
+struct TenantLimitsConfig {
+  double rate = 0;              // requests per second; 0: unlimited
+  uint64_t burst = 0;           // bucket size; 0: max(1, ceil(rate))
+  uint32_t max_concurrent = 0;  // requests in flight; 0: unlimited
+  std::optional<int> priority_class;  // 0 high .. 3 background; nullopt: none
+};
+struct TenantConfig {
+  std::string name;                   // the metrics label
+  std::vector<std::string> sources;   // CIDRs
+  std::vector<std::string> api_keys;  // secrets: never logged
+  TenantLimitsConfig limits;
+};
+struct TenantsConfig {
+  std::string api_key_header = "x-api-key";
+  TenantLimitsConfig default_limits;  // tenants.default
+  std::vector<TenantConfig> tenants;  // tenants.list
+  // Anything to enforce: a tenant, or limits or a class on the default tenant.
+  bool enabled() const {
+    return !tenants.empty() || default_limits.rate != 0 || default_limits.max_concurrent != 0 ||
+           default_limits.priority_class.has_value();
+  }
+};
+
+// Parses a `tenants:` section (`source`: the file name for messages); what loadConfigString
+// does with the key. INVALID_ARGUMENT names the key path (never an API key's value).
+absl::StatusOr<TenantsConfig> parseTenantsSection(std::string_view yaml, std::string_view source);
 
 struct Config {
   std::string source = "<embedded>";  // file name the config came from (for messages)
@@ -160,6 +194,7 @@ struct Config {
   SecurityConfig security;
   PriorityConfig priority;
   GpuConfig gpu;
+  TenantsConfig tenants;
   std::vector<backends::ModelConfig> models;
 };
 

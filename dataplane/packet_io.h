@@ -29,8 +29,26 @@ struct Frame {
   uint32_t len = 0;         // bytes of frame (rx: received; tx: filled by the caller)
   uint32_t capacity = 0;    // bytes writable at data (tx)
   uint64_t handle = 0;      // the device's own reference (UMEM address, mbuf pointer...)
-  uint64_t meta = 0;        // rx: metadata the XDP program wrote (priority class...); else 0
+  uint64_t meta = 0;        // rx: the XDP program's tag (dataplane/tcp/frame_tag.h) and the
+                            // kMetaRx* checksum bits; tx: kMetaTxChecksumOffload or 0
 };
+
+// Checksum offload between a device and the stack (dpdk mode only: AF_XDP, the fake device and
+// the socket path have none, and the stack computes and verifies every checksum there). The
+// bits live in Frame::meta beside the XDP tag (bits 0-32).
+//
+// rx: a device sets these only for a checksum its NIC reported GOOD for that very frame (DPDK's
+// RTE_MBUF_F_RX_*_CKSUM_GOOD); the stack then skips its own verification of that checksum and
+// verifies every other one in software. No tag, verdict or guess ever sets them; a NIC's BAD is
+// the device's counted drop, and anything else (unknown, none) leaves the bit clear.
+inline constexpr uint64_t kMetaRxIpChecksumGood = 1ull << 40;  // the IPv4 header checksum
+inline constexpr uint64_t kMetaRxL4ChecksumGood = 1ull << 41;  // the TCP checksum
+inline constexpr uint64_t kMetaRxChecksumMask = kMetaRxIpChecksumGood | kMetaRxL4ChecksumGood;
+// tx: the stack marks a frame whose checksums the NIC completes (only when the device's
+// txChecksumOffload() is true): Ethernet (14 bytes, no VLAN tag) + IPv4 (20 bytes, no options;
+// header checksum 0) or IPv6 (40 bytes) + TCP whose checksum field holds the pseudo-header sum
+// (folded, not complemented: what DPDK's rte_ipv4_phdr_cksum / rte_ipv6_phdr_cksum give).
+inline constexpr uint64_t kMetaTxChecksumOffload = 1ull << 48;
 
 class PacketDevice {
  public:
@@ -52,6 +70,10 @@ class PacketDevice {
   virtual void txFlush() = 0;
   // IP MTU of the link (1500 on ordinary Ethernet).
   virtual uint32_t mtu() const = 0;
+  // true: the NIC completes the IPv4 header and TCP checksums of frames that txBurst() gets
+  // with kMetaTxChecksumOffload (see above), so the stack leaves them. Read once, when the
+  // stack is built. Default false: the stack computes every checksum.
+  virtual bool txChecksumOffload() const { return false; }
 };
 
 }  // namespace infergate::dataplane

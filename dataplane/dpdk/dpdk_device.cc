@@ -4,10 +4,12 @@
 #include <rte_dev.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_ip.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_prefetch.h>
+#include <rte_tcp.h>
 
 #include <algorithm>
 #include <atomic>
@@ -55,6 +57,20 @@ uint32_t dataRoomFor(uint32_t mtu) {
 std::atomic<uint32_t> g_pool_generation{0};
 
 }  // namespace
+
+std::string checksumSummary(const PortCaps& c, ChecksumOffload setting) {
+  auto dir = [&](bool on) {
+    if (on)
+      return std::string(c.checksum_emulated ? "offloaded (emulated for tests)" : "offloaded");
+    return std::string("in software");
+  };
+  return fmt::format(
+      "checksums: tx {}, rx {} (dpdk.checksum_offload {}; the port reports tx ipv4 {} tcp {}, "
+      "rx ipv4+tcp {})",
+      dir(c.tx_checksum_offload), dir(c.rx_checksum_offload),
+      setting == ChecksumOffload::kAuto ? "auto" : "off", c.tx_ip_cksum ? "yes" : "no",
+      c.tx_tcp_cksum ? "yes" : "no", c.rx_cksum ? "yes" : "no");
+}
 
 uint32_t minMbufsPerQueue(const DpdkPortOptions& o) {
   return uint32_t{o.rx_desc} + o.burst + o.hold_frames + o.tx_desc + o.tx_pending_max + o.burst +
@@ -142,10 +158,18 @@ absl::StatusOr<PortCaps> configurePort(const DpdkPortOptions& o, std::vector<rte
   } else if (o.queues > 1) {
     spdlog::warn("dpdk: {}: RSS off with {} queues: every flow arrives on queue 0", who, o.queues);
   }
-  // Software checksums (the stack's), no checksum offload. Fast free: every mbuf a queue
-  // transmits comes from that queue's pool with a reference count of 1.
+  // Checksum offload where the port reports it (each direction needs IPv4 and TCP both), or as
+  // the tests emulate it (nothing asked of the port). Fast free: every mbuf a queue transmits
+  // comes from that queue's pool with a reference count of 1.
+  const bool use_cksum = o.checksum_offload == ChecksumOffload::kAuto;
+  const bool tx_hw = use_cksum && caps.tx_ip_cksum && caps.tx_tcp_cksum;
+  const bool rx_hw = use_cksum && caps.rx_cksum;
+  caps.tx_checksum_offload = tx_hw || (use_cksum && o.emulate_checksum_offload);
+  caps.rx_checksum_offload = rx_hw || (use_cksum && o.emulate_checksum_offload);
+  caps.checksum_emulated = use_cksum && o.emulate_checksum_offload && !(tx_hw && rx_hw);
   conf.txmode.offloads = info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
-  conf.rxmode.offloads = 0;
+  if (tx_hw) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_TCP_CKSUM;
+  conf.rxmode.offloads = rx_hw ? RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_TCP_CKSUM : 0;
 
   rc = rte_eth_dev_configure(port, o.queues, o.queues, &conf);
   if (rc != 0)
@@ -210,11 +234,10 @@ absl::StatusOr<PortCaps> configurePort(const DpdkPortOptions& o, std::vector<rte
   if (rte_eth_macaddr_get(port, &mac) == 0) std::memcpy(caps.mac, mac.addr_bytes, 6);
   spdlog::info(
       "dpdk: {} started: {} queue pair(s) ({} rx / {} tx descriptors, {} mbufs of {} "
-      "bytes each), RSS {}, MTU {}, promiscuous {}, checksums in software (port could "
-      "offload: tx ip {} tcp {}, rx {})",
+      "bytes each), RSS {}, MTU {}, promiscuous {}, {}",
       who, o.queues, rx_desc, tx_desc, o.mbufs_per_queue, data_room,
       caps.rss ? fmt::format("0x{:x}", caps.rss_hf) : std::string("off"), caps.mtu,
-      caps.promiscuous ? "on" : "off", caps.tx_ip_cksum, caps.tx_tcp_cksum, caps.rx_cksum);
+      caps.promiscuous ? "on" : "off", checksumSummary(caps, o.checksum_offload));
   return caps;
 }
 
@@ -242,7 +265,9 @@ DpdkDevice::DpdkDevice(const DpdkPort& port, uint16_t queue)
       pool_(port.pool(queue)),
       hold_frames_(port.options().hold_frames),
       pending_max_(port.options().tx_pending_max),
-      mtu_(port.caps().mtu) {
+      mtu_(port.caps().mtu),
+      tx_offload_(port.caps().tx_checksum_offload),
+      rx_offload_(port.caps().rx_checksum_offload) {
   pending_.reserve(pending_max_);
 }
 
@@ -291,12 +316,30 @@ size_t DpdkDevice::rxBurst(Frame* frames, size_t max) {
         rte_pktmbuf_free(m);
         continue;
       }
+      uint64_t meta = 0;
+      if (rx_offload_) {
+        // Only an explicit GOOD spares the stack a sum; BAD never reaches it.
+        const uint64_t ip = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+        const uint64_t l4 = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+        if (ip == RTE_MBUF_F_RX_IP_CKSUM_BAD || l4 == RTE_MBUF_F_RX_L4_CKSUM_BAD) {
+          ++stats_.rx_checksum_bad;
+          rte_pktmbuf_free(m);
+          continue;
+        }
+        if (ip == RTE_MBUF_F_RX_IP_CKSUM_GOOD) meta |= kMetaRxIpChecksumGood;
+        if (l4 == RTE_MBUF_F_RX_L4_CKSUM_GOOD) {
+          meta |= kMetaRxL4ChecksumGood;
+          ++stats_.rx_checksum_good;
+        } else {
+          ++stats_.rx_checksum_unknown;
+        }
+      }
       Frame& f = frames[out++];
       f.data = rte_pktmbuf_mtod(m, uint8_t*);
       f.len = m->data_len;
       f.capacity = m->data_len;
       f.handle = reinterpret_cast<uintptr_t>(m);
-      f.meta = 0;
+      f.meta = meta;
       stats_.rx_bytes += m->data_len;
       ++stats_.rx_packets;
       ++stats_.rx_outstanding;
@@ -380,19 +423,60 @@ void DpdkDevice::txBurst(Frame* frames, size_t n) {
   bool clear = pending_.empty() || retryPending();
   for (size_t done = 0; done < n;) {
     const uint16_t k = static_cast<uint16_t>(std::min<size_t>(n - done, kChunk));
+    uint16_t marked = 0;
     for (uint16_t i = 0; i < k; ++i) {
       const Frame& f = frames[done + i];
       rte_mbuf* m = reinterpret_cast<rte_mbuf*>(f.handle);
       m->data_len = static_cast<uint16_t>(f.len);
       m->pkt_len = f.len;
+      m->ol_flags = 0;
+      // The stack marks frames only when txChecksumOffload() is true.
+      if (tx_offload_ && (f.meta & kMetaTxChecksumOffload)) {
+        markOffload(m);
+        ++marked;
+      }
       mbufs[i] = m;
     }
+    if (marked > 0) prepareOffload(mbufs, k);
     done += k;
     const uint16_t sent = clear ? send(mbufs, k) : 0;
     if (sent < k) {
       defer(mbufs + sent, k - sent);
       clear = false;
     }
+  }
+}
+
+void DpdkDevice::markOffload(rte_mbuf* m) {
+  const uint8_t* p = rte_pktmbuf_mtod(m, const uint8_t*);
+  const bool v6 = p[12] == 0x86 && p[13] == 0xdd;  // the stack's own frames: no VLAN tag
+  m->l2_len = RTE_ETHER_HDR_LEN;
+  m->l3_len = v6 ? sizeof(rte_ipv6_hdr) : sizeof(rte_ipv4_hdr);
+  m->ol_flags = v6 ? RTE_MBUF_F_TX_IPV6 | RTE_MBUF_F_TX_TCP_CKSUM
+                   : RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM | RTE_MBUF_F_TX_TCP_CKSUM;
+  ++stats_.tx_checksum_offloaded;
+}
+
+void DpdkDevice::prepareOffload(rte_mbuf** mbufs, uint16_t n) {
+  for (uint16_t at = 0; at < n;) {
+    at += rte_eth_tx_prepare(port_id_, queue_, mbufs + at, n - at);
+    if (at >= n) break;
+    // The PMD cannot offload this one: finish it in software and send it without flags.
+    rte_mbuf* m = mbufs[at++];
+    uint8_t* p = rte_pktmbuf_mtod(m, uint8_t*);
+    rte_tcp_hdr* tcp = reinterpret_cast<rte_tcp_hdr*>(p + m->l2_len + m->l3_len);
+    tcp->cksum = 0;
+    if (m->ol_flags & RTE_MBUF_F_TX_IPV6) {
+      tcp->cksum = rte_ipv6_udptcp_cksum(reinterpret_cast<rte_ipv6_hdr*>(p + m->l2_len), tcp);
+    } else {
+      rte_ipv4_hdr* ip = reinterpret_cast<rte_ipv4_hdr*>(p + m->l2_len);
+      ip->hdr_checksum = 0;
+      ip->hdr_checksum = rte_ipv4_cksum(ip);
+      tcp->cksum = rte_ipv4_udptcp_cksum(ip, tcp);
+    }
+    m->ol_flags = 0;
+    --stats_.tx_checksum_offloaded;
+    ++stats_.tx_checksum_fallbacks;
   }
 }
 

@@ -31,13 +31,29 @@
 // so held frames and frames in transmission never starve the rx ring. configure() refuses a
 // pool below that figure, naming it.
 //
-// Checksums: this first version always leaves checksums to software (the stack computes IPv4
-// and TCP checksums for every frame it builds and verifies every received one), with no
-// checksum offload configured and no mbuf offload flag set. The one transmit offload asked for
-// is RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE where the port has it: every mbuf a queue transmits comes
-// from txAlloc() (that queue's pool, one reference), so nothing else may be passed to txBurst().
-// PortCaps says what the port could offload, for the mode to report (and for a later version that
-// skips the software sum).
+// Checksums (docs/DPDK.md "Checksum offload"): with DpdkPortOptions::checksum_offload kAuto
+// (the default) the port's IPv4 + TCP checksum offloads are used where it reports them, each
+// direction on its own; kOff, or a port without them, leaves every checksum to the stack.
+//   tx (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM and _TCP_CKSUM both reported, both enabled in
+//     txmode.offloads): txChecksumOffload() is true, so the stack leaves the IPv4 header
+//     checksum 0 and the pseudo-header sum in the TCP field and marks the frame
+//     (kMetaTxChecksumOffload, packet_io.h); txBurst() sets that mbuf's ol_flags
+//     (RTE_MBUF_F_TX_IPV4 | IP_CKSUM | TCP_CKSUM, or TX_IPV6 | TCP_CKSUM), l2_len 14 and l3_len
+//     20 / 40, and runs rte_eth_tx_prepare(); a frame the PMD's prepare refuses gets its
+//     checksums in software and no flags (counted tx_checksum_fallbacks). Frames not marked
+//     (the L2 responder's ARP / ICMP answers) go out with their software checksums, no flags.
+//   rx (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM and _TCP_CKSUM both reported, both enabled in
+//     rxmode.offloads): per mbuf, a BAD IP or L4 flag is a counted drop here (rx_checksum_bad),
+//     before anything else sees the frame; GOOD sets kMetaRxIpChecksumGood /
+//     kMetaRxL4ChecksumGood in Frame::meta and the stack skips that verification; UNKNOWN and
+//     NONE set nothing (the stack verifies in software). Without rx offload the flags are not
+//     read at all.
+// DpdkPortOptions::emulate_checksum_offload is the tests' seam: net_ring (and net_af_packet)
+// report no offload, so the tests make the device behave as if the port had both directions
+// (nothing is enabled on the port) and play the NIC themselves. The fast-free transmit offload
+// (RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE) is asked for where the port has it: every mbuf a queue
+// transmits comes from txAlloc() (that queue's pool, one reference), so nothing else may be
+// passed to txBurst().
 //
 // Polling: DPDK has no descriptor to sleep on: fd() is -1, and the reactor must spin
 // (rxBurst() is the poll; busyPoll() does nothing).
@@ -63,6 +79,7 @@ struct rte_mbuf;
 namespace infergate::dataplane::dpdk {
 
 enum class Promiscuous { kAuto, kOn, kOff };  // kAuto: on for virtual devices (vdev bus)
+enum class ChecksumOffload { kAuto, kOff };  // kAuto: what the port reports (dpdk.checksum_offload)
 
 struct DpdkPortOptions {
   uint16_t port_id = 0;
@@ -76,6 +93,11 @@ struct DpdkPortOptions {
   uint32_t tx_pending_max = 1024;   // per queue: refused tx frames kept for a retry
   uint32_t burst = 64;              // frames per burst (the reactor's), for the pool sizing
   Promiscuous promiscuous = Promiscuous::kAuto;
+  ChecksumOffload checksum_offload = ChecksumOffload::kAuto;
+  // Tests only (tests/unit/dpdk): behave as if the port reported IPv4 + TCP checksum offload
+  // both ways, without enabling anything on it; the test completes the tx checksums and sets
+  // the rx flags itself. Never set it for a real port: nothing would compute the checksums.
+  bool emulate_checksum_offload = false;
 };
 
 // What the port is and could do, as configured.
@@ -83,7 +105,9 @@ struct PortCaps {
   bool tx_ip_cksum = false;       // the port could compute IPv4 header checksums on transmit
   bool tx_tcp_cksum = false;      // ... TCP checksums on transmit
   bool rx_cksum = false;          // ... verify IPv4 + TCP checksums on receive
-  bool checksum_offload = false;  // in use: always false in this version (software checksums)
+  bool tx_checksum_offload = false;  // in use: the NIC completes IPv4 + TCP checksums on tx
+  bool rx_checksum_offload = false;  // in use: the NIC's GOOD / BAD flags are honoured on rx
+  bool checksum_emulated = false;    // the two above come from emulate_checksum_offload (tests)
   std::string driver;             // rte_eth_dev_info::driver_name ("net_ring", "net_ice"...)
   std::string name;               // the device's name ("net_ring0", "0000:3b:00.1")
   bool vdev = false;              // a virtual device (vdev bus)
@@ -96,6 +120,9 @@ struct PortCaps {
   uint32_t mbuf_data_room = 0;  // bytes of each mbuf's buffer (headroom included)
   uint8_t mac[6] = {};
 };
+
+// One line for logs: which checksums are offloaded, the setting, what the port reports.
+std::string checksumSummary(const PortCaps& caps, ChecksumOffload setting);
 
 // The least pool size per queue for `options` (the sizing rule above).
 uint32_t minMbufsPerQueue(const DpdkPortOptions& options);
@@ -146,6 +173,12 @@ struct DpdkStats {
   uint64_t rx_outstanding = 0;      // gauge: rx frames with the caller (burst + held)
   uint64_t rx_outstanding_max = 0;  // the most ever at once
   uint64_t tx_pending = 0;          // gauge: frames in the pending list
+  // Checksum offload (all 0 while it is off).
+  uint64_t rx_checksum_bad = 0;        // frames the NIC flagged BAD (IP or L4): freed, not seen
+  uint64_t rx_checksum_good = 0;       // frames whose TCP/L4 checksum the NIC verified
+  uint64_t rx_checksum_unknown = 0;    // L4 flag neither GOOD nor BAD: verified in software
+  uint64_t tx_checksum_offloaded = 0;  // frames sent with the offload flags
+  uint64_t tx_checksum_fallbacks = 0;  // refused by rte_eth_tx_prepare: summed in software
 };
 
 class DpdkDevice final : public PollableDevice {
@@ -166,6 +199,7 @@ class DpdkDevice final : public PollableDevice {
   void txBurst(Frame* frames, size_t n) override;
   void txFlush() override;
   uint32_t mtu() const override { return mtu_; }
+  bool txChecksumOffload() const override { return tx_offload_; }
 
   // PollableDevice
   int fd() const override { return -1; }  // nothing to sleep on: spin
@@ -190,6 +224,10 @@ class DpdkDevice final : public PollableDevice {
   bool retryPending();
   // Appends to the pending list up to its bound; frees and counts the rest.
   void defer(rte_mbuf** mbufs, size_t n);
+  // The offload fields of a marked frame's mbuf (ol_flags, l2_len, l3_len).
+  void markOffload(rte_mbuf* m);
+  // rte_eth_tx_prepare over `n` marked mbufs; one it refuses is finished in software.
+  void prepareOffload(rte_mbuf** mbufs, uint16_t n);
 
   uint16_t port_id_;
   uint16_t queue_;
@@ -197,6 +235,8 @@ class DpdkDevice final : public PollableDevice {
   uint32_t hold_frames_;
   uint32_t pending_max_;
   uint32_t mtu_;
+  bool tx_offload_;                 // PortCaps::tx_checksum_offload
+  bool rx_offload_;                 // PortCaps::rx_checksum_offload
   std::vector<rte_mbuf*> pending_;  // refused tx frames, oldest first; capacity pending_max_
   bool warned_register_ = false;
   DpdkStats stats_;

@@ -410,7 +410,7 @@ size_t FilteringDevice::rxBurst(Frame* frames, size_t max) {
     uint8_t action = 0, reason = 0;
     switch (judge(f, now, level, &meta, &action, &reason)) {
       case Verdict::kStack:
-        f.meta = meta;
+        f.meta = meta | (f.meta & kMetaRxChecksumMask);  // the NIC's word, never the tag's
         frames[out++] = f;
         break;
       case Verdict::kDrop:

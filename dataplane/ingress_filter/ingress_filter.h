@@ -39,6 +39,10 @@
 // SYN cookies answered by the program (afxdp's cookie mode) do not exist here: the stack
 // answers every SYN (with its own cookies under pressure); ig_config.syn_cookies is ignored.
 //
+// Checksum offload passes through: the wrapped device's rx checksum bits in Frame::meta
+// (packet_io.h, kMetaRx*ChecksumGood) are kept beside the tag, and txChecksumOffload() is the
+// wrapped device's.
+//
 // Ownership: the wrapped device is referenced, not owned; it and the clock must outlive the
 // filter. Frames keep the wrapped device's ownership rules (packet_io.h): rxRelease, txAlloc,
 // txBurst and txFlush are forwarded unchanged.
@@ -120,6 +124,7 @@ class FilteringDevice final : public PacketDevice {
   void txBurst(Frame* frames, size_t n) override { inner_.txBurst(frames, n); }
   void txFlush() override { inner_.txFlush(); }
   uint32_t mtu() const override { return inner_.mtu(); }
+  bool txChecksumOffload() const override { return inner_.txChecksumOffload(); }
 
   // 0 admits every class; n admits classes < IG_NUM_CLASSES - n (SYNs of the others are
   // dropped, their request starts tagged "overload"). Any thread; seen from the next burst.

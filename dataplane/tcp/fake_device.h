@@ -107,14 +107,17 @@ class FakePacketDevice final : public PacketDevice {
   void txBurst(Frame* frames, size_t n) override {
     for (size_t i = 0; i < n; ++i) {
       if (record) sent.emplace_back(frames[i].data, frames[i].data + frames[i].len);
+      if (frames[i].meta & kMetaTxChecksumOffload) ++tx_offload_marked;
       free_.push_back(frames[i].handle);  // "completed" at once
     }
     tx_frames += n;
   }
   void txFlush() override { ++flushes; }
   uint32_t mtu() const override { return mtu_; }
+  bool txChecksumOffload() const override { return tx_checksum_offload; }
 
   std::deque<std::vector<uint8_t>> sent;
+  size_t tx_offload_marked = 0;  // frames transmitted with kMetaTxChecksumOffload
   bool record = true;    // false: transmitted frames are only counted
   size_t tx_frames = 0;  // frames transmitted
   int64_t tx_limit = -1;  // < 0: unlimited; otherwise frames left before txAlloc fails
@@ -125,6 +128,7 @@ class FakePacketDevice final : public PacketDevice {
   size_t double_releases = 0;   // frames released twice
   size_t unknown_releases = 0;  // handles never handed out
   bool poison_released = false; // overwrite injected frames' bytes as they are released
+  bool tx_checksum_offload = false;  // what txChecksumOffload() says (read when a stack is built)
 
  private:
   uint32_t mtu_;

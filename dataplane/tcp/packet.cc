@@ -158,7 +158,19 @@ FlowKey FlowKey::reversed() const {
   return r;
 }
 
+uint16_t pseudoHeaderSum(const uint8_t* src, const uint8_t* dst, bool v6, uint32_t tcp_len) {
+  uint32_t sum = pseudoSum(src, dst, v6, tcp_len);
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(sum);
+}
+
 FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, DropReason& why) {
+  return parseFrame(f, len, verify, verify, seg, why);
+}
+
+FrameKind parseFrame(const uint8_t* f, size_t len, bool verify_ip, bool verify_tcp, Segment& seg,
+                     DropReason& why) {
   if (len < kEthHeader) {
     why = DropReason::kTooShort;
     return FrameKind::kDropped;
@@ -183,7 +195,7 @@ FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, Dr
       why = total > iplen_avail ? DropReason::kTooShort : DropReason::kBadIpHeader;
       return FrameKind::kDropped;
     }
-    if (verify && ig_csum_fold(checksumPartial(ip, ihl, 0)) != 0) {
+    if (verify_ip && ig_csum_fold(checksumPartial(ip, ihl, 0)) != 0) {
       why = DropReason::kBadIpChecksum;
       return FrameKind::kDropped;
     }
@@ -240,7 +252,7 @@ FrameKind parseFrame(const uint8_t* f, size_t len, bool verify, Segment& seg, Dr
     why = DropReason::kBadTcpHeader;
     return FrameKind::kDropped;
   }
-  if (verify) {
+  if (verify_tcp) {
     const uint8_t* src = k.v6 ? ip + 8 : ip + 12;
     const uint8_t* dst = k.v6 ? ip + 24 : ip + 16;
     uint32_t sum = pseudoSum(src, dst, k.v6, static_cast<uint32_t>(tcp_len));
@@ -372,12 +384,19 @@ size_t writeHeaders(uint8_t* buf, const SegmentSpec& s, uint32_t payload_len) {
   return static_cast<size_t>(o - buf);
 }
 
-void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v6) {
+void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v6,
+                   TxChecksum mode) {
   uint8_t* ip = buf + kEthHeader;
   uint8_t* tcp = ip + (v6 ? 40 : 20);
   const uint32_t tcp_len = static_cast<uint32_t>(header_len - (tcp - buf)) + payload_len;
   const uint8_t* src = v6 ? ip + 8 : ip + 12;
   const uint8_t* dst = v6 ? ip + 24 : ip + 16;
+  if (mode == TxChecksum::kOffload) {
+    // The NIC sums the TCP header and payload onto this, and computes the IPv4 header's.
+    if (!v6) wr16(ip + 10, 0);
+    wr16(tcp + 16, pseudoHeaderSum(src, dst, v6, tcp_len));
+    return;
+  }
   wr16(tcp + 16, 0);
   uint32_t sum = pseudoSum(src, dst, v6, tcp_len);
   sum = checksumPartial(tcp, tcp_len, sum);
@@ -385,12 +404,12 @@ void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v
 }
 
 size_t buildSegment(uint8_t* buf, size_t cap, const SegmentSpec& spec, const uint8_t* payload,
-                    uint32_t payload_len) {
+                    uint32_t payload_len, TxChecksum mode) {
   const size_t h = headerLength(spec);
   if (h + payload_len > cap) return 0;
   writeHeaders(buf, spec, payload_len);
   if (payload_len) std::memcpy(buf + h, payload, payload_len);
-  finishSegment(buf, h, payload_len, spec.key->v6);
+  finishSegment(buf, h, payload_len, spec.key->v6, mode);
   return h + payload_len;
 }
 

@@ -70,6 +70,10 @@ enum class FrameKind : uint8_t { kTcp, kArp, kIcmp, kOtherIp, kDropped };
 // verified when `verify_checksums`.
 FrameKind parseFrame(const uint8_t* frame, size_t len, bool verify_checksums, Segment& seg,
                      DropReason& why);
+// The same with each checksum chosen apart: the stack skips one only where the NIC verified it
+// (packet_io.h, kMetaRx*ChecksumGood).
+FrameKind parseFrame(const uint8_t* frame, size_t len, bool verify_ip_checksum,
+                     bool verify_tcp_checksum, Segment& seg, DropReason& why);
 
 // What to put in a segment being built.
 struct SegmentSpec {
@@ -102,10 +106,20 @@ size_t headerLength(const SegmentSpec& spec);
 // `payload_len` bytes that the caller places at buf + the returned length, then calls
 // finishSegment(). Returns the header length.
 size_t writeHeaders(uint8_t* buf, const SegmentSpec& spec, uint32_t payload_len);
+// How finishSegment leaves the checksums.
+enum class TxChecksum : uint8_t {
+  kSoftware,  // IPv4 header and TCP checksums computed: the frame is complete
+  kOffload,   // for a NIC that completes them (packet_io.h, kMetaTxChecksumOffload): IPv4
+              // header checksum 0, the TCP field holds the pseudo-header sum (not complemented)
+};
+// The TCP pseudo-header sum (addresses, protocol, TCP length), folded to 16 bits, not
+// complemented: what kOffload leaves in the TCP checksum field.
+uint16_t pseudoHeaderSum(const uint8_t* src, const uint8_t* dst, bool v6, uint32_t tcp_len);
 // Computes the TCP checksum (and the IPv4 header checksum) once the payload is in place.
-void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v6);
+void finishSegment(uint8_t* buf, size_t header_len, uint32_t payload_len, bool v6,
+                   TxChecksum mode = TxChecksum::kSoftware);
 // Convenience: headers + payload + checksums; returns the frame length, 0 if cap is too small.
 size_t buildSegment(uint8_t* buf, size_t cap, const SegmentSpec& spec, const uint8_t* payload,
-                    uint32_t payload_len);
+                    uint32_t payload_len, TxChecksum mode = TxChecksum::kSoftware);
 
 }  // namespace infergate::dataplane::tcp

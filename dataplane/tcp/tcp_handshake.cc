@@ -186,7 +186,7 @@ void TcpStack::sendCookieSynAck(const Segment& syn) {
                static_cast<uint32_t>(keyedHash(misc_key_, syn.key, iss));
     s.ts_ecr = syn.opt.ts_val;
   }
-  f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0));
+  f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0, tx_checksum_));
   queueTx(f);
   ++counters_.segments_out;
   ++counters_.cookies_sent;

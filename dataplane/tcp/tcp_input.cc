@@ -19,7 +19,11 @@ void TcpStack::handleFrame(const uint8_t* frame, size_t len) {
   ++counters_.frames_in;
   Segment seg;
   DropReason why = DropReason::kTooShort;
-  switch (parseFrame(frame, len, options_.verify_checksums, seg, why)) {
+  // A checksum the NIC reported GOOD for this frame is not summed again (packet_io.h); every
+  // other is verified here.
+  const bool verify = options_.verify_checksums;
+  switch (parseFrame(frame, len, verify && !(cur_meta_ & kMetaRxIpChecksumGood),
+                     verify && !(cur_meta_ & kMetaRxL4ChecksumGood), seg, why)) {
     case FrameKind::kArp:
       ++counters_.ignored_arp;
       return;

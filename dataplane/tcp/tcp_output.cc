@@ -25,7 +25,9 @@ uint32_t payloadRoom(const Tcb& c) {
 }  // namespace
 
 void TcpStack::queueTx(const Frame& f) {
+  // Every frame queued here is a segment finished with tx_checksum_.
   tx_batch_.push_back(f);
+  tx_batch_.back().meta = tx_meta_;
   if (tx_batch_.size() >= 64) {
     device_.txBurst(tx_batch_.data(), tx_batch_.size());
     tx_batch_.clear();
@@ -170,7 +172,7 @@ bool TcpStack::sendSegment(Conn& c, uint32_t seq, uint32_t len, uint8_t flags) {
   }
   writeHeaders(f.data, s, len);
   if (len) c.tx.copyOut(seq - c.snd_una, f.data + h, len);
-  finishSegment(f.data, h, len, c.key.v6);
+  finishSegment(f.data, h, len, c.key.v6, tx_checksum_);
   f.len = static_cast<uint32_t>(h + len);
   queueTx(f);
   ++counters_.segments_out;
@@ -206,7 +208,7 @@ void TcpStack::sendRstFor(const Segment& seg) {
     s.ack = seg.seq + seg.payload_len + ((seg.flags & kSyn) ? 1 : 0) + ((seg.flags & kFin) ? 1 : 0);
     s.flags = kRst | kAck;
   }
-  f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0));
+  f.len = static_cast<uint32_t>(buildSegment(f.data, f.capacity, s, nullptr, 0, tx_checksum_));
   queueTx(f);
   ++counters_.segments_out;
   ++counters_.rst_out;

@@ -59,6 +59,8 @@ TcpStack::TcpStack(const TcpOptions& options, PacketDevice& device, const common
       clock_(clock),
       now_(clock_.nowNs()),
       mtu_(device.mtu()),
+      tx_checksum_(device.txChecksumOffload() ? TxChecksum::kOffload : TxChecksum::kSoftware),
+      tx_meta_(device.txChecksumOffload() ? kMetaTxChecksumOffload : 0),
       pool_(options.chunk_size, options.pool_keep_chunks),
       wheel_(std::max<uint32_t>(options.max_connections, 1), options.timer_slots,
              options.timer_granularity_ns, now_),

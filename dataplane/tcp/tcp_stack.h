@@ -16,7 +16,8 @@
 // NewReno fast retransmit/fast recovery (RFC 6582) and congestion control (RFC 5681); RTO per
 // RFC 6298 with exponential backoff; zero-window probes; delayed ACKs; RFC 5961 challenge
 // ACKs; FIN both ways, half-close, FIN_WAIT_2 and a short TIME_WAIT (recycled by a newer
-// SYN); keep-alive probes; software checksums. See docs/TCP.md.
+// SYN); keep-alive probes; software checksums, or the NIC's where the device offers them
+// (PacketDevice::txChecksumOffload, Frame::meta's kMetaRx*ChecksumGood). See docs/TCP.md.
 //
 // Threading: everything on the reactor thread that owns the stack, except loop().post().
 //
@@ -238,6 +239,10 @@ class TcpStack {
   uint64_t now_ = 0;
   uint64_t cur_meta_ = 0;  // Frame::meta of the frame being handled
   uint32_t mtu_;
+  // The device's txChecksumOffload(), read once: how segments are finished, and the Frame::meta
+  // every queued frame carries (packet_io.h, kMetaTxChecksumOffload).
+  TxChecksum tx_checksum_;
+  uint64_t tx_meta_;
   TcpCounters counters_;
   ChunkPool pool_;
   TimerWheel wheel_;

@@ -48,6 +48,7 @@ TEST(DpdkConfigTest, Defaults) {
   EXPECT_EQ(d.tx_desc, 1024);
   EXPECT_EQ(d.ipv4, "10.0.0.1");
   EXPECT_EQ(d.ipv6, "");
+  EXPECT_TRUE(d.checksum_offload) << "auto";
   // dpdk mode needs no xdp.interface.
   EXPECT_EQ(c->xdp.interface, "");
 }
@@ -69,6 +70,7 @@ dpdk:
   tx_desc: 512
   ipv4: 192.0.2.10
   ipv6: fd00::10
+  checksum_offload: off
 xdp:
   rate_limit: {rate_per_sec: 100, burst: 20}
   path_prefixes: [/v2/]
@@ -95,6 +97,7 @@ xdp:
   EXPECT_EQ(d.tx_desc, 512);
   EXPECT_EQ(d.ipv4, "192.0.2.10");
   EXPECT_EQ(d.ipv6, "fd00::10");
+  EXPECT_FALSE(d.checksum_offload);
   // The classifier keys of xdp: apply in dpdk mode too.
   EXPECT_EQ(c->xdp.syn_rate_per_sec, 100u);
   EXPECT_EQ(c->xdp.syn_burst, 20u);
@@ -146,7 +149,9 @@ const BadCase kBad[] = {
     {"unknown key", "dpdk: {hugepages: 4}\n",
      "dpdk.hugepages: unknown key 'hugepages' (expected one of eal_args, memory_mb, no_huge, "
      "in_memory, vdevs, allow_pci, file_prefix, port, mbufs_per_queue, rx_desc, tx_desc, ipv4, "
-     "ipv6)"},
+     "ipv6, checksum_offload)"},
+    {"checksum_offload neither auto nor off", "dpdk: {checksum_offload: on}\n",
+     "dpdk.checksum_offload: unknown value 'on' (expected auto or off)"},
     {"not a mapping", "dpdk: [a]\n", "dpdk: expected a mapping, got a sequence"},
     {"eal_args not a list", "dpdk: {eal_args: --no-pci}\n",
      "dpdk.eal_args: expected a sequence, got '--no-pci'"},

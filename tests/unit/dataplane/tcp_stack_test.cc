@@ -78,6 +78,7 @@ class TcpTest : public ::testing::Test {
     dev = std::make_unique<FakePacketDevice>(1500, 4096);
     dev->hold_budget = hold_budget;
     dev->poison_released = true;  // a read from a released frame shows as 0xdb bytes
+    dev->tx_checksum_offload = tx_offload;
     stack = std::make_unique<TcpStack>(opts, *dev, clock);
     ASSERT_TRUE(stack->listen(kPort, [this](net::Transport& t) {
                          auto s = std::make_shared<TestSession>(t);
@@ -128,6 +129,7 @@ class TcpTest : public ::testing::Test {
     std::vector<uint8_t> f(9100);
     f.resize(buildSegment(f.data(), f.size(), s, reinterpret_cast<const uint8_t*>(payload.data()),
                           static_cast<uint32_t>(payload.size())));
+    if (corrupt_tcp_checksum) f[kEthHeader + (s.key->v6 ? 40 : 20) + 16] ^= 0x21;
     if (via_device) {  // through the device burst: the stack may hold the frame
       dev->inject(std::move(f), meta);
       stack->processRx(64);
@@ -211,6 +213,8 @@ class TcpTest : public ::testing::Test {
   uint64_t meta = 0;  // Frame::meta of the segments send() injects (the XDP program's tag)
   bool via_device = false;  // send(): inject + processRx() instead of onFrame()
   uint32_t hold_budget = 0;  // the fake device's rxHoldBudget() (set before start())
+  bool tx_offload = false;   // the fake device's txChecksumOffload() (set before start())
+  bool corrupt_tcp_checksum = false;  // send(): a wrong TCP checksum
   uint32_t siss = 0, cseq = 0, sseq = 0;
 };
 
@@ -377,6 +381,52 @@ TEST_F(TcpTest, InOrderDataDelayedAckAndEverySecondSegment) {
   EXPECT_EQ(out[0].seg.ack, cseq + 2);
   EXPECT_EQ(session().received, "abcde");
   EXPECT_EQ(stack->counters().bytes_in, 5u);
+}
+
+// Checksums (packet_io.h): a tag from the XDP program never spares a verification; only the
+// device's own kMetaRxL4ChecksumGood (dpdk mode, the NIC's GOOD) does. Devices without
+// txChecksumOffload() (AF_XDP, this fake) get complete checksums and unmarked frames.
+TEST_F(TcpTest, OnlyTheDevicesGoodBitSkipsVerificationNeverTheTag) {
+  start();
+  connect();
+  corrupt_tcp_checksum = true;
+  meta = makeMeta(1, kVerdictAdmit, kTagRequestStart, 0);
+  send(kAck | kPsh, cseq, sseq, "abc");
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBadTcpChecksum), 1u);
+  EXPECT_EQ(session().received, "");
+  meta |= kMetaRxIpChecksumGood;  // the IPv4 header's word says nothing of TCP
+  send(kAck | kPsh, cseq, sseq, "abc");
+  EXPECT_EQ(stack->counters().dropped(DropReason::kBadTcpChecksum), 2u);
+  meta |= kMetaRxL4ChecksumGood;
+  send(kAck | kPsh, cseq, sseq, "abc");
+  EXPECT_EQ(session().received, "abc");
+  advance(40 * kMs);
+  EXPECT_EQ(drain().size(), 1u) << "the ACK, complete checksums (drain verifies them)";
+  EXPECT_EQ(dev->tx_offload_marked, 0u);
+}
+
+// A device with txChecksumOffload(): every segment the stack sends (SYN-ACK, data, RST) is
+// marked and carries the pseudo-header sum, not a complete checksum.
+TEST_F(TcpTest, TxOffloadMarksEverySegmentAndLeavesThePseudoHeaderSum) {
+  tx_offload = true;
+  start();
+  sendSyn(1000, SynOpts{});
+  ASSERT_EQ(dev->sent.size(), 1u);
+  EXPECT_EQ(dev->tx_offload_marked, 1u);
+  const std::vector<uint8_t>& f = dev->sent.front();
+  Segment seg;
+  DropReason why{};
+  EXPECT_EQ(parseFrame(f.data(), f.size(), false, false, seg, why), FrameKind::kTcp);
+  EXPECT_EQ(seg.flags, kSyn | kAck);
+  const size_t tcp = kEthHeader + 20;
+  EXPECT_EQ(f[kEthHeader + 10] << 8 | f[kEthHeader + 11], 0) << "IPv4 header checksum left";
+  EXPECT_EQ(f[tcp + 16] << 8 | f[tcp + 17],
+            pseudoHeaderSum(f.data() + kEthHeader + 12, f.data() + kEthHeader + 16, false,
+                            static_cast<uint32_t>(f.size() - tcp)));
+  dev->sent.clear();
+  const FlowKey other = clientKey(40009, false);
+  send(kAck, 5, 6, {}, 65535, &other);  // no connection: a RST
+  EXPECT_EQ(dev->tx_offload_marked, 2u);
 }
 
 TEST_F(TcpTest, OutOfOrderReassemblyWithSack) {

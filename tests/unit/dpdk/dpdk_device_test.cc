@@ -136,8 +136,10 @@ TEST_F(DpdkDeviceTest, PortCapsOfARingPort) {
   const PortCaps& c = port_->caps();
   EXPECT_EQ(c.driver, "net_ring");
   EXPECT_TRUE(c.vdev);
-  EXPECT_FALSE(c.checksum_offload);
   EXPECT_FALSE(c.tx_ip_cksum);  // the ring PMD offloads nothing
+  EXPECT_FALSE(c.tx_checksum_offload) << "nothing to use: software checksums";
+  EXPECT_FALSE(c.rx_checksum_offload);
+  EXPECT_FALSE(dev_->txChecksumOffload());
   EXPECT_FALSE(c.tx_tcp_cksum);
   EXPECT_FALSE(c.rx_cksum);
   EXPECT_FALSE(c.rss);

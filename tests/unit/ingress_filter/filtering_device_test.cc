@@ -146,6 +146,26 @@ TEST(FilteringDevice, ABurstKeepsArrivalOrderAndReleasesDropsOnce) {
   rig.release(rest);
 }
 
+// Checksum offload passes through the filter: the NIC's GOOD bits from the wrapped device stay
+// beside the tag (the stack reads them), the tag never sets them, and txChecksumOffload() is
+// the wrapped device's.
+TEST(FilteringDevice, KeepsTheNicsChecksumBitsBesideTheTagAndForwardsTxOffload) {
+  Rig rig(filterOptionsFor(fixtureOptions()));
+  rig.dev.inject(buildPacket(flow(33000, kSyn)), kMetaRxChecksumMask);
+  rig.dev.inject(buildPacket(flow(33001, kSyn)), 0);
+  std::vector<Frame> out = rig.burst();
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].meta & kMetaRxChecksumMask, kMetaRxChecksumMask);
+  EXPECT_EQ(metaReason(out[0].meta), IG_R_SYN);
+  EXPECT_TRUE(metaValid(out[0].meta));
+  EXPECT_EQ(out[1].meta & kMetaRxChecksumMask, 0u) << "no bit without the NIC's word";
+  EXPECT_EQ(metaReason(out[1].meta), IG_R_SYN);
+  rig.release(out);
+  EXPECT_FALSE(rig.filter->txChecksumOffload());
+  rig.dev.tx_checksum_offload = true;
+  EXPECT_TRUE(rig.filter->txChecksumOffload());
+}
+
 TEST(FilteringDevice, RejectedFlowDropsItsRetransmissionsForTheTtl) {
   Rig rig(filterOptionsFor(fixtureOptions()));
   PacketSpec bad = flow(32000, kAck | kPsh, "PUT /v2/ HTTP/1.1\r\n\r\n");
