@@ -243,6 +243,19 @@ class Loader {
  public:
   explicit Loader(std::string source) : source_(std::move(source)) {}
 
+  // parseTenantsSection: `text` is the section's value (a mapping).
+  absl::StatusOr<TenantsConfig> tenants(std::string_view text) {
+    TenantsConfig t;
+    try {
+      std::vector<YAML::Node> docs = loadAllDocuments(std::string(text));
+      if (docs.size() != 1) return err("tenants", "expected one YAML document");
+      IG_CONFIG_TRY(readTenants(docs[0], t));
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(fmt::format("{}: invalid YAML: {}", source_, e.msg));
+    }
+    return t;
+  }
+
   absl::StatusOr<Config> load(std::string_view text) {
     std::vector<YAML::Node> docs;
     try {
@@ -413,7 +426,7 @@ class Loader {
     IG_CONFIG_TRY(checkMap(
         root, "",
         {"mode", "reactors", "cpus", "listeners", "admin", "limits", "logging", "xdp", "dpdk",
-         "security", "priority", "gpu", "models"}));
+         "security", "priority", "gpu", "tenants", "models"}));
     if (YAML::Node n = root["mode"]; n.IsDefined()) {
       std::string name;
       IG_CONFIG_TRY(readString(n, "mode", name));
@@ -451,6 +464,7 @@ class Loader {
     if (YAML::Node n = root["security"]; n.IsDefined()) IG_CONFIG_TRY(readSecurity(n, c.security));
     if (YAML::Node n = root["priority"]; n.IsDefined()) IG_CONFIG_TRY(readPriority(n, c.priority));
     if (YAML::Node n = root["gpu"]; n.IsDefined()) IG_CONFIG_TRY(readGpu(n, c.gpu));
+    if (YAML::Node n = root["tenants"]; n.IsDefined()) IG_CONFIG_TRY(readTenants(n, c.tenants));
     // The XDP program applies the same rule to the priority header it reads.
     c.xdp.priority_from = *xdp::parseNamed(xdp::kPriorityFromNames, c.priority.from_client);
     c.xdp.trusted_sources = c.priority.trusted_sources;
@@ -795,6 +809,161 @@ class Loader {
       return err(path, fmt::format("must be between {} and {}, got {}", lo, hi, s));
     }
     out = v;
+    return absl::OkStatus();
+  }
+
+  // tenants.default and each tenants.list entry's limits.
+  absl::Status readTenantLimits(const YAML::Node& n, const std::string& path,
+                                TenantLimitsConfig& l) const {
+    if (YAML::Node v = n["rate"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readDouble(v, join(path, "rate"), 0, 1e6, l.rate));
+      if (l.rate != 0 && l.rate < 0.001) {
+        return err(join(path, "rate"),
+                   fmt::format("{} is below 0.001 per second (0: unlimited)", l.rate));
+      }
+    }
+    if (YAML::Node v = n["burst"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "burst"), 1, 1000000, l.burst));
+      if (l.rate == 0) {
+        return err(join(path, "burst"), "needs a rate (the bucket refills at `rate` per second)");
+      }
+    }
+    if (YAML::Node v = n["max_concurrent"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "max_concurrent"), 0, 1000000, l.max_concurrent));
+    }
+    if (YAML::Node v = n["priority"]; v.IsDefined()) {
+      std::string name;
+      IG_CONFIG_TRY(readChoice(v, join(path, "priority"), "priority class",
+                               {"high", "normal", "low", "background"}, name));
+      l.priority_class = name == "high" ? 0 : name == "normal" ? 1 : name == "low" ? 2 : 3;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status readTenants(const YAML::Node& n, TenantsConfig& t) const {
+    IG_CONFIG_TRY(checkMap(n, "tenants", {"api_key_header", "default", "list"}));
+    if (YAML::Node v = n["api_key_header"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, "tenants.api_key_header", t.api_key_header));
+      const bool token = !t.api_key_header.empty() && t.api_key_header.size() <= 64 &&
+                         std::all_of(t.api_key_header.begin(), t.api_key_header.end(), [](char ch) {
+                           return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ||
+                                  ch == '_';
+                         });
+      if (!token) {
+        return err("tenants.api_key_header",
+                   fmt::format("'{}' is not a header name (letters, digits, '-', '_')",
+                               t.api_key_header));
+      }
+      std::transform(t.api_key_header.begin(), t.api_key_header.end(), t.api_key_header.begin(),
+                     [](char ch) {
+                       return static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+                     });
+      for (std::string_view reserved : {"x-infergate-priority", "content-type", "content-length",
+                                        "host", "te", "grpc-timeout"}) {
+        if (t.api_key_header == reserved) {
+          return err("tenants.api_key_header",
+                     fmt::format("'{}' already means something else", t.api_key_header));
+        }
+      }
+    }
+    if (YAML::Node v = n["default"]; v.IsDefined()) {
+      IG_CONFIG_TRY(
+          checkMap(v, "tenants.default", {"rate", "burst", "max_concurrent", "priority"}));
+      IG_CONFIG_TRY(readTenantLimits(v, "tenants.default", t.default_limits));
+    }
+    YAML::Node list = n["list"];
+    if (!list.IsDefined() || list.IsNull()) return absl::OkStatus();
+    IG_CONFIG_TRY(checkSeq(list, "tenants.list"));
+    if (list.size() > 256) {
+      return err("tenants.list", fmt::format("has {} entries (at most 256)", list.size()));
+    }
+    size_t keys = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string path = at("tenants.list", i);
+      const YAML::Node e = list[i];
+      IG_CONFIG_TRY(checkMap(e, path, {"name", "sources", "api_keys", "rate", "burst",
+                                       "max_concurrent", "priority"}));
+      TenantConfig tc;
+      if (!e["name"].IsDefined()) return err(path, "needs a name (the tenant's metrics label)");
+      IG_CONFIG_TRY(readString(e["name"], join(path, "name"), tc.name));
+      const bool name_ok = !tc.name.empty() && tc.name.size() <= 64 &&
+                           std::all_of(tc.name.begin(), tc.name.end(), [](char ch) {
+                             return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' ||
+                                    ch == '_';
+                           });
+      if (!name_ok) {
+        return err(join(path, "name"),
+                   fmt::format("invalid tenant name '{}' (1..64 letters, digits, '-', '_')",
+                               tc.name));
+      }
+      if (tc.name == "default") {
+        return err(join(path, "name"), "'default' is the tenant of everything else: configure "
+                                       "it under tenants.default");
+      }
+      for (const TenantConfig& o : t.tenants) {
+        if (o.name == tc.name) {
+          return err(join(path, "name"), fmt::format("tenant '{}' is named twice", tc.name));
+        }
+      }
+      if (YAML::Node v = e["sources"]; v.IsDefined()) {
+        IG_CONFIG_TRY(checkSeq(v, join(path, "sources")));
+        if (v.size() > 1024) {
+          return err(join(path, "sources"), fmt::format("has {} entries (at most 1024)", v.size()));
+        }
+        for (size_t j = 0; j < v.size(); ++j) {
+          const std::string sp = at(join(path, "sources"), j);
+          std::string text;
+          IG_CONFIG_TRY(readString(v[j], sp, text));
+          absl::StatusOr<common::Cidr> c = common::parseCidr(text);
+          if (!c.ok()) return err(sp, std::string(c.status().message()));
+          for (const TenantConfig& o : t.tenants) {
+            for (const std::string& os : o.sources) {
+              if (*common::parseCidr(os) == *c) {
+                return err(sp, fmt::format("{} is already tenant '{}''s", text, o.name));
+              }
+            }
+          }
+          for (const std::string& os : tc.sources) {
+            if (*common::parseCidr(os) == *c) {
+              return err(sp, fmt::format("{} is listed twice", text));
+            }
+          }
+          tc.sources.push_back(std::move(text));
+        }
+      }
+      if (YAML::Node v = e["api_keys"]; v.IsDefined()) {
+        IG_CONFIG_TRY(checkSeq(v, join(path, "api_keys")));
+        for (size_t j = 0; j < v.size(); ++j) {
+          // Messages name the entry, never the key.
+          const std::string kp = at(join(path, "api_keys"), j);
+          if (!v[j].IsScalar()) return err(kp, "expected a string");
+          std::string key = v[j].Scalar();
+          if (key.empty() || key.size() > 256) return err(kp, "an API key must be 1..256 bytes");
+          const bool printable =
+              std::all_of(key.begin(), key.end(), [](char ch) { return ch > 0x20 && ch < 0x7f; });
+          if (!printable) {
+            return err(kp, "an API key must be printable ASCII without spaces (a header value)");
+          }
+          if (++keys > 4096) return err(kp, "more than 4096 API keys in all");
+          for (const TenantConfig& o : t.tenants) {
+            if (std::find(o.api_keys.begin(), o.api_keys.end(), key) != o.api_keys.end()) {
+              return err(kp, fmt::format("this key is already tenant '{}''s", o.name));
+            }
+          }
+          if (std::find(tc.api_keys.begin(), tc.api_keys.end(), key) != tc.api_keys.end()) {
+            return err(kp, "this key is listed twice");
+          }
+          tc.api_keys.push_back(std::move(key));
+        }
+      }
+      if (tc.sources.empty() && tc.api_keys.empty()) {
+        return err(path, fmt::format("tenant '{}' has neither sources nor api_keys: no request "
+                                     "could be its",
+                                     tc.name));
+      }
+      IG_CONFIG_TRY(readTenantLimits(e, path, tc.limits));
+      t.tenants.push_back(std::move(tc));
+    }
     return absl::OkStatus();
   }
 
@@ -1621,6 +1790,11 @@ absl::StatusOr<Config> loadConfigFile(const std::string& path) {
   }
   ::close(fd);
   return loadConfigString(text, path);
+}
+
+absl::StatusOr<TenantsConfig> parseTenantsSection(std::string_view yaml,
+                                                  std::string_view source) {
+  return Loader(std::string(source)).tenants(yaml);
 }
 
 std::string_view defaultConfigYaml() { return kDefaultConfigYaml; }
