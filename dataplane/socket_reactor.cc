@@ -87,7 +87,9 @@ struct SocketReactor::Conn final : net::Transport {
   bool peer_closed = false;
   bool dirty = false;
   bool dead = false;
+  bool received = false;     // any byte from the client yet (see kFreshDrainGraceNs)
   uint32_t events = 0;
+  uint64_t accepted_ns = 0;
   uint64_t linger_deadline = 0;
   uint64_t next_tick_ns = 0;  // in the reactor's tick FIFO until destroyed
   Conn* tick_prev = nullptr;
@@ -281,6 +283,7 @@ void SocketReactor::acceptAll(Listener& l) {
     auto conn = std::make_unique<Conn>();
     conn->reactor = this;
     conn->fd = fd;
+    conn->accepted_ns = now_ns_;
     Conn& c = *conn;
     c.peer = peer;
     if (options_.tag_lookup) {
@@ -323,6 +326,7 @@ void SocketReactor::onReadable(Conn& c) {
   const ssize_t n = recv(c.fd, buf, sizeof buf, 0);
   if (n > 0) {
     if (c.lingering) return;  // discard
+    c.received = true;
     c.session->onData(buf, static_cast<size_t>(n));
     return;
   }
@@ -473,12 +477,21 @@ void SocketReactor::tickUnlink(Conn& c) {
   c.tick_prev = c.tick_next = nullptr;
 }
 
+namespace {
+constexpr uint64_t kFreshDrainGraceNs = 1'000'000'000;
+}  // namespace
+
 void SocketReactor::tickConn(Conn& c) {
   if (c.lingering) {
     if (now_ns_ >= c.linger_deadline) destroy(c);
     return;
   }
-  if (draining_ && c.session->idle() && c.out_off == c.out.size()) {
+  // Draining: idle connections close. One accepted moments ago whose request has not arrived
+  // yet is not idle to its client (a restart's new process is already accepting, and this
+  // client sent its request to us): it gets kFreshDrainGraceNs for its first request, which is
+  // answered like any in-flight one (closing it unread would reset it).
+  if (draining_ && c.session->idle() && c.out_off == c.out.size() &&
+      (c.received || now_ns_ - c.accepted_ns >= kFreshDrainGraceNs)) {
     destroy(c);
     return;
   }

@@ -515,11 +515,15 @@ bool programRodata(int prog_fd, ig_ingress::ig_ingress__rodata* out, std::vector
     if (fd < 0) continue;
     bpf_map_info mi{};
     uint32_t mlen = sizeof(mi);
+    // The section's value starts with the skeleton's struct (its layout) and may hold more
+    // constants after it.
     if (!found && bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 &&
         std::string_view(mi.name).find(".rodata") != std::string_view::npos &&
-        mi.value_size == sizeof(*out)) {
+        mi.value_size >= sizeof(*out) && mi.value_size <= (1u << 20)) {
+      std::vector<uint8_t> value(mi.value_size);
       uint32_t zero = 0;
-      found = bpf_map_lookup_elem(fd, &zero, out) == 0;
+      found = bpf_map_lookup_elem(fd, &zero, value.data()) == 0;
+      if (found) std::memcpy(out, value.data(), sizeof(*out));
     }
     close(fd);
   }
@@ -664,15 +668,23 @@ absl::Status XdpFilter::attachProgram() {
       std::vector<uint32_t> ids;
       bpf_prog_info ours{};
       uint32_t ours_len = sizeof(ours);
-      const bool same =
-          programRodata(old_fd, &ro, &ids) &&
-          std::memcmp(&ro.ig_cfg, const_cast<const ig_config*>(&skel_->rodata->ig_cfg),
-                      sizeof(ro.ig_cfg)) == 0 &&
-          std::memcmp(&ro.ig_flow_secret, &flow_secret_, sizeof(flow_secret_)) == 0 &&
-          std::find(ids.begin(), ids.end(), mapId(maps_.flows)) != ids.end() &&
-          bpf_obj_get_info_by_fd(prog_fd, &ours, &ours_len) == 0 &&
-          std::memcmp(ours.tag, info.tag, sizeof(ours.tag)) == 0;
-      if (same) {
+      const char* differs = nullptr;
+      if (!programRodata(old_fd, &ro, &ids)) {
+        differs = "its read-only data cannot be read (another build?)";
+      } else if (std::memcmp(&ro.ig_cfg, const_cast<const ig_config*>(&skel_->rodata->ig_cfg),
+                             sizeof(ro.ig_cfg)) != 0) {
+        differs = "its rules differ from xdp: in the configuration";
+      } else if (std::memcmp(&ro.ig_flow_secret, &flow_secret_, sizeof(flow_secret_)) != 0 ||
+                 std::find(ids.begin(), ids.end(), mapId(maps_.flows)) == ids.end()) {
+        differs = "its maps are not the ones pinned under xdp.pin_path";
+      } else if (bpf_obj_get_info_by_fd(prog_fd, &ours, &ours_len) != 0 ||
+                 std::memcmp(ours.tag, info.tag, sizeof(ours.tag)) != 0) {
+        differs = "its instructions differ (another build)";
+      }
+      if (differs != nullptr) {
+        spdlog::info("xdp: the program left on {} (id {}) is not kept: {}", opts_.interface,
+                     old_id, differs);
+      } else {
         attached_ = true;
         adopted_ = true;
         attach_flags_ = mode_flag;
