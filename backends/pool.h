@@ -97,7 +97,9 @@ struct RemoteBackendConfig {
   uint64_t dns_timeout_ms = 2000;
   std::string dns_server;
   uint32_t dns_max_endpoints = 8;
-  // Sequence affinity (see Pool).
+  // Sequence affinity (see Pool). sequence_id_header: an HTTP header (lower case) whose value is
+  // a REST request's sequence id (a string id) when its body has no sequence_id parameter.
+  std::string sequence_id_header;
   uint64_t sequence_idle_timeout_ms = 60000;
   uint32_t sequence_max = 65536;
 };

@@ -1543,7 +1543,8 @@ class Loader {
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "shared_memory",
            "cuda_device", "validate_metadata", "max_message_bytes", "metrics_port",
            "metrics_interval_ms", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
-           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max"}));
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max",
+           "sequence_id_header"}));
     } else {
       IG_CONFIG_TRY(checkMap(
           n, path,
@@ -1551,7 +1552,8 @@ class Loader {
            "channels", "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "validate_metadata",
            "max_message_bytes", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
-           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max"}));
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max",
+           "sequence_id_header"}));
     }
     const std::string epath = join(path, "endpoints");
     YAML::Node eps = n["endpoints"];
@@ -1716,6 +1718,17 @@ class Loader {
     if (YAML::Node v = n["sequence_idle_timeout_ms"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "sequence_idle_timeout_ms"), 1, kMaxMs,
                                out.sequence_idle_timeout_ms));
+    }
+    if (YAML::Node v = n["sequence_id_header"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readString(v, join(path, "sequence_id_header"), out.sequence_id_header));
+      for (char& ch : out.sequence_id_header) {
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_')) {
+          return err(join(path, "sequence_id_header"),
+                     fmt::format("'{}' is not a header name (letters, digits, '-', '_')",
+                                 out.sequence_id_header));
+        }
+      }
     }
     if (YAML::Node v = n["sequence_max"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "sequence_max"), 1, 10000000, out.sequence_max));

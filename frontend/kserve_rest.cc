@@ -4,6 +4,7 @@
 #include <string_view>
 #include <utility>
 
+#include "backends/pool.h"  // RemoteBackendConfig::sequence_id_header
 #include "backends/retry_after.h"
 #include "common/clock.h"
 #include "frontend/kserve_body_stream.h"
@@ -277,6 +278,20 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   }
   if (absl::Status st = backends::validateRequest(cfg, *req); !st.ok()) {
     return finish(httpErrorResponse(st));
+  }
+  // Sequence affinity by header (docs/BACKENDS.md "Sequences"): the model's
+  // sequence_id_header carries a string sequence id; the sequence_id parameter wins.
+  if (cfg.remote != nullptr && !cfg.remote->sequence_id_header.empty() &&
+      !req->sequence.active()) {
+    if (const std::string* v = request.header(cfg.remote->sequence_id_header);
+        v != nullptr && !v->empty()) {
+      if (v->size() > 256) {
+        return finish(errorResponse(400, cfg.remote->sequence_id_header +
+                                             " must be at most 256 bytes (a sequence id)"));
+      }
+      req->sequence.id = *v;
+      req->sequence.id_is_string = true;
+    }
   }
   {
     absl::StatusOr<int64_t> prio = resolvePriority(

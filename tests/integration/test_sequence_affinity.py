@@ -9,6 +9,7 @@ killed mid-sequence -> each of its sequences' next request gets 400 (FAILED_PREC
 naming the endpoint, the one after that 400 "not bound" (never moved to another server), while
 the other sequences keep going on their own servers to their end; the bindings gauge ends at 0.
 """
+import json
 import os
 import sys
 import threading
@@ -20,6 +21,23 @@ from backend_fixture import model_yaml, post_json  # noqa: E402
 from backend_fixture import setUpModule, tearDownModule  # noqa: E402,F401
 
 IDS = [1001, 1002, 1003, 1004, 1005, 1006, "seq-a", "seq-b", "seq-c"]
+
+
+def header_infer(port, session, k, start=False):
+    """A request whose sequence id is the x-session-id header (the model's sequence_id_header)."""
+    body = {"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [float(k)] * 16}]}
+    if start:
+        body["parameters"] = {"sequence_start": True}
+    data = json.dumps(body).encode()
+    s = harness.connect(port)
+    try:
+        s.sendall(("POST /v2/models/remote/infer HTTP/1.1\r\nHost: x\r\nX-Session-Id: %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (session, len(data))).encode() + data)
+        status, _, payload, _ = harness.read_response(s)
+        return status, json.loads(payload or b"{}")
+    finally:
+        s.close()
 
 
 def seq_infer(port, sid, k, start=False, end=False):
@@ -38,7 +56,8 @@ def seq_infer(port, sid, k, start=False, end=False):
 class SequenceAffinityTest(bf.BackendTestCase):
     def test_sequences_stay_and_end_clearly(self):
         servers = [self.server(), self.server(), self.server()]
-        gw = self.start_gateway(model_yaml(endpoints=[s.address for s in servers]))
+        gw = self.start_gateway(model_yaml(endpoints=[s.address for s in servers],
+                                           extra="      sequence_id_header: x-session-id"))
         phase1 = threading.Barrier(len(IDS) + 1)
         phase2 = threading.Barrier(len(IDS) + 1)
         answers = {sid: [] for sid in IDS}  # sid -> [(phase, status, reply, sent values)]
@@ -114,6 +133,14 @@ class SequenceAffinityTest(bf.BackendTestCase):
                 self.assertEqual(set(s.control("Stats")["batch_sizes"]), {1})
         self.assertEqual(gw.metric("infergate_backend_sequences", model="remote"), 0)
         self.assertEqual(gw.metric("infergate_backend_sequence_broken_total", model="remote"), 2 * len(lost))
+        # The configured header carries a (string) sequence id: its requests stay together too.
+        for k in range(6):
+            st, reply = header_infer(gw.port, "sess-1", k, start=(k == 0))
+            self.assertEqual(st, 200, reply)
+        saw = [s for s in servers if s is not victim and
+               "sess-1" in [x[0] for x in s.control("Stats").get("sequences", [])]]
+        self.assertEqual(len(saw), 1)
+        self.assertEqual([x[0] for x in saw[0].control("Stats")["sequences"]].count("sess-1"), 6)
         print("sequence affinity: %d sequences, %d ended by the kill, %d kept" % (len(IDS), len(lost), len(kept)))
 
 
