@@ -16,19 +16,26 @@ namespace infergate::backends {
 
 std::string_view sharedMemoryKindName(SharedMemoryKind k) {
   switch (k) {
-    case SharedMemoryKind::kNone: return "none";
-    case SharedMemoryKind::kSystem: return "system";
-    case SharedMemoryKind::kCuda: return "cuda";
+    case SharedMemoryKind::kNone:
+      return "none";
+    case SharedMemoryKind::kSystem:
+      return "system";
+    case SharedMemoryKind::kCuda:
+      return "cuda";
   }
   return "none";
 }
 
 std::string_view Pool::stateName(State s) {
   switch (s) {
-    case State::kUnknown: return "unknown";
-    case State::kHealthy: return "healthy";
-    case State::kUnhealthy: return "unhealthy";
-    case State::kEjected: return "ejected";
+    case State::kUnknown:
+      return "unknown";
+    case State::kHealthy:
+      return "healthy";
+    case State::kUnhealthy:
+      return "unhealthy";
+    case State::kEjected:
+      return "ejected";
   }
   return "unknown";
 }
@@ -54,8 +61,8 @@ struct Pool::Endpoint {
   // Queue depth (nullptr source: no metrics URL). The reading is written by the metrics thread
   // and read by pickLocked(), both under mu_.
   std::unique_ptr<QueueDepthSource> depth;
-  uint64_t depth_value = 0;     // the server's queue depth at depth_at_ns
-  uint64_t depth_at_ns = 0;     // 0: no reading
+  uint64_t depth_value = 0;  // the server's queue depth at depth_at_ns
+  uint64_t depth_at_ns = 0;  // 0: no reading
   uint64_t scrape_errors = 0;
   bool scrape_failing = false;  // last scrape failed (logged once per episode)
   bool depth_missing_logged = false;
@@ -64,9 +71,9 @@ struct Pool::Endpoint {
   common::Gauge* depth_gauge = nullptr;  // -1 when there is no fresh reading
   common::Counter* scrape_errors_counter = nullptr;
   // Set changes (guarded by mu_).
-  bool draining = false;  // removed: no new batches, closed by reap() once idle
-  uint32_t active = 0;    // batches sent and not yet through onDone (reap() waits for 0)
-  uint32_t sequences = 0; // bindings to this endpoint
+  bool draining = false;   // removed: no new batches, closed by reap() once idle
+  uint32_t active = 0;     // batches sent and not yet through onDone (reap() waits for 0)
+  uint32_t sequences = 0;  // bindings to this endpoint
 };
 
 std::shared_ptr<Pool::Endpoint> Pool::makeEndpoint(std::unique_ptr<EndpointClient> client) {
@@ -99,7 +106,9 @@ std::shared_ptr<Pool::Endpoint> Pool::makeEndpoint(std::unique_ptr<EndpointClien
 Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
            std::vector<std::unique_ptr<EndpointClient>> clients, common::MetricsRegistry* metrics,
            std::vector<std::unique_ptr<QueueDepthSource>> queue_depth)
-    : model_(std::move(model)), kind_(std::move(kind)), config_(std::move(config)),
+    : model_(std::move(model)),
+      kind_(std::move(kind)),
+      config_(std::move(config)),
       metrics_(metrics) {
   config_.metrics_interval_ms = std::max<uint64_t>(config_.metrics_interval_ms, 10);
   for (auto& c : clients) {
@@ -119,6 +128,7 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
       static_.push_back(entry);  // a malformed dns entry was refused by the config loader
     }
   }
+  has_dns_ = !dns_.empty();
   if (queue_depth.empty()) {
     // Triton's pending-request gauge for the backend's name of the model.
     const std::string backend_model = config_.model_name.empty() ? model_ : config_.model_name;
@@ -168,9 +178,9 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
     const common::Labels l = {{"model", model_}};
     retries_ = &metrics_->counter("infergate_backend_retries_total",
                                   "Batches moved to another endpoint because they never left", l);
-    no_endpoint_ = &metrics_->counter(
-        "infergate_backend_unavailable_total",
-        "Batches answered UNAVAILABLE because no endpoint was healthy", l);
+    no_endpoint_ =
+        &metrics_->counter("infergate_backend_unavailable_total",
+                           "Batches answered UNAVAILABLE because no endpoint was healthy", l);
     endpoints_gauge_ = &metrics_->gauge(
         "infergate_backend_endpoints",
         "Endpoints in the model's pool (static and DNS-discovered; draining ones excluded)", l);
@@ -188,9 +198,9 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
     }
     seq_gauge_ = &metrics_->gauge("infergate_backend_sequences",
                                   "Sequences bound to an endpoint of the model's pool", l);
-    seq_refused_full_ = &metrics_->counter(
-        "infergate_backend_sequence_refused_total",
-        "Sequence starts refused because sequence_max bindings exist", l);
+    seq_refused_full_ =
+        &metrics_->counter("infergate_backend_sequence_refused_total",
+                           "Sequence starts refused because sequence_max bindings exist", l);
     seq_broken_ = &metrics_->counter(
         "infergate_backend_sequence_broken_total",
         "Sequence requests refused because the bound endpoint failed or left", l);
@@ -271,9 +281,13 @@ absl::Status Pool::start(bool require_ready) {
         any = true;
         continue;
       }
-      problems += fmt::format("{}{}: {}", problems.empty() ? "" : "; ", e->client->address(),
-                              e->reason);
+      problems +=
+          fmt::format("{}{}: {}", problems.empty() ? "" : "; ", e->client->address(), e->reason);
     }
+  }
+  if (problems.empty() && !any) {
+    problems = dns_.empty() ? "no endpoints"
+                            : "no endpoints: the dns:/// entries resolved to nothing (see the log)";
   }
   if (!any && require_ready) {
     return absl::UnavailableError(fmt::format(
@@ -309,7 +323,7 @@ void Pool::setStateLocked(Endpoint& e, State s, std::string reason) {
     breakBindingsLocked(e, fmt::format("{} endpoint {} is {}: {}", kind_, e.client->address(),
                                        stateName(s), reason));
   }
-  if (s == State::kUnhealthy && e.state == State::kHealthy && !dns_.empty()) {
+  if (s == State::kUnhealthy && e.state == State::kHealthy && has_dns_) {
     resolve_now_ = true;  // the endpoint may have left: ask DNS at once
     resolver_cv_.notify_all();
   }
@@ -358,9 +372,9 @@ void Pool::healthLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     // New endpoints (probe_now_) are probed at once: they take batches after a passing probe.
-    cv_.wait_for(lock,
-                 std::chrono::milliseconds(std::max<uint64_t>(config_.health_check_interval_ms, 10)),
-                 [this] { return stopping_ || probe_now_; });
+    cv_.wait_for(
+        lock, std::chrono::milliseconds(std::max<uint64_t>(config_.health_check_interval_ms, 10)),
+        [this] { return stopping_ || probe_now_; });
     if (stopping_) break;
     probe_now_ = false;
     lock.unlock();
@@ -446,16 +460,15 @@ absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
     }
     const size_t colon = entry.rfind(':');
     if (colon == std::string::npos || colon == 0 || colon + 1 == entry.size()) {
-      return absl::InvalidArgumentError(fmt::format(
-          "model '{}': invalid endpoint '{}' (expected host:port or dns:///name:port)", model_,
-          entry));
+      return absl::InvalidArgumentError(
+          fmt::format("model '{}': invalid endpoint '{}' (expected host:port or dns:///name:port)",
+                      model_, entry));
     }
     statics.push_back(entry);
   }
   if (!factory_) {
-    return absl::FailedPreconditionError(
-        fmt::format("model '{}': this pool cannot change its endpoints (no client factory)",
-                    model_));
+    return absl::FailedPreconditionError(fmt::format(
+        "model '{}': this pool cannot change its endpoints (no client factory)", model_));
   }
   std::unique_lock<std::mutex> set_lock(set_mu_);
   bool resolve = false;
@@ -467,6 +480,10 @@ absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
   }
   static_ = std::move(statics);
   dns_ = std::move(targets);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    has_dns_ = !dns_.empty();
+  }
   config_.endpoints = configured;
   applySetLocked(set_lock);
   if (!dns_.empty() && started_ && !resolver_thread_.joinable()) {
@@ -495,9 +512,10 @@ void Pool::applySetLocked(std::unique_lock<std::mutex>& set_lock) {
       const bool want = std::binary_search(desired.begin(), desired.end(), e->client->address());
       if (!want && !e->draining) {
         e->draining = true;
-        spdlog::info("model '{}': {} endpoint {} removed from the set: draining ({} in flight, "
-                     "{} bound sequences)",
-                     model_, kind_, e->client->address(), e->inflight, e->sequences);
+        spdlog::info(
+            "model '{}': {} endpoint {} removed from the set: draining ({} in flight, "
+            "{} bound sequences)",
+            model_, kind_, e->client->address(), e->inflight, e->sequences);
       } else if (want && e->draining) {
         e->draining = false;  // back before it was closed
         spdlog::info("model '{}': {} endpoint {} back in the set", model_, kind_,
@@ -543,8 +561,8 @@ void Pool::resolveAll() {
     }
   }
   if (names.empty()) return;
-  // resolver_ is used by one thread at a time: start() before the resolver thread exists, then
-  // only the resolver thread (tests call this before start() or without one).
+  // One resolution at a time (start(), the resolver thread, tests): resolver_ is single-threaded.
+  std::lock_guard<std::mutex> resolving(resolve_mu_);
   if (resolver_ == nullptr) {
     DnsResolver::Options o;
     o.server = config_.dns_server;
@@ -576,10 +594,11 @@ void Pool::resolveAll() {
       const bool empty = a.status.code() == absl::StatusCode::kNotFound;
       common::Counter* c = empty ? dns_empty_ : dns_failures_;
       if (c != nullptr) c->inc();
-      spdlog::warn("model '{}': {}: {}; keeping the last good set ({} addresses), retrying in "
-                   "{} ms",
-                   model_, t->entry, std::string(a.status.message()), t->addresses.size(),
-                   config_.dns_min_refresh_ms);
+      spdlog::warn(
+          "model '{}': {}: {}; keeping the last good set ({} addresses), retrying in "
+          "{} ms",
+          model_, t->entry, std::string(a.status.message()), t->addresses.size(),
+          config_.dns_min_refresh_ms);
       t->next_ns = now + config_.dns_min_refresh_ms * 1'000'000;
       continue;
     }
@@ -664,9 +683,10 @@ void Pool::scrapeOne(Endpoint& e) {
     if (!r->has_value()) {
       e.depth_at_ns = 0;  // no reading: in-flight batches only
       if (!e.depth_missing_logged) {
-        spdlog::warn("model '{}': {} has no {} sample for the model; {} endpoint {} is picked on "
-                     "in-flight batches only",
-                     model_, e.depth->url(), kTritonPendingMetric, kind_, e.client->address());
+        spdlog::warn(
+            "model '{}': {} has no {} sample for the model; {} endpoint {} is picked on "
+            "in-flight batches only",
+            model_, e.depth->url(), kTritonPendingMetric, kind_, e.client->address());
         e.depth_missing_logged = true;
       }
     } else {
@@ -859,10 +879,10 @@ void Pool::dispatch(Pending p) {
       if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
     };
     if (!aff.key.empty() && aff.key[0] == '!') {
-      refuse(absl::FailedPreconditionError(fmt::format(
-                 "model '{}': a batch mixes a sequence request with others (internal error)",
-                 model_)),
-             nullptr);
+      refuse(
+          absl::FailedPreconditionError(fmt::format(
+              "model '{}': a batch mixes a sequence request with others (internal error)", model_)),
+          nullptr);
       return;
     }
     if (!aff.key.empty() && !aff.start) {
@@ -935,16 +955,15 @@ void Pool::dispatch(Pending p) {
   // The Pending moves into the completion; `batch` stays valid until done is called.
   auto shared = std::make_shared<Pending>(std::move(p));
   const uint64_t start = common::monotonicNs();
-  e->client->send(batch, opt,
-                  [this, e, shared, start, deadline_bound](BatchOutputs out, bool not_sent) {
-                    if (!out.ok() && deadline_bound &&
-                        out.status().code() == absl::StatusCode::kDeadlineExceeded) {
-                      out = absl::UnavailableError(fmt::format(
-                          "Request timeout expired (at {} endpoint {})", kind_,
-                          e->client->address()));
-                    }
-                    onDone(e, std::move(*shared), start, std::move(out), not_sent);
-                  });
+  e->client->send(
+      batch, opt, [this, e, shared, start, deadline_bound](BatchOutputs out, bool not_sent) {
+        if (!out.ok() && deadline_bound &&
+            out.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          out = absl::UnavailableError(fmt::format("Request timeout expired (at {} endpoint {})",
+                                                   kind_, e->client->address()));
+        }
+        onDone(e, std::move(*shared), start, std::move(out), not_sent);
+      });
 }
 
 void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, bool not_sent) {
@@ -962,8 +981,7 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
       auto it = sequences_.find(aff.key);
       if (it != sequences_.end() && it->second.endpoint == e->id && it->second.broken.empty()) {
         it->second.broken = fmt::format("a request failed at {} endpoint {}: {}", kind_,
-                                        e->client->address(),
-                                        std::string(out.status().message()));
+                                        e->client->address(), std::string(out.status().message()));
       }
     }
     if (out.ok()) {
@@ -1003,10 +1021,9 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
         retry = !stopping_;
       } else {
         const absl::StatusCode c = out.status().code();
-        const bool endpoint_fault = c == absl::StatusCode::kUnavailable ||
-                                    c == absl::StatusCode::kDeadlineExceeded ||
-                                    c == absl::StatusCode::kInternal ||
-                                    c == absl::StatusCode::kUnknown;
+        const bool endpoint_fault =
+            c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kDeadlineExceeded ||
+            c == absl::StatusCode::kInternal || c == absl::StatusCode::kUnknown;
         if (endpoint_fault && config_.eject_after_failures > 0 &&
             ++e->consecutive_failures >= config_.eject_after_failures &&
             e->state == State::kHealthy) {
@@ -1028,13 +1045,13 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
   } else {
     const absl::Status& s = out.status();
     absl::Status answer;
-    if (s.code() == absl::StatusCode::kInvalidArgument || absl::StartsWith(s.message(), "Request timeout")) {
+    if (s.code() == absl::StatusCode::kInvalidArgument ||
+        absl::StartsWith(s.message(), "Request timeout")) {
       answer = s;  // the request's own fault / its deadline: pass through
     } else {
-      answer = absl::UnavailableError(fmt::format("{} endpoint {} failed for model '{}': {}: {}",
-                                                  kind_, e->client->address(), model_,
-                                                  absl::StatusCodeToString(s.code()),
-                                                  std::string(s.message())));
+      answer = absl::UnavailableError(
+          fmt::format("{} endpoint {} failed for model '{}': {}: {}", kind_, e->client->address(),
+                      model_, absl::StatusCodeToString(s.code()), std::string(s.message())));
     }
     p.done(std::move(answer));
   }
@@ -1070,8 +1087,7 @@ std::vector<Pool::EndpointStatus> Pool::status() const {
   const uint64_t now = common::monotonicNs();
   std::vector<EndpointStatus> out;
   for (auto& e : endpoints_) {
-    out.push_back({e->client->address(), e->state, e->inflight, e->batches, e->failures,
-                   e->reason,
+    out.push_back({e->client->address(), e->state, e->inflight, e->batches, e->failures, e->reason,
                    freshLocked(*e, now) ? static_cast<int64_t>(e->depth_value) : -1,
                    e->scrape_errors, e->gpu_degraded, e->draining, e->sequences});
   }

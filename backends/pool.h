@@ -65,12 +65,12 @@ enum class SharedMemoryKind : uint8_t { kNone, kSystem, kCuda };
 
 // models[].triton / models[].tfserving.
 struct RemoteBackendConfig {
-  std::vector<std::string> endpoints;   // host:port or dns:///name:port, at least one
-  std::string model_name;               // the model's name at the backend; empty: models[].name
-  std::string model_version;            // empty: the backend's default (TF Serving: latest)
+  std::vector<std::string> endpoints;  // host:port or dns:///name:port, at least one
+  std::string model_name;              // the model's name at the backend; empty: models[].name
+  std::string model_version;           // empty: the backend's default (TF Serving: latest)
   std::string signature_name = "serving_default";  // TF Serving only
-  uint32_t max_concurrency = 4;         // batches in flight per endpoint
-  uint32_t channels = 2;                // gRPC channels (connections) per endpoint
+  uint32_t max_concurrency = 4;                    // batches in flight per endpoint
+  uint32_t channels = 2;                           // gRPC channels (connections) per endpoint
   uint64_t health_check_interval_ms = 1000;
   uint64_t health_check_timeout_ms = 1000;
   uint64_t request_timeout_ms = 30000;  // per batch at the backend; 0 = none
@@ -78,9 +78,9 @@ struct RemoteBackendConfig {
   uint32_t eject_after_failures = 3;    // consecutive failed batches (0 = never eject)
   uint64_t ejection_ms = 5000;
   SharedMemoryKind shared_memory = SharedMemoryKind::kNone;  // Triton only
-  uint32_t cuda_device = 0;             // shared_memory: cuda: the GPU holding the regions
-  bool validate_metadata = true;        // compare the backend's metadata with inputs/outputs
-                                        // (Triton: ModelMetadata; TF Serving: signature_def)
+  uint32_t cuda_device = 0;       // shared_memory: cuda: the GPU holding the regions
+  bool validate_metadata = true;  // compare the backend's metadata with inputs/outputs
+                                  // (Triton: ModelMetadata; TF Serving: signature_def)
   uint64_t max_message_bytes = 256ull << 20;
   // Queue-depth aware picking (Triton): the Prometheus metrics URL of each endpoint, parallel to
   // `endpoints` (shorter, or an empty string: no metrics for that endpoint), and how often
@@ -150,12 +150,12 @@ class Pool : public BatchBackend {
     uint32_t inflight;
     uint64_t batches;
     uint64_t failures;
-    std::string reason;     // why not healthy
-    int64_t queue_depth;    // the server's fresh queue-depth reading; -1: none (or stale)
-    uint64_t scrape_errors; // failed metrics scrapes
-    bool gpu_degraded;      // setEndpointDegraded: picked only when no unmarked one is healthy
-    bool draining = false;  // removed from the set: no new batches, closed once idle
-    uint32_t sequences = 0; // sequences bound to it
+    std::string reason;      // why not healthy
+    int64_t queue_depth;     // the server's fresh queue-depth reading; -1: none (or stale)
+    uint64_t scrape_errors;  // failed metrics scrapes
+    bool gpu_degraded;       // setEndpointDegraded: picked only when no unmarked one is healthy
+    bool draining = false;   // removed from the set: no new batches, closed once idle
+    uint32_t sequences = 0;  // sequences bound to it
   };
 
   // `model`: for messages and metric labels; `kind`: "triton" | "tfserving". `metrics` nullptr:
@@ -182,8 +182,9 @@ class Pool : public BatchBackend {
   absl::Status setEndpoints(const std::vector<std::string>& configured);
 
   // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
-  // health thread (and the metrics thread when an endpoint has a queue-depth source). `require_ready`: an error naming each endpoint's problem when none became
-  // healthy; otherwise the pool starts anyway (batches fail fast until one is ready).
+  // health thread (and the metrics thread when an endpoint has a queue-depth source).
+  // `require_ready`: an error naming each endpoint's problem when none became healthy; otherwise
+  // the pool starts anyway (batches fail fast until one is ready).
   absl::Status start(bool require_ready);
 
   void execute(const Batch& batch, BatchDone done) override;
@@ -225,13 +226,13 @@ class Pool : public BatchBackend {
     }
   };
   struct Binding {
-    uint64_t endpoint = 0;   // id
+    uint64_t endpoint = 0;  // id
     uint64_t last_ns = 0;
-    std::string broken;      // non-empty: the endpoint failed; the next request is refused
+    std::string broken;  // non-empty: the endpoint failed; the next request is refused
   };
   // What a sequence request needs: where to go (0: pick, then bind), or an error.
   struct Affinity {
-    std::string key;       // empty: not a sequence
+    std::string key;  // empty: not a sequence
     bool start = false;
     bool end = false;
   };
@@ -280,10 +281,12 @@ class Pool : public BatchBackend {
     uint64_t next_ns = 0;
   };
   std::vector<DnsTarget> dns_;
-  std::unique_ptr<DnsResolver> resolver_;
+  std::mutex resolve_mu_;                  // serializes resolveAll() (taken before set_mu_)
+  std::unique_ptr<DnsResolver> resolver_;  // guarded by resolve_mu_
   std::thread resolver_thread_;
   std::condition_variable resolver_cv_;  // resolver thread: stop or new targets
   bool resolve_now_ = false;
+  bool has_dns_ = false;    // dns_ is not empty (guarded by mu_, for setStateLocked)
   bool probe_now_ = false;  // health thread: new endpoints to probe
   common::Counter* dns_resolutions_ = nullptr;
   common::Counter* dns_failures_ = nullptr;
@@ -301,9 +304,9 @@ class Pool : public BatchBackend {
   bool has_queue_depth_ = false;  // some endpoint has a queue-depth source (set in the ctor)
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // health / metrics threads: stop
-  std::condition_variable drained_;   // the destructor: inflight_ reached 0 while stopping_
-  std::deque<Pending> queue_;   // waiting for a free concurrency slot
+  std::condition_variable cv_;       // health / metrics threads: stop
+  std::condition_variable drained_;  // the destructor: inflight_ reached 0 while stopping_
+  std::deque<Pending> queue_;        // waiting for a free concurrency slot
   uint32_t inflight_ = 0;
   bool stopping_ = false;
   bool started_ = false;

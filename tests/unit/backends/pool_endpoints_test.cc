@@ -93,6 +93,11 @@ struct Fixture {
     std::lock_guard<std::mutex> l(s->mu);
     return s->sends;
   }
+  void setProbe(const std::string& a, absl::Status st) {
+    auto s = state(a);
+    std::lock_guard<std::mutex> l(s->mu);
+    s->probe = std::move(st);
+  }
   void hold(const std::string& a, bool h) {
     auto s = state(a);
     std::lock_guard<std::mutex> l(s->mu);
@@ -155,12 +160,14 @@ TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
   }
   const int a_before = f.sends("a:1");
   ASSERT_GT(a_before, 0);
+  // c is not ready yet (the health thread probes it at once: it must fail that probe).
+  f.setProbe("c:1", absl::UnavailableError("starting"));
   ASSERT_TRUE(f.pool->setEndpoints({"b:1", "c:1"}).ok());
   std::vector<Pool::EndpointStatus> v;
   ASSERT_NE(f.status("a:1", v), nullptr);
   EXPECT_TRUE(f.status("a:1", v)->draining);
   ASSERT_NE(f.status("c:1", v), nullptr);
-  EXPECT_EQ(f.status("c:1", v)->state, Pool::State::kUnknown);  // not before its probe
+  EXPECT_NE(f.status("c:1", v)->state, Pool::State::kHealthy);  // not before a passing probe
   EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"b:1", "c:1"}));
   // New batches: never a (draining), never c (not probed yet).
   Result x;
@@ -183,6 +190,7 @@ TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
   EXPECT_EQ(f.status("a:1", v), nullptr);
   EXPECT_TRUE(f.state("a:1")->shut);
   // c takes batches after its first passing probe.
+  f.setProbe("c:1", absl::OkStatus());
   f.pool->probeAll();
   for (int i = 0; i < 20; ++i) f.pool->execute(b, collect(x));
   EXPECT_GT(f.sends("c:1"), 0);
@@ -261,7 +269,7 @@ TEST(PoolSequences, EndpointFailureEndsTheSequenceClearly) {
     where[std::to_string(id)] = f.sends("a:1") > a0 ? "a:1" : "b:1";
   }
   // a fails its probe: its sequences end; b's go on.
-  f.state("a:1")->probe = absl::UnavailableError("gone");
+  f.setProbe("a:1", absl::UnavailableError("gone"));
   f.pool->probeAll();
   int refused = 0, ok = 0;
   for (auto& [id, ep] : where) {
@@ -383,7 +391,7 @@ TEST(PoolSequences, NotSentStartIsRetriedElsewhereAndBoundThere) {
   EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
   f.state("b:1")->result = absl::OkStatus();
   f.state("b:1")->not_sent = false;
-  f.state("a:1")->probe = absl::UnavailableError("down");
+  f.setProbe("a:1", absl::UnavailableError("down"));
   f.pool->probeAll();
   f.pool->execute(*s, collect(r));
   EXPECT_TRUE(r.status.ok()) << r.status;
