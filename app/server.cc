@@ -60,6 +60,34 @@ std::string jsonString(std::string_view s) {
   return out + "\"";
 }
 
+// The config's tenants: section as the limiter's options (CIDRs already validated).
+frontend::TenantsOptions tenantsOptions(const config::TenantsConfig& c) {
+  auto limits = [](const config::TenantLimitsConfig& l) {
+    frontend::TenantLimits out;
+    out.rate = l.rate;
+    out.burst = l.burst;
+    out.max_concurrent = l.max_concurrent;
+    out.priority_class = l.priority_class;
+    return out;
+  };
+  frontend::TenantsOptions o;
+  o.api_key_header = c.api_key_header;
+  o.default_limits = limits(c.default_limits);
+  for (const config::TenantConfig& t : c.tenants) {
+    frontend::TenantSpec spec;
+    spec.name = t.name;
+    for (const std::string& s : t.sources) {
+      if (absl::StatusOr<common::Cidr> cidr = common::parseCidr(s); cidr.ok()) {
+        spec.sources.push_back(*cidr);
+      }
+    }
+    spec.api_keys = t.api_keys;
+    spec.limits = limits(t.limits);
+    o.tenants.push_back(std::move(spec));
+  }
+  return o;
+}
+
 }  // namespace
 
 Server::Server(config::Config config) : config_(std::move(config)), running_(config_) {}
@@ -140,6 +168,17 @@ absl::Status Server::start() {
   http_options_.client_priority = &client_priority_;
   admin_options_ = http_options_;
   admin_options_.access_log = false;
+  // Per-tenant limits on the serving listeners (validated by the config loader).
+  if (c.tenants.enabled()) {
+    absl::StatusOr<std::unique_ptr<frontend::TenantLimiter>> t =
+        frontend::TenantLimiter::create(tenantsOptions(c.tenants), nullptr, &registry);
+    if (!t.ok()) return absl::InvalidArgumentError("tenants: " + std::string(t.status().message()));
+    tenants_ = std::move(*t);
+    http_options_.tenants = tenants_.get();
+    http2_options_.tenants = tenants_.get();
+    spdlog::info("tenants: {} configured (api key header '{}') plus 'default'",
+                 tenants_->tenants() - 1, tenants_->apiKeyHeader());
+  }
 
   // http: HTTP/1.1; grpc: HTTP/2 prior knowledge; auto: either, by the connection preface.
   auto sessionFactoryFor = [this](const std::string& protocol) -> net::SessionFactory {

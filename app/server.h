@@ -20,6 +20,7 @@
 #include "frontend/http2_session.h"
 #include "frontend/kserve_rest.h"
 #include "frontend/server_metrics.h"
+#include "frontend/tenants.h"
 
 namespace infergate::app {
 
@@ -75,6 +76,9 @@ class Server {
   std::unique_ptr<frontend::InferenceGrpcServices> grpc_;
   frontend::Http2SessionOptions http2_options_;
   frontend::ClientPriorityPolicy client_priority_;  // both option sets point here
+  // Per-tenant limits (config tenants:, frontend/tenants.h); null when off. Both serving
+  // option sets point here (the admin listener is never limited).
+  std::unique_ptr<frontend::TenantLimiter> tenants_;
   frontend::Http1SessionOptions http_options_;
   frontend::Http1SessionOptions admin_options_;
   std::atomic<uint64_t> connections_{0};
