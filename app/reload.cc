@@ -213,7 +213,11 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
               {key, fmt::format("live XDP rule changes are implemented in xdp-filter mode only "
                                 "(mode {} needs a restart)",
                                 config::modeName(running.mode))});
-        } else if (k != "cidr_rules" && running.security.drop_privileges) {
+        } else if (running.security.drop_privileges &&
+                   (k != "cidr_rules" ||
+                    running.xdp.cidr_rules.empty() != next.xdp.cidr_rules.empty())) {
+          // (From no CIDR rule to some, or back, switches the class lookup compiled into the
+          // program.)
           plan.refused.push_back(
               {key,
                "compiled into the XDP program: a live change loads a new program, which the "

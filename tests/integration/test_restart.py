@@ -94,6 +94,102 @@ class RestartTest(netns.VethTestCase):
             self.assertNotIn("XDP program detached", a_text)
             self.assertEqual(program_id(net), prog_before)  # B left it too
 
+    def test_xdp_rules_reload_in_place(self):
+        """POST /admin/reload with new xdp.cidr_rules: the running program's CIDR map is
+        rewritten (same program id, no detach) and requests from the client are tagged with
+        the new class; a compiled-in rule (request_rate_limit) is refused after the privilege
+        drop, naming the key."""
+        net = self.net
+        text = CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if) +
+                             "  cidr_rules: [{cidr: 192.0.2.0/24, class: 0}]\n")
+        with self.gateway(text, name="gw") as (p, log):
+            prog = program_id(net)
+
+            def infer(n):
+                for _ in range(n):
+                    r = net.run_client(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                        "-X", "POST", "--data-binary", "@" + body,
+                                        "http://%s:8000/v2/models/identity/infer" % net.gw_ip])
+                    self.assertEqual(r.stdout, "200")
+
+            body = os.path.join(net.tmp, "body.json")
+            with open(body, "w") as f:
+                f.write(json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16],
+                                                "datatype": "FP32", "data": [0.0] * 16}]}))
+            def background():
+                return netns.gateway_metric(net, "infergate_xdp_requests_total",
+                                            **{"class": "background"})
+            infer(3)
+            self.assertEqual(background(), 0)
+            cfg = os.path.join(net.tmp, "gw.yaml")
+            new_text = text.replace("class: 0}]", "class: 0}, {cidr: %s/32, class: 3}]"
+                                    % net.client_ip)
+            with open(cfg, "w") as f:
+                f.write(new_text)
+            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
+            answer = json.loads(r.stdout)
+            self.assertEqual(answer.get("result"), "ok", r.stdout)
+            self.assertEqual(answer["applied"], ["xdp.cidr_rules"])
+            self.assertEqual(program_id(net), prog)
+            infer(3)
+            self.assertEqual(background(), 3)
+            # A rule compiled into the program: refused (privileges dropped), nothing applied.
+            with open(cfg, "w") as f:
+                f.write(new_text.replace("  keep_attached: true\n", "  keep_attached: true\n"
+                                         "  request_rate_limit: {rate_per_sec: 1}\n"))
+            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
+            answer = json.loads(r.stdout)
+            self.assertEqual(answer["result"], "refused", answer)
+            self.assertEqual([x["key"] for x in answer["refused"]], ["xdp.request_rate_limit"])
+            infer(3)  # no rate limit in effect
+            self.assertEqual(program_id(net), prog)
+        with open(log) as f:
+            self.assertIn("CIDR rules reloaded in place", f.read())
+
+    def test_xdp_compiled_rules_reload_replaces_program(self):
+        """Without the privilege drop, a rule compiled into the program (request_rate_limit)
+        reloads by an atomic replace over the same maps: a new program id, never a detach,
+        the counters carry on, and the new limit answers 429."""
+        net = self.net
+        text = ("security: {drop_privileges: false, seccomp: false}\n" +
+                CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if)))
+        body = os.path.join(net.tmp, "body.json")
+        with open(body, "w") as f:
+            f.write(json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16],
+                                            "datatype": "FP32", "data": [0.0] * 16}]}))
+
+        def infer(n):
+            codes = []
+            for _ in range(n):
+                codes.append(net.run_client(
+                    ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
+                     "--data-binary", "@" + body,
+                     "http://%s:8000/v2/models/identity/infer" % net.gw_ip]).stdout)
+            return codes
+
+        with self.gateway(text, name="gw") as (p, log):
+            prog = program_id(net)
+            self.assertEqual(infer(5), ["200"] * 5)
+            passed = netns.gateway_metric(net, "infergate_xdp_packets_total", verdict="pass")
+            with open(os.path.join(net.tmp, "gw.yaml"), "w") as f:
+                f.write(text.replace("  keep_attached: true\n", "  keep_attached: true\n"
+                                     "  request_rate_limit: {rate_per_sec: 1, burst: 2}\n"))
+            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
+            answer = json.loads(r.stdout)
+            self.assertEqual(answer.get("result"), "ok", r.stdout)
+            self.assertEqual(answer["applied"], ["xdp.request_rate_limit"])
+            new_prog = program_id(net)
+            self.assertNotEqual(new_prog, prog)
+            self.assertIsNotNone(new_prog)
+            codes = infer(6)
+            self.assertEqual(codes[:2], ["200", "200"], codes)  # the burst
+            self.assertIn("429", codes[2:])
+            # The counters map is shared: the new program adds to the old program's counts.
+            self.assertGreater(netns.gateway_metric(net, "infergate_xdp_packets_total",
+                                                    verdict="pass"), passed)
+        with open(log) as f:
+            self.assertIn("replaced by id %d atomically" % new_prog, f.read())
+
     def test_socket_mode(self):
         self.restart_under_load("socket")
 

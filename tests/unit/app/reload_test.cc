@@ -167,6 +167,9 @@ TEST(PlanReload, CompiledXdpRulesNeedPrivilegesButCidrRulesDoNot) {
   p = plan(kXdp, after);
   EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.request_rate_limit"));
   EXPECT_NE(p.refusalMessage().find("security.drop_privileges: false"), std::string::npos);
+  // From some CIDR rules to none switches the lookup compiled into the program.
+  p = plan(kXdp, replace(kXdp, "  cidr_rules: [{cidr: 10.0.0.0/8, class: 2}]\n", ""));
+  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.cidr_rules"));
 }
 
 TEST(PlanReload, XdpAttachmentKeysAreRefused) {
