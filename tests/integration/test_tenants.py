@@ -16,7 +16,8 @@ queue of one). Shown:
   - a full queue's refusal (503) carries Retry-After 3: one request queued ahead plus itself,
     two batches of 1.5 s;
   - /metrics has the per-tenant series, labelled by the configured names only; no key appears
-    in /metrics or the log.
+    in /metrics or the log;
+  - a reload that changes tenants: is refused (409), naming tenants.list.
 """
 import json
 import os
@@ -198,6 +199,24 @@ class TenantsTest(unittest.TestCase):
         finally:
             for s in socks:
                 s.close()
+
+    def test_reload_refuses_a_tenants_change(self):
+        # The limiter is built at start-up: a changed tenants: section is refused by name.
+        with open(GW.config_path) as f:
+            original = f.read()
+        try:
+            with open(GW.config_path, "w") as f:
+                f.write(original.replace("rate: 0.2, burst: 2}", "rate: 5, burst: 9}"))
+            status, _, resp = harness.http_request(GW.admin_port, "POST", "/admin/reload")
+            self.assertEqual(status, 409, resp)
+            answer = json.loads(resp)
+            self.assertEqual(answer["result"], "refused")
+            self.assertIn("tenants.list", [r["key"] for r in answer["refused"]])
+            for k in KEYS:
+                self.assertNotIn(k, resp.decode())
+        finally:
+            with open(GW.config_path, "w") as f:
+                f.write(original)
 
     def test_zz_metrics_are_bounded_and_keys_never_show(self):
         text = GW.metrics()
