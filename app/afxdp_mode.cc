@@ -20,6 +20,7 @@
 #include <linux/capability.h>
 
 #include "app/privileges.h"
+#include "app/userspace_stack_mode.h"
 #include "backends/model.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -68,53 +69,6 @@ struct MetricsView {
   std::vector<XskDevice*> devices;
 };
 
-struct CounterField {
-  const char* name;
-  uint64_t tcp::TcpCounters::*field;
-};
-constexpr CounterField kTcpCounters[] = {
-    {"frames_in", &tcp::TcpCounters::frames_in},
-    {"segments_in", &tcp::TcpCounters::segments_in},
-    {"segments_out", &tcp::TcpCounters::segments_out},
-    {"bytes_in", &tcp::TcpCounters::bytes_in},
-    {"bytes_out", &tcp::TcpCounters::bytes_out},
-    {"retransmits", &tcp::TcpCounters::retransmits},
-    {"fast_retransmits", &tcp::TcpCounters::fast_retransmits},
-    {"rto_expirations", &tcp::TcpCounters::rto_expirations},
-    {"out_of_order", &tcp::TcpCounters::out_of_order},
-    {"duplicate_segments", &tcp::TcpCounters::duplicate_segments},
-    {"partial_duplicates", &tcp::TcpCounters::partial_duplicates},
-    {"syn_received", &tcp::TcpCounters::syn_received},
-    {"accepted", &tcp::TcpCounters::accepted},
-    {"refused", &tcp::TcpCounters::refused},
-    {"rst_in", &tcp::TcpCounters::rst_in},
-    {"rst_out", &tcp::TcpCounters::rst_out},
-    {"challenge_acks", &tcp::TcpCounters::challenge_acks},
-    {"zero_window_probes", &tcp::TcpCounters::zero_window_probes},
-    {"keepalive_probes", &tcp::TcpCounters::keepalive_probes},
-    {"timeouts", &tcp::TcpCounters::timeouts},
-    {"fin_wait2_timeouts", &tcp::TcpCounters::fin_wait2_timeouts},
-    {"time_wait_recycled", &tcp::TcpCounters::time_wait_recycled},
-    {"ignored_arp", &tcp::TcpCounters::ignored_arp},
-    {"ignored_icmp", &tcp::TcpCounters::ignored_icmp},
-    {"ignored_other", &tcp::TcpCounters::ignored_other},
-    {"xdp_rejected", &tcp::TcpCounters::xdp_rejected},
-    {"xdp_reject_ignored", &tcp::TcpCounters::xdp_reject_ignored},
-    {"syn_backlog_full", &tcp::TcpCounters::syn_backlog_full},
-    {"cookies_sent", &tcp::TcpCounters::cookies_sent},
-    {"cookies_validated", &tcp::TcpCounters::cookies_validated},
-    {"cookies_rejected", &tcp::TcpCounters::cookies_rejected},
-    {"half_open_evicted", &tcp::TcpCounters::half_open_evicted},
-    {"send_timeouts", &tcp::TcpCounters::send_timeouts},
-    {"output_limit_closes", &tcp::TcpCounters::output_limit_closes},
-    {"output_process_closes", &tcp::TcpCounters::output_process_closes},
-    {"output_discarded_bytes", &tcp::TcpCounters::output_discarded_bytes},
-    {"output_read_pauses", &tcp::TcpCounters::output_read_pauses},
-    {"ooo_frames_held", &tcp::TcpCounters::ooo_frames_held_total},
-    {"ooo_held_bytes_delivered", &tcp::TcpCounters::ooo_held_bytes_delivered},
-    {"ooo_hold_fallbacks", &tcp::TcpCounters::ooo_hold_fallbacks},
-};
-
 uint64_t relaxed(const uint64_t& v) {
   // Reactor-owned plain counters read from the admin thread (see dataplane/tcp/counters.h).
   return __atomic_load_n(&v, __ATOMIC_RELAXED);
@@ -124,41 +78,7 @@ void renderMetrics(MetricsView& view, std::string& out) {
   std::lock_guard<std::mutex> lock(view.mu);
   if (view.reactors.empty()) return;
   if (view.filter) out += xdp::renderPrometheus(view.filter->readCounters());
-  for (const CounterField& f : kTcpCounters) {
-    out += fmt::format("# TYPE infergate_tcp_{}_total counter\n", f.name);
-    for (size_t q = 0; q < view.reactors.size(); ++q)
-      out += fmt::format("infergate_tcp_{}_total{{queue=\"{}\"}} {}\n", f.name, q,
-                         relaxed(view.reactors[q]->tcpCounters().*f.field));
-  }
-  out += "# TYPE infergate_tcp_drops_total counter\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    for (size_t r = 0; r < static_cast<size_t>(tcp::DropReason::kCount); ++r)
-      out += fmt::format("infergate_tcp_drops_total{{queue=\"{}\",reason=\"{}\"}} {}\n", q,
-                         std::string(tcp::dropReasonName(static_cast<tcp::DropReason>(r))),
-                         relaxed(c.drops[r]));
-  }
-  // Receive-side copies in userspace (docs/TCP.md "Out-of-order data in its frames").
-  out += "# TYPE infergate_tcp_rx_copied_bytes_total counter\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"ooo\"}} {}\n", q,
-                       relaxed(c.rx_copied_ooo_bytes));
-    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"paused\"}} {}\n",
-                       q, relaxed(c.rx_copied_paused_bytes));
-  }
-  out += "# TYPE infergate_tcp_ooo_frames_held gauge\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q)
-    out += fmt::format("infergate_tcp_ooo_frames_held{{queue=\"{}\"}} {}\n", q,
-                       relaxed(view.reactors[q]->tcpCounters().ooo_frames_held));
-  out += "# TYPE infergate_tcp_connections gauge\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    for (size_t s = 1; s < static_cast<size_t>(tcp::TcpState::kCount); ++s)
-      out += fmt::format("infergate_tcp_connections{{queue=\"{}\",state=\"{}\"}} {}\n", q,
-                         std::string(tcp::stateName(static_cast<tcp::TcpState>(s))),
-                         relaxed(c.conns_by_state[s]));
-  }
+  renderTcpMetrics(view.reactors, out);
   out += "# TYPE infergate_afxdp_zero_copy gauge\n";
   for (size_t q = 0; q < view.devices.size(); ++q)
     out += fmt::format("infergate_afxdp_zero_copy{{queue=\"{}\"}} {}\n", q,
@@ -353,14 +273,10 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
         "interface {} has {} rx queues; afxdp mode supports at most {}", ifname, *queues,
         xdp::XdpFilter::kMaxXskQueues));
 
-  std::vector<uint16_t> ports;
-  for (const config::ListenerConfig& l : c.listeners) {
-    if (l.port == 0)
-      return absl::InvalidArgumentError(fmt::format(
-          "listener '{}': port 0 is not supported in afxdp mode (the XDP program needs the port)",
-          l.name));
-    ports.push_back(l.port);
-  }
+  absl::StatusOr<std::vector<uint16_t>> service_ports =
+      servicePorts(c, "afxdp", "the XDP program needs the port");
+  if (!service_ports.ok()) return service_ports.status();
+  const std::vector<uint16_t>& ports = *service_ports;
   xdp::XdpOptions xo = c.xdp;
   xo.service_ports = ports;
   if (absl::Status s = xdp::checkOptions(xo); !s.ok()) return s;
@@ -369,22 +285,13 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
   xo.synack_wscale = tcp::windowShiftFor(c.afxdp_tcp_rcv_buf);
-  const tcp::SynCookies stack_cookies = xo.syn_cookies == xdp::SynCookies::kOff
-                                            ? tcp::SynCookies::kOff
-                                        : xo.syn_cookies == xdp::SynCookies::kAlways
-                                            ? tcp::SynCookies::kAlways
-                                            : tcp::SynCookies::kOnOverflow;
+  const tcp::SynCookies stack_cookies = stackSynCookies(xo.syn_cookies);
 
   const auto [ip, mac] = interfaceAddresses(ifname);
   std::unique_ptr<AfXdpMode> mode(new AfXdpMode());
   State& st = *mode->state_;
   st.interface = ifname;
   const unsigned ncpu = std::max(1u, std::thread::hardware_concurrency());
-
-  // Each reactor's share of the connection limit, and its half-open backlog.
-  const uint32_t conns_per_reactor = static_cast<uint32_t>(
-      std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
-  const uint32_t syn_backlog = std::min<uint32_t>(4096, conns_per_reactor);
 
   // Sockets first (into the XSKMAP), then the program: no service segment falls through to
   // the kernel, which has no listener on these ports and would reset the connection.
@@ -407,26 +314,13 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       absl::StatusOr<std::unique_ptr<XskDevice>> dev = XskDevice::open(so);
       if (!dev.ok()) return dev.status();
       XskDevice* raw = dev->get();
-      dataplane::AfXdpReactorOptions ro;
-      ro.index = q;
+      // One key pair for every reactor and the program.
+      dataplane::AfXdpReactorOptions ro =
+          userspaceReactorOptions(c, q, st.cookie_jar, stack_cookies, registry);
       ro.cpu = c.cpus.empty() ? static_cast<int>(static_cast<unsigned>(q) % ncpu) : c.cpus[q];
       ro.busy_poll = c.xdp.busy_poll;
-      ro.tcp.max_connections = conns_per_reactor;
-      ro.tcp.rcv_buf = c.afxdp_tcp_rcv_buf;  // xdp.tcp_rcv_buf (the shift above follows it)
-      ro.tcp.max_held_frames = c.afxdp_held_frames;
-      ro.tcp.max_held_frames_per_connection = c.afxdp_held_frames_per_connection;
-      ro.tcp.syn_backlog = syn_backlog;
-      ro.tcp.syn_cookies = stack_cookies;
-      ro.tcp.cookie_jar = st.cookie_jar;  // one key pair for every reactor and the program
-      ro.tcp.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
-      ro.tcp.output.min_drain_bytes = c.limits.min_drain_bytes;
-      ro.tcp.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
-      ro.tcp.output.max_bytes = c.limits.max_output_bytes;
-      ro.tcp.output.used = &dataplane::outputBytesGauge(registry);
       auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(*dev));
-      for (const config::ListenerConfig& l : c.listeners) {
-        if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return s;
-      }
+      if (absl::Status s = listenAll(*reactor, c, factory); !s.ok()) return s;
       st.devices.push_back(raw);
       st.reactors.push_back(std::move(reactor));
     }
@@ -463,7 +357,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
     });
   }
   st.cookie_auto = xo.syn_cookies == xdp::SynCookies::kAuto;
-  st.syn_backlog = syn_backlog;
+  st.syn_backlog = synBacklogPerReactor(c);
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info("listener '{}' on {} port {} protocol {} (afxdp: {} queue(s), userspace TCP)",
                  l.name, ifname, l.port, l.protocol, c.reactors);
@@ -492,8 +386,7 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   if (st.models != nullptr) clearOverloadListeners(*st.models);  // before the filter goes
   st.cookie_ctl.reset();                // before the filter and the reactors go
   st.cookie_jar->setListener(nullptr);  // no rotation may reach the filter after this
-  for (auto& r : st.reactors) r->stop(drain_ms * 1'000'000);
-  for (auto& r : st.reactors) r->join();
+  stopReactors(st.reactors, drain_ms);
   {
     std::lock_guard<std::mutex> lock(st.view->mu);
     st.view->reactors.clear();

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "app/modes/overload.h"
+#include "app/userspace_stack_mode.h"
 #include "backends/model.h"
 #include "common/clock.h"
 #include "dataplane/afxdp_reactor.h"
 #include "dataplane/dpdk/dpdk_device.h"
 #include "dataplane/dpdk/eal.h"
 #include "dataplane/ingress_filter/ingress_filter.h"
-#include "dataplane/output_limits.h"
 #include "dataplane/tcp/syncookie_jar.h"
 #include "fmt/format.h"
 #include "fmt/ranges.h"
@@ -81,35 +81,6 @@ struct MetricsView {
   dataplane::dpdk::PortCaps caps;
 };
 
-struct CounterField {
-  const char* name;
-  uint64_t tcp::TcpCounters::*field;
-};
-// A subset of afxdp mode's infergate_tcp_* (app/afxdp_mode.cc), same names.
-constexpr CounterField kTcpCounters[] = {
-    {"frames_in", &tcp::TcpCounters::frames_in},
-    {"segments_in", &tcp::TcpCounters::segments_in},
-    {"segments_out", &tcp::TcpCounters::segments_out},
-    {"bytes_in", &tcp::TcpCounters::bytes_in},
-    {"bytes_out", &tcp::TcpCounters::bytes_out},
-    {"retransmits", &tcp::TcpCounters::retransmits},
-    {"fast_retransmits", &tcp::TcpCounters::fast_retransmits},
-    {"rto_expirations", &tcp::TcpCounters::rto_expirations},
-    {"out_of_order", &tcp::TcpCounters::out_of_order},
-    {"duplicate_segments", &tcp::TcpCounters::duplicate_segments},
-    {"syn_received", &tcp::TcpCounters::syn_received},
-    {"accepted", &tcp::TcpCounters::accepted},
-    {"refused", &tcp::TcpCounters::refused},
-    {"rst_in", &tcp::TcpCounters::rst_in},
-    {"rst_out", &tcp::TcpCounters::rst_out},
-    {"ignored_other", &tcp::TcpCounters::ignored_other},
-    {"xdp_rejected", &tcp::TcpCounters::xdp_rejected},
-    {"cookies_sent", &tcp::TcpCounters::cookies_sent},
-    {"cookies_validated", &tcp::TcpCounters::cookies_validated},
-    {"ooo_frames_held", &tcp::TcpCounters::ooo_frames_held_total},
-    {"ooo_held_bytes_delivered", &tcp::TcpCounters::ooo_held_bytes_delivered},
-};
-
 uint64_t relaxed(const uint64_t& v) {
   // Reactor-owned plain counters read from the admin thread (dataplane/tcp/counters.h).
   return __atomic_load_n(&v, __ATOMIC_RELAXED);
@@ -127,36 +98,7 @@ void renderMetrics(MetricsView& view, std::string& out) {
   xc.requests = sum.requests;
   out += xdp::renderPrometheus(xc);
 
-  for (const CounterField& f : kTcpCounters) {
-    out += fmt::format("# TYPE infergate_tcp_{}_total counter\n", f.name);
-    for (size_t q = 0; q < view.reactors.size(); ++q)
-      out += fmt::format("infergate_tcp_{}_total{{queue=\"{}\"}} {}\n", f.name, q,
-                         relaxed(view.reactors[q]->tcpCounters().*f.field));
-  }
-  out += "# TYPE infergate_tcp_drops_total counter\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    for (size_t r = 0; r < static_cast<size_t>(tcp::DropReason::kCount); ++r)
-      out += fmt::format("infergate_tcp_drops_total{{queue=\"{}\",reason=\"{}\"}} {}\n", q,
-                         std::string(tcp::dropReasonName(static_cast<tcp::DropReason>(r))),
-                         relaxed(c.drops[r]));
-  }
-  out += "# TYPE infergate_tcp_rx_copied_bytes_total counter\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"ooo\"}} {}\n", q,
-                       relaxed(c.rx_copied_ooo_bytes));
-    out += fmt::format("infergate_tcp_rx_copied_bytes_total{{queue=\"{}\",reason=\"paused\"}} {}\n",
-                       q, relaxed(c.rx_copied_paused_bytes));
-  }
-  out += "# TYPE infergate_tcp_connections gauge\n";
-  for (size_t q = 0; q < view.reactors.size(); ++q) {
-    const tcp::TcpCounters& c = view.reactors[q]->tcpCounters();
-    for (size_t s = 1; s < static_cast<size_t>(tcp::TcpState::kCount); ++s)
-      out += fmt::format("infergate_tcp_connections{{queue=\"{}\",state=\"{}\"}} {}\n", q,
-                         std::string(tcp::stateName(static_cast<tcp::TcpState>(s))),
-                         relaxed(c.conns_by_state[s]));
-  }
+  renderTcpMetrics(view.reactors, out);
 
   // The port.
   const dataplane::dpdk::PortCaps& caps = view.caps;
@@ -267,14 +209,10 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
   const config::DpdkConfig& d = c.dpdk;
   if (d.ipv4.empty())
     return absl::InvalidArgumentError("dpdk.ipv4 is required in mode dpdk (the gateway's address)");
-  std::vector<uint16_t> ports;
-  for (const config::ListenerConfig& l : c.listeners) {
-    if (l.port == 0)
-      return absl::InvalidArgumentError(fmt::format(
-          "listener '{}': port 0 is not supported in dpdk mode (the filter needs the port)",
-          l.name));
-    ports.push_back(l.port);
-  }
+  absl::StatusOr<std::vector<uint16_t>> service_ports =
+      servicePorts(c, "dpdk", "the filter needs the port");
+  if (!service_ports.ok()) return service_ports.status();
+  const std::vector<uint16_t>& ports = *service_ports;
   // The classifier's configuration, as afxdp mode builds it (the tag travels in Frame::meta;
   // the stack sends the RSTs; prove_handshake with the stacks' cookie keys).
   xdp::XdpOptions xo = c.xdp;
@@ -292,10 +230,7 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
     return absl::InvalidArgumentError(fmt::format("dpdk.ipv4: invalid address '{}'", d.ipv4));
   if (!d.ipv6.empty() && inet_pton(AF_INET6, d.ipv6.c_str(), fo.l2.ipv6.data()) != 1)
     return absl::InvalidArgumentError(fmt::format("dpdk.ipv6: invalid address '{}'", d.ipv6));
-  const tcp::SynCookies stack_cookies =
-      xo.syn_cookies == xdp::SynCookies::kOff      ? tcp::SynCookies::kOff
-      : xo.syn_cookies == xdp::SynCookies::kAlways ? tcp::SynCookies::kAlways
-                                                   : tcp::SynCookies::kOnOverflow;
+  const tcp::SynCookies stack_cookies = stackSynCookies(xo.syn_cookies);
 
   // 1. EAL. rte_eal_init pins the calling thread to the main lcore; every thread the process
   // starts later would inherit that one CPU, so the main thread gets its mask back afterwards.
@@ -342,10 +277,7 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
   const dataplane::dpdk::PortCaps& caps = st.port->caps();
   std::memcpy(fo.l2.mac.data(), caps.mac, 6);
 
-  // 3. A reactor per queue. Each reactor's share of the connection limit, and its backlog.
-  const uint32_t conns_per_reactor = static_cast<uint32_t>(
-      std::max<uint64_t>(1, c.limits.max_connections / static_cast<uint64_t>(c.reactors)));
-  const uint32_t syn_backlog = std::min<uint32_t>(4096, conns_per_reactor);
+  // 3. A reactor per queue.
   auto fail = [&](absl::Status s) {
     st.reactors.clear();  // devices before the port
     st.queues.clear();
@@ -361,27 +293,13 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
     // Reactor thread not started yet: set the keys from here.
     fq->filter().setCookieKeys(st.cookie_jar->snapshot());
     FilteredQueue* raw = fq.get();
-    dataplane::AfXdpReactorOptions ro;
-    ro.index = q;
+    dataplane::AfXdpReactorOptions ro =
+        userspaceReactorOptions(c, q, st.cookie_jar, stack_cookies, registry);
     ro.name = "dpdk";
     ro.cpu = c.cpus.empty() ? cpus[static_cast<size_t>(q) % cpus.size()] : c.cpus[q];
     ro.busy_poll = true;  // nothing to sleep on (fd -1)
-    ro.tcp.max_connections = conns_per_reactor;
-    ro.tcp.rcv_buf = c.afxdp_tcp_rcv_buf;
-    ro.tcp.max_held_frames = c.afxdp_held_frames;
-    ro.tcp.max_held_frames_per_connection = c.afxdp_held_frames_per_connection;
-    ro.tcp.syn_backlog = syn_backlog;
-    ro.tcp.syn_cookies = stack_cookies;
-    ro.tcp.cookie_jar = st.cookie_jar;
-    ro.tcp.output.send_timeout_ns = c.limits.send_timeout_ms * 1'000'000;
-    ro.tcp.output.min_drain_bytes = c.limits.min_drain_bytes;
-    ro.tcp.output.max_bytes_per_connection = c.limits.max_output_bytes_per_connection;
-    ro.tcp.output.max_bytes = c.limits.max_output_bytes;
-    ro.tcp.output.used = &dataplane::outputBytesGauge(registry);
     auto reactor = std::make_unique<AfXdpReactor>(ro, std::move(fq));
-    for (const config::ListenerConfig& l : c.listeners) {
-      if (absl::Status s = reactor->listen(l.port, factory(l)); !s.ok()) return fail(s);
-    }
+    if (absl::Status s = listenAll(*reactor, c, factory); !s.ok()) return fail(s);
     st.queues.push_back(raw);
     st.reactors.push_back(std::move(reactor));
   }
@@ -434,8 +352,7 @@ void DpdkMode::stop(uint64_t drain_ms) {
   st.stopped = true;
   if (st.models != nullptr) clearOverloadListeners(*st.models);  // before the filters go
   st.cookie_jar->setListener(nullptr);  // no rotation may post to a reactor after this
-  for (auto& r : st.reactors) r->stop(drain_ms * 1'000'000);
-  for (auto& r : st.reactors) r->join();
+  stopReactors(st.reactors, drain_ms);
   {
     std::lock_guard<std::mutex> lock(st.view->mu);
     st.view->reactors.clear();

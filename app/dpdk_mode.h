@@ -21,9 +21,9 @@
 // FilteringDevice (setOverloadLevel); the listeners are cleared at stop.
 //
 // Metrics (/metrics): the filters' counters summed over the queues as infergate_xdp_* (the same
-// rules and names as the XDP program's, counted in userspace), infergate_tcp_* per queue (a
-// subset of afxdp mode's), infergate_dpdk_* per queue (device statistics and the ARP / ICMP
-// answers) and infergate_dpdk_port_info.
+// rules and names as the XDP program's, counted in userspace), infergate_tcp_* per queue (the
+// same as afxdp mode's: app/userspace_stack_mode.h), infergate_dpdk_* per queue (device statistics
+// and the ARP / ICMP answers) and infergate_dpdk_port_info.
 //
 // Stop: reactors drain (up to drain_ms), reset their connections and end; then the stacks and
 // devices go (the held mbufs back to their pools), then the port is stopped and its pools freed.

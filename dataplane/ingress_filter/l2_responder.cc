@@ -32,6 +32,29 @@ uint32_t pseudo6(const uint8_t* src, const uint8_t* dst, uint32_t len) {
   return s + (len >> 16) + (len & 0xffff) + 58;
 }
 
+// An IPv6 header: next header ICMPv6, `plen` bytes of payload.
+void writeIpv6(uint8_t* ip, const uint8_t* src, const uint8_t* dst, uint32_t plen,
+               uint8_t hop_limit) {
+  std::memset(ip, 0, 4);
+  ip[0] = 0x60;
+  put16(ip + 4, static_cast<uint16_t>(plen));
+  ip[6] = 58;
+  ip[7] = hop_limit;
+  std::memcpy(ip + 8, src, 16);
+  std::memcpy(ip + 24, dst, 16);
+}
+
+// An echo reply at `out` to the verified echo request `icmp` (`len` bytes, code 0): the same
+// identifier, sequence and data, type `type`, the checksum over `pseudo` (0 for ICMPv4).
+void writeEchoReply(uint8_t* out, const uint8_t* icmp, uint32_t len, uint8_t type,
+                    uint32_t pseudo) {
+  std::memcpy(out, icmp, len);
+  out[0] = type;
+  out[1] = 0;
+  put16(out + 2, 0);
+  put16(out + 2, csum(out, len, pseudo));
+}
+
 }  // namespace
 
 bool L2Options::enabled() const {
@@ -103,7 +126,8 @@ L2Responder::Result L2Responder::handle(const uint8_t* f, uint32_t len) {
   return Result::kIgnored;
 }
 
-L2Responder::Result L2Responder::reserve(uint32_t need, Frame* out) {
+L2Responder::Result L2Responder::begin(const uint8_t* f, uint32_t l2, uint32_t len,
+                                       const uint8_t* dst, uint16_t type, Frame* out) {
   if (queued_.size() >= options_.max_replies_per_burst) {
     over_budget_.inc();
     return Result::kOverBudget;
@@ -113,18 +137,21 @@ L2Responder::Result L2Responder::reserve(uint32_t need, Frame* out) {
     return Result::kNoTxFrame;
   }
   // packet_io.h: a transmit frame holds mtu() + 14 bytes, and every answer was checked
-  // against that before reserve(); a device that breaks it would make us write past a frame.
-  IG_CHECK(out->capacity >= need, "PacketDevice::txAlloc gave {} bytes, less than mtu + 14 ({})",
-           out->capacity, need);
+  // against that before begin(); a device that breaks it would make us write past a frame.
+  IG_CHECK(out->capacity >= len, "PacketDevice::txAlloc gave {} bytes, less than mtu + 14 ({})",
+           out->capacity, len);
+  uint8_t* o = out->data;
+  std::memcpy(o, dst, 6);
+  std::memcpy(o + 6, options_.mac.data(), 6);
+  if (l2 == 18) std::memcpy(o + 12, f + 12, 4);  // the VLAN tag, as received
+  put16(o + l2 - 2, type);
   return Result::kAnswered;
 }
 
-void L2Responder::writeEth(uint8_t* out, const uint8_t* f, uint32_t l2, const uint8_t* dst,
-                           uint16_t type) const {
-  std::memcpy(out, dst, 6);
-  std::memcpy(out + 6, options_.mac.data(), 6);
-  if (l2 == 18) std::memcpy(out + 12, f + 12, 4);  // the VLAN tag, as received
-  put16(out + l2 - 2, type);
+void L2Responder::queue(Frame& out, uint32_t len, Counter& counter) {
+  out.len = len;
+  queued_.push_back(out);
+  counter.inc();
 }
 
 L2Responder::Result L2Responder::arp(const uint8_t* f, uint32_t len, uint32_t l2) {
@@ -141,11 +168,9 @@ L2Responder::Result L2Responder::arp(const uint8_t* f, uint32_t len, uint32_t l2
     not_for_us_.inc();  // a reply, or a request for another address: nothing learnt
     return Result::kIgnored;
   }
-  Frame out;
-  if (Result r = reserve(l2 + 28, &out); r != Result::kAnswered) return r;
-  uint8_t* o = out.data;
-  writeEth(o, f, l2, a + 8, kEthArp);  // to the sender's hardware address
-  uint8_t* r = o + l2;
+  Frame out;  // to the sender's hardware address
+  if (Result r = begin(f, l2, l2 + 28, a + 8, kEthArp, &out); r != Result::kAnswered) return r;
+  uint8_t* r = out.data + l2;
   put16(r, 1);
   put16(r + 2, kEthIp);
   r[4] = 6;
@@ -155,9 +180,7 @@ L2Responder::Result L2Responder::arp(const uint8_t* f, uint32_t len, uint32_t l2
   std::memcpy(r + 14, &options_.ipv4, 4);
   std::memcpy(r + 18, a + 8, 6);  // target: the requester
   std::memcpy(r + 24, a + 14, 4);
-  out.len = l2 + 28;
-  queued_.push_back(out);
-  arp_replies_.inc();
+  queue(out, l2 + 28, arp_replies_);
   return Result::kAnswered;
 }
 
@@ -194,10 +217,8 @@ L2Responder::Result L2Responder::icmp4(const uint8_t* f, uint32_t len, uint32_t 
     return Result::kIgnored;
   }
   Frame out;
-  if (Result r = reserve(out_len, &out); r != Result::kAnswered) return r;
-  uint8_t* o = out.data;
-  writeEth(o, f, l2, f + 6, kEthIp);
-  uint8_t* rip = o + l2;
+  if (Result r = begin(f, l2, out_len, f + 6, kEthIp, &out); r != Result::kAnswered) return r;
+  uint8_t* rip = out.data + l2;
   rip[0] = 0x45;
   rip[1] = ip[1];  // TOS as received
   put16(rip + 2, static_cast<uint16_t>(20 + icmp_len));
@@ -209,15 +230,8 @@ L2Responder::Result L2Responder::icmp4(const uint8_t* f, uint32_t len, uint32_t 
   std::memcpy(rip + 12, &options_.ipv4, 4);
   std::memcpy(rip + 16, ip + 12, 4);
   put16(rip + 10, csum(rip, 20));
-  uint8_t* ric = rip + 20;
-  std::memcpy(ric, icmp, icmp_len);
-  ric[0] = kIcmpEchoReply;
-  ric[1] = 0;
-  put16(ric + 2, 0);
-  put16(ric + 2, csum(ric, icmp_len));
-  out.len = out_len;
-  queued_.push_back(out);
-  icmp_echo_replies_.inc();
+  writeEchoReply(rip + 20, icmp, icmp_len, kIcmpEchoReply, 0);
+  queue(out, out_len, icmp_echo_replies_);
   return Result::kAnswered;
 }
 
@@ -249,25 +263,11 @@ L2Responder::Result L2Responder::icmp6(const uint8_t* f, uint32_t len, uint32_t 
       return Result::kIgnored;
     }
     Frame out;
-    if (Result r = reserve(out_len, &out); r != Result::kAnswered) return r;
-    uint8_t* o = out.data;
-    writeEth(o, f, l2, f + 6, kEthIpv6);
-    uint8_t* rip = o + l2;
-    std::memset(rip, 0, 4);
-    rip[0] = 0x60;
-    put16(rip + 4, static_cast<uint16_t>(plen));
-    rip[6] = 58;
-    rip[7] = 64;
-    std::memcpy(rip + 8, ours, 16);
-    std::memcpy(rip + 24, ip + 8, 16);
-    uint8_t* ric = rip + 40;
-    std::memcpy(ric, icmp, plen);
-    ric[0] = kIcmp6EchoReply;
-    put16(ric + 2, 0);
-    put16(ric + 2, csum(ric, plen, pseudo6(rip + 8, rip + 24, plen)));
-    out.len = out_len;
-    queued_.push_back(out);
-    icmp6_echo_replies_.inc();
+    if (Result r = begin(f, l2, out_len, f + 6, kEthIpv6, &out); r != Result::kAnswered) return r;
+    uint8_t* rip = out.data + l2;
+    writeIpv6(rip, ours, ip + 8, plen, 64);
+    writeEchoReply(rip + 40, icmp, plen, kIcmp6EchoReply, pseudo6(ours, ip + 8, plen));
+    queue(out, out_len, icmp6_echo_replies_);
     return Result::kAnswered;
   }
   if (icmp[0] == kNdSolicit && icmp[1] == 0 && plen >= 24 && std::memcmp(icmp + 8, ours, 16) == 0) {
@@ -282,17 +282,11 @@ L2Responder::Result L2Responder::icmp6(const uint8_t* f, uint32_t len, uint32_t 
     const bool dad = std::memcmp(ip + 8, kUnspecified, 16) == 0;
     const uint32_t out_len = l2 + 40 + kNaLen;
     Frame out;
-    if (Result r = reserve(out_len, &out); r != Result::kAnswered) return r;
-    uint8_t* o = out.data;
-    writeEth(o, f, l2, dad ? kAllNodesMac : f + 6, kEthIpv6);
-    uint8_t* rip = o + l2;
-    std::memset(rip, 0, 4);
-    rip[0] = 0x60;
-    put16(rip + 4, kNaLen);
-    rip[6] = 58;
-    rip[7] = 255;
-    std::memcpy(rip + 8, ours, 16);
-    std::memcpy(rip + 24, dad ? kAllNodes : ip + 8, 16);
+    if (Result r = begin(f, l2, out_len, dad ? kAllNodesMac : f + 6, kEthIpv6, &out);
+        r != Result::kAnswered)
+      return r;
+    uint8_t* rip = out.data + l2;
+    writeIpv6(rip, ours, dad ? kAllNodes : ip + 8, kNaLen, 255);
     uint8_t* na = rip + 40;
     na[0] = kNdAdvert;
     na[1] = 0;
@@ -304,9 +298,7 @@ L2Responder::Result L2Responder::icmp6(const uint8_t* f, uint32_t len, uint32_t 
     na[25] = 1;  // 8 bytes
     std::memcpy(na + 26, options_.mac.data(), 6);
     put16(na + 2, csum(na, kNaLen, pseudo6(rip + 8, rip + 24, kNaLen)));
-    out.len = out_len;
-    queued_.push_back(out);
-    nd_adverts_.inc();
+    queue(out, out_len, nd_adverts_);
     return Result::kAnswered;
   }
   not_for_us_.inc();

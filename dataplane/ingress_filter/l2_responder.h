@@ -75,11 +75,13 @@ class L2Responder {
   Result arp(const uint8_t* f, uint32_t len, uint32_t l2);
   Result icmp4(const uint8_t* f, uint32_t len, uint32_t l2);
   Result icmp6(const uint8_t* f, uint32_t len, uint32_t l2);
-  // A transmit frame of at least `need` bytes, or the reason there is none.
-  Result reserve(uint32_t need, Frame* out);
-  // Ethernet header of an answer to f: dst = `dst`, src = our MAC, f's VLAN tag, `type`.
-  void writeEth(uint8_t* out, const uint8_t* f, uint32_t l2, const uint8_t* dst,
-                uint16_t type) const;
+  // Starts an answer of `len` bytes to frame f: a transmit frame (kOverBudget / kNoTxFrame when
+  // there is none) with the Ethernet header written: dst = `dst`, src = our MAC, f's VLAN tag,
+  // `type`.
+  Result begin(const uint8_t* f, uint32_t l2, uint32_t len, const uint8_t* dst, uint16_t type,
+               Frame* out);
+  // Queues a finished answer of `len` bytes for flush() and counts it.
+  void queue(Frame& out, uint32_t len, Counter& counter);
 
   PacketDevice& device_;
   L2Options options_;

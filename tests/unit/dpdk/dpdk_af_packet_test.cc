@@ -25,21 +25,13 @@
 #include "dataplane/dpdk/dpdk_device.h"
 #include "dataplane/dpdk/eal.h"
 #include "gtest/gtest.h"
+#include "tests/unit/dpdk/ring_port.h"
 
 namespace infergate::dataplane::dpdk {
 namespace {
 
 constexpr uint16_t kTypeIn = 0x88b5;   // IEEE local experimental ethertypes: nothing else
 constexpr uint16_t kTypeOut = 0x88b6;  // on the link uses them
-
-int firstAllowedCpu() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
-  for (int c = 0; c < CPU_SETSIZE; ++c)
-    if (CPU_ISSET(c, &set)) return c;
-  return 0;
-}
 
 bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
 
@@ -68,13 +60,7 @@ class DpdkAfPacketTest : public ::testing::Test {
     ASSERT_TRUE(sh("ip -n " + ns_ + " link set peer0 up"));
 
     if (!ealReady()) {
-      EalOptions o;
-      o.main_lcore = firstAllowedCpu();
-      o.no_huge = true;
-      o.in_memory = true;
-      o.memory_mb = 256;
-      o.args = {"--no-telemetry"};
-      const absl::Status s = initEal(o);
+      const absl::Status s = test_support::initTestEal();
       ASSERT_TRUE(s.ok()) << s.message();
     }
     // This thread works inside the namespace until TearDown: net_af_packet opens its socket
@@ -109,12 +95,7 @@ class DpdkAfPacketTest : public ::testing::Test {
     po.tx_pending_max = 64;
     po.mbuf_cache = 32;
     po.mbufs_per_queue = 1024;
-    auto port = DpdkPort::configure(po);
-    ASSERT_TRUE(port.ok()) << port.status().message();
-    port_ = std::move(*port);
-    auto dev = DpdkDevice::open(*port_, 0);
-    ASSERT_TRUE(dev.ok()) << dev.status().message();
-    dev_ = std::move(*dev);
+    ASSERT_NO_FATAL_FAILURE(test_support::openQueue(po, &port_, &dev_));
     start_ = dev_->poolAvailable();
   }
 

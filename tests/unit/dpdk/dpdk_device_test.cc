@@ -26,17 +26,14 @@
 namespace infergate::dataplane::dpdk {
 namespace {
 
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const absl::Status s = test_support::initTestEal();
-    ASSERT_TRUE(s.ok()) << s.message();
-    // A second call returns the first one's result and does not run EAL again.
-    EXPECT_TRUE(initEal(EalOptions{}).ok());
-    EXPECT_TRUE(ealReady());
-  }
-};
-::testing::Environment* const kEal = ::testing::AddGlobalTestEnvironment(new EalEnvironment);
+::testing::Environment* const kEal =
+    ::testing::AddGlobalTestEnvironment(new test_support::EalEnvironment);
+
+TEST(DpdkEalTest, ASecondInitReturnsTheFirstResultWithoutRunningEalAgain) {
+  EXPECT_TRUE(ealReady());
+  EXPECT_TRUE(initEal(EalOptions{}).ok());
+  EXPECT_TRUE(ealReady());
+}
 
 using test_support::frameBytes;
 using test_support::frameLen;
@@ -72,12 +69,7 @@ class DpdkDeviceTest : public ::testing::Test {
     return *rp_;
   }
   void open(const DpdkPortOptions& o) {
-    auto port = DpdkPort::configure(o);
-    ASSERT_TRUE(port.ok()) << port.status().message();
-    port_ = std::move(*port);
-    auto dev = DpdkDevice::open(*port_, 0);
-    ASSERT_TRUE(dev.ok()) << dev.status().message();
-    dev_ = std::move(*dev);
+    ASSERT_NO_FATAL_FAILURE(test_support::openQueue(o, &port_, &dev_));
     start_ = dev_->poolAvailable();
   }
   void TearDown() override {

@@ -32,14 +32,8 @@ using tcp::kAck;
 using tcp::kSyn;
 using tcp::Segment;
 
-class EalEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    const absl::Status s = test_support::initTestEal();
-    ASSERT_TRUE(s.ok()) << s.message();
-  }
-};
-::testing::Environment* const kEal = ::testing::AddGlobalTestEnvironment(new EalEnvironment);
+::testing::Environment* const kEal =
+    ::testing::AddGlobalTestEnvironment(new test_support::EalEnvironment);
 
 struct EchoSession : net::Session {
   explicit EchoSession(net::Transport& t) : transport(&t) {}
@@ -88,12 +82,7 @@ class DpdkTcpTest : public ::testing::Test {
     o.mbufs_per_queue = 2048;
     o.emulate_checksum_offload = su.emulate_offload;
     o.checksum_offload = su.setting;
-    auto port = DpdkPort::configure(o);
-    ASSERT_TRUE(port.ok()) << port.status().message();
-    port_ = std::move(*port);
-    auto dev = DpdkDevice::open(*port_, 0);
-    ASSERT_TRUE(dev.ok()) << dev.status().message();
-    dev_ = std::move(*dev);
+    ASSERT_NO_FATAL_FAILURE(test_support::openQueue(o, &port_, &dev_));
     start_ = dev_->poolAvailable();
     tcp::TcpOptions opts;
     opts.timestamps = false;

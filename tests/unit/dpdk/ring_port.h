@@ -1,8 +1,9 @@
 #pragma once
-// Test support for the DPDK device tests: EAL on ordinary memory (no NIC touched) and ethdev
-// ports built from the test's own rings (rte_eth_from_rings, the net_ring PMD): what a test
-// enqueues on a port's rx ring is what the device receives, and what the device transmits lands
-// on the port's tx ring.
+// Test support for the DPDK device tests: EAL on ordinary memory (no NIC touched; initTestEal,
+// or EalEnvironment as a gtest global environment), ethdev ports built from the test's own
+// rings (rte_eth_from_rings, the net_ring PMD): what a test enqueues on a port's rx ring is what
+// the device receives, and what the device transmits lands on the port's tx ring; and
+// openQueue(), a configured port with the device of its queue 0.
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -14,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "absl/status/status.h"
+#include "dataplane/dpdk/dpdk_device.h"
 #include "dataplane/dpdk/eal.h"
 #include "gtest/gtest.h"
 
@@ -115,6 +119,28 @@ inline absl::Status initTestEal() {
   o.memory_mb = 256;
   o.args = {"--no-telemetry"};
   return initEal(o);
+}
+
+// initTestEal() once before a binary's tests:
+//   ::testing::AddGlobalTestEnvironment(new test_support::EalEnvironment);
+class EalEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    const absl::Status s = initTestEal();
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+};
+
+// Configures a port with `o` into *port and opens its queue 0 into *dev (fatal failures on
+// error: call it with ASSERT_NO_FATAL_FAILURE or at the end of SetUp).
+inline void openQueue(const DpdkPortOptions& o, std::unique_ptr<DpdkPort>* port,
+                      std::unique_ptr<DpdkDevice>* dev) {
+  auto p = DpdkPort::configure(o);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  *port = std::move(*p);
+  auto d = DpdkDevice::open(**port, 0);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  *dev = std::move(*d);
 }
 
 }  // namespace infergate::dataplane::dpdk::test_support
