@@ -307,6 +307,10 @@ absl::Status Server::dropPrivileges(common::MetricsRegistry& registry) {
 }
 
 void Server::stop(uint64_t drain_ms) {
+  {
+    std::lock_guard<std::mutex> lock(reload_mu_);  // a reload in progress finishes first
+    stopping_ = true;
+  }
   if (mode_) mode_->stop(drain_ms);
   gpu_.reset();  // the monitor stops and the probes detach before the models go
   if (admin_) {
@@ -360,6 +364,9 @@ Server::ReloadResult Server::reload() {
         ->inc();
     return out;
   };
+  if (stopping_) {
+    return finish("invalid", 503, nullptr, "infergate is stopping");
+  }
   if (reload_path_.empty()) {
     spdlog::warn("config reload refused: infergate was started without -c (the embedded "
                  "configuration cannot be re-read)");

@@ -46,7 +46,7 @@ class Server {
   // serialized. Counted in infergate_config_reloads_total{result}; logged.
   struct ReloadResult {
     std::string result;  // "ok" | "refused" | "invalid"
-    int http_status = 200;  // 200 | 409 (refused) | 400 (invalid)
+    int http_status = 200;  // 200 | 409 (refused) | 400 (invalid) | 503 (stopping)
     std::string json;       // {"result":..,"generation":..,"hash":..,"applied":[..],"refused":[..]}
   };
   ReloadResult reload();
@@ -61,6 +61,7 @@ class Server {
   std::string running_text_;
   config::Config running_;
   uint64_t generation_ = 1;
+  bool stopping_ = false;  // stop() began: reloads are refused
   common::Counter* reloads_ok_ = nullptr;
   common::Counter* reloads_refused_ = nullptr;
   common::Counter* reloads_invalid_ = nullptr;
