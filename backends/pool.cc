@@ -809,7 +809,8 @@ void Pool::drainPendingLocked(std::vector<Pending>& ready) {
   // Hand queued batches to endpoints with free slots (the caller dispatches them unlocked).
   size_t free_slots = 0;
   for (auto& e : endpoints_) {
-    if (e->state != State::kHealthy || e->draining) continue;
+    // A draining endpoint still serves its bound sequences (their batches may be queued).
+    if (e->state != State::kHealthy || (e->draining && e->sequences == 0)) continue;
     if (config_.max_concurrency == 0) {
       free_slots = queue_.size();
       break;
