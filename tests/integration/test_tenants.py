@@ -4,7 +4,7 @@
 One real gateway in socket mode (HTTP/1.1 and gRPC listeners on 127.0.0.1) with four tenants:
 alpha and beta (API keys, 0.2 requests per second, burst 2), solo (an API key, one request in
 flight) and lab (the source CIDR 127.0.0.0/8, no limits: it only counts), and three identity
-models: `identity` (fast), `slowc` (1.5 s per call) and `queued` (1.5 s per batch of one, a
+models: `identity` (fast), `slowc` (1.5 s per call) and `queued` (2 s per batch of one, a
 queue of one). Shown:
   - over its rate, alpha's third request is 429 with Retry-After 5 (the bucket's refill time for
     one request), and nothing of its body reaches a model;
@@ -13,8 +13,8 @@ queue of one). Shown:
   - solo's second request while its first is in flight on the slow model is 429 Retry-After 1;
     once the first is answered the next one goes through;
   - an unknown API key falls back to the source's tenant (lab);
-  - a full queue's refusal (503) carries Retry-After 3: one request queued ahead plus itself,
-    two batches of 1.5 s;
+  - a full queue's refusal (503; gRPC UNAVAILABLE) carries Retry-After 4 (gRPC: retry-after 4,
+    grpc-retry-pushback-ms 4000): one request queued ahead plus itself, two batches of 2 s;
   - /metrics has the per-tenant series, labelled by the configured names only; no key appears
     in /metrics or the log;
   - a reload that changes tenants: is refused (409), naming tenants.list.
@@ -52,7 +52,7 @@ models:
     + harness.model_yaml("slowc", [16], version="1", backend=True,
                          extra="    identity: {fixed_us: 1500000, per_item_us: 0}\n") \
     + harness.model_yaml("queued", [16], 1, version="1", backend=True, extra="""\
-    identity: {fixed_us: 1500000, per_item_us: 0}
+    identity: {fixed_us: 2000000, per_item_us: 0}
     dynamic_batching:
       default_queue_policy: {max_queue_size: 1}
 """)
@@ -180,7 +180,7 @@ class TenantsTest(unittest.TestCase):
         self.assertEqual(GW.metric("infergate_tenant_inflight", tenant="solo"), 0)
 
     def test_full_queue_refusal_has_retry_after_from_the_queue(self):
-        # queued: one batch of one in flight (1.5 s), one request queued, the next refused.
+        # queued: one batch of one in flight (2 s), one request queued, the next refused.
         socks = [harness.connect(GW.port, timeout=15) for _ in range(2)]
         try:
             send_infer(socks[0], "queued")
@@ -190,9 +190,24 @@ class TenantsTest(unittest.TestCase):
             status, headers, resp = infer("queued")
             self.assertEqual(status, 503, resp)
             self.assertIn("Exceeds maximum queue size", resp.decode())
-            # One queued ahead plus itself: 2 batches of 1.5 s (the configured cost: no batch
+            # One queued ahead plus itself: 2 batches of 2 s (the configured cost: no batch
             # has completed yet).
-            self.assertEqual(headers.get("retry-after"), "3", headers)
+            self.assertEqual(headers.get("retry-after"), "4", headers)
+            # gRPC: the same refusal (before copying the message) with the hint in its trailers.
+            import grpc
+            pb, svc = PB
+            with grpc.insecure_channel("127.0.0.1:%d" % GRPC_PORT) as ch:
+                req = pb.ModelInferRequest(model_name="queued")
+                t = req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+                t.contents.fp32_contents.extend([1.0] * 16)
+                with self.assertRaises(grpc.RpcError) as cm:
+                    svc.GRPCInferenceServiceStub(ch).ModelInfer(req, timeout=10)
+                e = cm.exception
+                self.assertEqual(e.code(), grpc.StatusCode.UNAVAILABLE, e.details())
+                self.assertEqual(e.details(), "Exceeds maximum queue size")
+                trailers = dict(e.trailing_metadata())
+                self.assertEqual(trailers.get("retry-after"), "4", trailers)
+                self.assertEqual(trailers.get("grpc-retry-pushback-ms"), "4000", trailers)
             for s in socks:
                 status, _, resp, _ = harness.read_response(s)
                 self.assertEqual(status, 200, resp)
