@@ -8,6 +8,8 @@
 // the pseudo-header sum (computed with DPDK's own rte_ipv4/ipv6_phdr_cksum), then completes the
 // checksums (rte_ipv4_cksum, rte_ipv4/ipv6_udptcp_cksum) before the client parses them; on rx
 // it sets the mbuf's RTE_MBUF_F_RX_*_CKSUM_* flags itself.
+#include <rte_errno.h>
+#include <rte_ethdev.h>
 #include <rte_ip.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
@@ -154,7 +156,11 @@ class DpdkTcpTest : public ::testing::Test {
     stack_->poll(now_);
     std::vector<Out> out;
     for (rte_mbuf* m : rp_->takeSent()) {
-      if (nic_completes_) completeAsNic(m);
+      if (nic_completes_) {
+        completeAsNic(m);
+      } else {
+        EXPECT_EQ(m->ol_flags & RTE_MBUF_F_TX_OFFLOAD_MASK, 0u) << "complete in software";
+      }
       Out o;
       tcp::DropReason why;
       EXPECT_EQ(tcp::parseFrame(rte_pktmbuf_mtod(m, uint8_t*), m->pkt_len, true, o.seg, why),
@@ -316,6 +322,25 @@ TEST_P(DpdkTcpTxOffloadTest, SegmentsCarryThePseudoHeaderSumAndFlagsTheNicComple
   ASSERT_EQ(rst.size(), 1u);
   EXPECT_EQ(rst[0].seg.flags, tcp::kRst);
   EXPECT_EQ(dev_->poolAvailable(), start_);
+}
+
+// A PMD whose rte_eth_tx_prepare() refuses the offload (the test installs one in the port's
+// fast-path table; net_ring has none): the device finishes those frames in software and sends
+// them without flags.
+uint16_t refuseEverything(void*, rte_mbuf**, uint16_t) {
+  rte_errno = ENOTSUP;
+  return 0;
+}
+
+TEST_P(DpdkTcpTxOffloadTest, FramesThePmdRefusesToPrepareGetSoftwareChecksums) {
+  rte_eth_fp_ops[port_->portId()].tx_pkt_prepare = refuseEverything;
+  nic_completes_ = false;  // sent() checks: no flags, checksums complete
+  const uint32_t sseq = establish();
+  ASSERT_EQ(sessions_.size(), 1u);
+  send(kAck, 1001, sseq, "hello");
+  EXPECT_EQ(echoed(sseq), "hello");
+  EXPECT_GE(dev_->stats().tx_checksum_fallbacks, 2u) << "the SYN-ACK and the echo at least";
+  EXPECT_EQ(dev_->stats().tx_checksum_offloaded, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ipv4AndIpv6, DpdkTcpTxOffloadTest, ::testing::Bool(),
