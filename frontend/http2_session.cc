@@ -636,6 +636,14 @@ void Http2Session::dispatch(Stream& s, const std::string_view* message) {
     finishStream(s, absl::StatusCode::kInternal, "unary call with more than one request message");
     return;
   }
+  if (s.tenant_lease && s.messages > 1) {
+    // A stream's later requests spend their tenant's rate too (the first was admitted with
+    // the call); over it, the stream ends with the refusal.
+    if (absl::Status st = options_.tenants->charge(s.tenant_lease->tenant()); !st.ok()) {
+      finishStream(s, st.code(), std::string(st.message()), retryAfterFor(st).value_or(0));
+      return;
+    }
+  }
   ++s.outstanding;
   GrpcRespond respond = net::answerOnLoop(transport_->loop(), weak_from_this(), s.id,
                                           &Http2Session::deliver);

@@ -77,7 +77,8 @@ struct Http2SessionOptions {
   // connection's source) when its headers are complete: refused, it ends at once with
   // RESOURCE_EXHAUSTED and the Retry-After hint in its trailers; admitted, it holds a place
   // among the tenant's requests in flight until it ends (a ModelStreamInfer stream: one place
-  // and one token for the whole stream).
+  // for the whole stream, one token per request message; over the rate the stream ends with
+  // the refusal).
   TenantLimiter* tenants = nullptr;
   // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
   // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over

@@ -235,33 +235,46 @@ TenantAdmission TenantLimiter::admit(int tenant) {
     // Pairs with the fetch_sub in release().
   } while (!s.inflight.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
                                              std::memory_order_relaxed));
-  if (s.interval_ns != 0) {
-    const uint64_t now = clock_->nowNs();
-    uint64_t tat = s.tat.load(std::memory_order_relaxed);
-    for (;;) {
-      const uint64_t base = std::max(tat, now);
-      if (base - now > s.tolerance_ns) {
-        s.inflight.fetch_sub(1, std::memory_order_acq_rel);  // the place taken above
-        s.rate_limited->inc();
-        // One token is back when the bucket has run down to its tolerance again.
-        const uint64_t wait = base - now - s.tolerance_ns;
-        a.status = backends::withRetryAfter(
-            absl::ResourceExhaustedError(
-                fmt::format("tenant '{}' is over its request rate ({} per second, burst {})",
-                            s.name, s.limits.rate, s.tolerance_ns / s.interval_ns + 1)),
-            backends::retryAfterFromNs(wait));
-        return a;
-      }
-      if (s.tat.compare_exchange_weak(tat, base + s.interval_ns, std::memory_order_relaxed,
-                                      std::memory_order_relaxed)) {
-        break;
-      }
-    }
+  if (absl::Status st = takeToken(s); !st.ok()) {
+    s.inflight.fetch_sub(1, std::memory_order_acq_rel);  // the place taken above
+    a.status = std::move(st);
+    return a;
   }
   s.admitted->inc();
   s.inflight_gauge->add(1);
   a.lease = std::shared_ptr<TenantLease>(new TenantLease(this, tenant));
   return a;
+}
+
+absl::Status TenantLimiter::takeToken(State& s) {
+  if (s.interval_ns == 0) return absl::OkStatus();
+  const uint64_t now = clock_->nowNs();
+  uint64_t tat = s.tat.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t base = std::max(tat, now);
+    if (base - now > s.tolerance_ns) {
+      s.rate_limited->inc();
+      // One token is back when the bucket has run down to its tolerance again.
+      const uint64_t wait = base - now - s.tolerance_ns;
+      return backends::withRetryAfter(
+          absl::ResourceExhaustedError(
+              fmt::format("tenant '{}' is over its request rate ({} per second, burst {})", s.name,
+                          s.limits.rate, s.tolerance_ns / s.interval_ns + 1)),
+          backends::retryAfterFromNs(wait));
+    }
+    if (s.tat.compare_exchange_weak(tat, base + s.interval_ns, std::memory_order_relaxed,
+                                    std::memory_order_relaxed)) {
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status TenantLimiter::charge(int tenant) {
+  if (tenant < 0 || static_cast<size_t>(tenant) >= states_.size()) tenant = kDefaultTenant;
+  State& s = *states_[tenant];
+  absl::Status st = takeToken(s);
+  if (st.ok()) s.admitted->inc();
+  return st;
 }
 
 void TenantLimiter::release(int tenant) const {

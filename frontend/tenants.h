@@ -111,6 +111,9 @@ class TenantLimiter {
 
   // Counts one request against `tenant`: its in-flight cap first, then one token of its rate.
   TenantAdmission admit(int tenant);
+  // One more request inside an admitted call (a ModelStreamInfer stream's later messages):
+  // one token of the rate, no new in-flight place. OK or the rate refusal admit() gives.
+  absl::Status charge(int tenant);
 
   const std::string& name(int tenant) const;
   std::optional<int> priorityClass(int tenant) const;
@@ -126,6 +129,7 @@ class TenantLimiter {
   };
   TenantLimiter(common::Clock* clock, std::unique_ptr<common::MetricsRegistry> own_registry);
   KeyDigest digest(std::string_view key) const;
+  absl::Status takeToken(State& s);  // one token of `s`'s bucket, or the refusal
   friend class TenantLease;
   void release(int tenant) const;
 

@@ -187,6 +187,11 @@ class Services : public GrpcServices {
       m.limited = true;
     }
     if (path == "/t.S/Meta") m.id = 1;
+    if (path == "/t.S/Stream") {  // client-streaming inference (ModelStreamInfer)
+      m.id = 2;
+      m.limited = true;
+      m.client_streaming = true;
+    }
     return m;
   }
   void call(const GrpcMethod&, GrpcCall& call, std::string_view message,
@@ -294,6 +299,24 @@ TEST_F(Http2Tenants, ConcurrencyCapAndClassAndReplyHints) {
   call(5, "/t.S/Infer");  // no key: the default tenant, no class
   ASSERT_EQ(services.classes.size(), 2u);
   EXPECT_EQ(services.classes[1], std::nullopt);
+}
+
+TEST_F(Http2Tenants, StreamMessagesSpendTheRateAndOverItTheStreamEnds) {
+  make(limits(0.5, 2, 0));  // one per 2 s, burst 2
+  std::string h = literal(":method", "POST") + literal(":scheme", "http") +
+                  literal(":path", "/t.S/Stream") + literal(":authority", "x") +
+                  literal("content-type", "application/grpc") + literal("te", "trailers") +
+                  literal("x-api-key", "key-a");
+  std::string msgs;
+  for (int i = 0; i < 3; ++i) appendGrpcMessage(msgs, "m");
+  feed(frame(kHeaders, 4, 1, h) + frame(kData, 0, 1, msgs));
+  // The call's admission took one token, the second message the other; the third is over.
+  EXPECT_EQ(services.held.size(), 2u);
+  const auto hs = headersOf(1);
+  ASSERT_EQ(hs.size(), 1u);
+  EXPECT_EQ(hs[0].at("grpc-status"), "8");
+  EXPECT_EQ(hs[0].at("retry-after"), "2");
+  EXPECT_EQ(limiter->inflight(1), 0u);  // the stream ended: its place is free
 }
 
 }  // namespace
