@@ -977,8 +977,10 @@ void Pool::onDone(Endpoint* e, Pending p, uint64_t start_ns, BatchOutputs out, b
     if (e->inflight_gauge != nullptr) e->inflight_gauge->sub(1);
     ++e->batches;
     const Affinity aff = affinityOf(*p.batch);
-    if (!out.ok() && !aff.key.empty() && !not_sent) {
-      // The sequence's state at the server is unknown now: its next request is refused.
+    if (!out.ok() && !aff.key.empty() && !not_sent &&
+        out.status().code() != absl::StatusCode::kInvalidArgument) {
+      // The sequence's state at the server is unknown now: its next request is refused (a
+      // request the server refused as invalid left the sequence as it was).
       auto it = sequences_.find(aff.key);
       if (it != sequences_.end() && it->second.endpoint == e->id && it->second.broken.empty()) {
         it->second.broken = fmt::format("a request failed at {} endpoint {}: {}", kind_,

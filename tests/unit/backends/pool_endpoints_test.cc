@@ -310,6 +310,12 @@ TEST(PoolSequences, FailedRequestBreaksTheBinding) {
   auto s = seqBatch("x", true, false, true);
   f.pool->execute(*s, collect(r));
   ASSERT_TRUE(r.status.ok());
+  // A request the server refuses as invalid leaves the sequence bound.
+  f.state("a:1")->result = absl::InvalidArgumentError("bad shape");
+  auto bad = seqBatch("x", false, false, true);
+  f.pool->execute(*bad, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->sequenceCount(), 1u);
   f.state("a:1")->result = absl::UnavailableError("reset");  // sent, then failed
   auto m = seqBatch("x", false, false, true);
   f.pool->execute(*m, collect(r));
