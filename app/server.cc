@@ -436,6 +436,11 @@ Server::ReloadResult Server::reload() {
     for (const auto& [name, version] : gone) {
       if (backends::Model* m = models_.find(name, version)) leaving.push_back(m);
     }
+    // The request metrics of added models first, so their first requests are counted under
+    // their name (a name already known keeps its series).
+    if (metrics_) {
+      for (const backends::ModelConfig& mc : next->models) metrics_->addModel(mc.name);
+    }
     if (absl::Status st = models_.update(gone, std::move(built)); !st.ok()) {
       return finish("refused", 409, &*plan, std::string(st.message()));  // checked above
     }

@@ -1,8 +1,15 @@
 #pragma once
-// The request-path metrics every frontend records, registered once at start-up so recording
+// The request-path metrics every frontend records, registered once per model so recording
 // is a sharded relaxed add (see common/metrics.h).
+//
+// Threading: recordRequest/modelIndex from any thread (reactors), lock-free; addModel from the
+// configuration-reload thread. A model's row, once added, lives as long as the ServerMetrics
+// (a model removed by a reload keeps its series: counters never go backwards), and at most
+// kMaxModels rows exist; requests for a model beyond that are counted under model="".
 
 #include <array>
+#include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -40,16 +47,30 @@ class ServerMetrics {
   void recordGrpcGathered(uint64_t bytes) { grpc_gathered_->inc(bytes); }
   uint64_t grpcGatheredBytes() const { return grpc_gathered_->value(); }
 
+  // The model's index (-1: not known).
   int modelIndex(std::string_view name) const;
+  // Registers a model added at run time (configuration reload) and returns its index; the
+  // existing index when the name is known; -1 when kMaxModels rows exist already.
+  int addModel(const std::string& name);
+
+  static constexpr size_t kMaxModels = 1024;
 
  private:
   static constexpr int kCodeSlots = kCodes.size() + 1;  // + "other"
+  struct Row {
+    std::string model;  // "" for requests that are not for a model
+    std::array<std::array<common::Counter*, kCodeSlots>, net::kProtocols> requests;
+    std::array<common::Histogram*, net::kProtocols> latency;
+  };
+  std::unique_ptr<Row> makeRow(const std::string& model);
+
   common::MetricsRegistry& registry_;
-  std::vector<std::string> models_;
-  // [model+1][protocol][code slot]
-  std::vector<std::array<std::array<common::Counter*, kCodeSlots>, net::kProtocols>> requests_;
-  // [model+1][protocol]
-  std::vector<std::array<common::Histogram*, net::kProtocols>> latency_;
+  // rows_[0]: no model; rows_[i + 1]: model index i. Published with release once complete;
+  // count_ rows are valid. Never freed before the ServerMetrics.
+  std::array<std::atomic<const Row*>, kMaxModels + 1> rows_{};
+  std::atomic<size_t> count_{0};
+  std::mutex add_mu_;  // addModel (rare)
+  std::vector<std::unique_ptr<Row>> owned_;
   common::Counter* body_assembled_;
   common::Counter* grpc_gathered_;
   std::mutex parse_mu_;  // only on the error path

@@ -89,6 +89,9 @@ class ReloadTest(unittest.TestCase):
         self.assertEqual(self.infer("new"), 200)
         self.assertEqual(self.infer("old"), 404)
         self.assertIn('level="3",model="prio"', self.gw.metrics())  # the new rules are in effect
+        # The added model's requests are counted under its own name, not model="".
+        self.assertGreaterEqual(self.metric("infergate_requests_total", model="new",
+                                            protocol="kserve_http", code="200"), 1)
         self.assertEqual(self.metric("infergate_config_reloads_total", result="ok"), 1)
         self.assertEqual(self.metric("infergate_config_generation"), 2)
         self.assertIn("config reloaded from", self.gw.read_log())
