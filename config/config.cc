@@ -505,7 +505,16 @@ class Loader {
     IG_CONFIG_TRY(checkMap(n, "dpdk",
                            {"eal_args", "memory_mb", "no_huge", "in_memory", "vdevs", "allow_pci",
                             "file_prefix", "port", "mbufs_per_queue", "rx_desc", "tx_desc", "ipv4",
-                            "ipv6"}));
+                            "ipv6", "checksum_offload"}));
+    if (YAML::Node v = n["checksum_offload"]; v.IsDefined()) {
+      std::string mode;
+      IG_CONFIG_TRY(readString(v, "dpdk.checksum_offload", mode));
+      if (mode != "auto" && mode != "off") {
+        return err("dpdk.checksum_offload",
+                   fmt::format("unknown value '{}' (expected auto or off)", mode));
+      }
+      d.checksum_offload = mode == "auto";
+    }
     if (YAML::Node v = n["eal_args"]; v.IsDefined()) {
       IG_CONFIG_TRY(readStringList(v, "dpdk.eal_args", d.eal_args));
     }
