@@ -7,10 +7,13 @@ sequence ids and flags it saw: Control/Stats "sequences"), the parameters are fo
 on the first, end on the last), each sequence request goes alone (batch size 1); one server
 killed mid-sequence -> each of its sequences' next request gets 400 (FAILED_PRECONDITION)
 naming the endpoint, the one after that 400 "not bound" (never moved to another server), while
-the other sequences keep going on their own servers to their end; the bindings gauge ends at 0.
+the other sequences keep going on their own servers to their end; the bindings gauge ends at 0;
+a sequence identified by the configured header (sequence_id_header) and one sent over gRPC
+(string id, bool flags) stay on one server each, their flags forwarded.
 """
 import json
 import os
+import struct
 import sys
 import threading
 
@@ -57,7 +60,8 @@ class SequenceAffinityTest(bf.BackendTestCase):
     def test_sequences_stay_and_end_clearly(self):
         servers = [self.server(), self.server(), self.server()]
         gw = self.start_gateway(model_yaml(endpoints=[s.address for s in servers],
-                                           extra="      sequence_id_header: x-session-id"))
+                                           extra="      sequence_id_header: x-session-id"),
+                                grpc_port=0)
         phase1 = threading.Barrier(len(IDS) + 1)
         phase2 = threading.Barrier(len(IDS) + 1)
         answers = {sid: [] for sid in IDS}  # sid -> [(phase, status, reply, sent values)]
@@ -141,6 +145,30 @@ class SequenceAffinityTest(bf.BackendTestCase):
                "sess-1" in [x[0] for x in s.control("Stats").get("sequences", [])]]
         self.assertEqual(len(saw), 1)
         self.assertEqual([x[0] for x in saw[0].control("Stats")["sequences"]].count("sess-1"), 6)
+        # gRPC: the parameters of a ModelInferRequest (string id, bool flags), forwarded as sent.
+        import grpc_service_pb2 as pb
+        ch = bf.grpc.insecure_channel("127.0.0.1:%d" % gw.grpc_port)
+        try:
+            call = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer",
+                                  request_serializer=lambda m: m.SerializeToString(),
+                                  response_deserializer=pb.ModelInferResponse.FromString)
+            for k in range(3):
+                req = pb.ModelInferRequest(model_name="remote")
+                req.parameters["sequence_id"].string_param = "grpc-1"
+                if k == 0:
+                    req.parameters["sequence_start"].bool_param = True
+                if k == 2:
+                    req.parameters["sequence_end"].bool_param = True
+                req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+                req.raw_input_contents.append(struct.pack("<16f", *([float(k)] * 16)))
+                resp = call(req, timeout=10)
+                self.assertEqual(resp.raw_output_contents[0], req.raw_input_contents[0])
+        finally:
+            ch.close()
+        seen = [[x for x in s.control("Stats").get("sequences", []) if x[0] == "grpc-1"]
+                for s in servers if s is not victim]
+        seen = [x for x in seen if x]
+        self.assertEqual(seen, [[["grpc-1", True, False], ["grpc-1", False, False], ["grpc-1", False, True]]])
         print("sequence affinity: %d sequences, %d ended by the kill, %d kept" % (len(IDS), len(lost), len(kept)))
 
 
