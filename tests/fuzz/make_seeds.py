@@ -309,6 +309,9 @@ def model_infer_seeds():
                                     infer_param("timeout", 2, 1000) +
                                     infer_param("binary_data_output", 1, 1) +
                                     infer_input("x", "FP32", [1, 3], packed(6, [1, 2, 3], "f")))
+    s["params_sequence"] = (pb_str(1, "m") + infer_param("sequence_id", 3, "seq-1") +
+                            infer_param("sequence_start", 1, 1) + infer_param("sequence_end", 1, 0) +
+                            infer_input("x", "FP32", [1, 3], packed(6, [1, 2, 3], "f")))
     s["huge_shape"] = pb_str(1, "m") + infer_input("x", "FP32", [2**62 + 1, 3]) + pb_len(7, f32(1))
     s["negative_shape"] = pb_str(1, "m") + infer_input("x", "FP32", [-1, 3])
     s["unknown_model"] = pb_str(1, "nope") + infer_input("x", "FP32", [1])
@@ -469,6 +472,9 @@ def kserve_json_seeds():
                           '"datatype":"BYTES","parameters":{"binary_data_size":7}}]}',
                           [struct.pack("<ii", 5, 6), struct.pack("<I", 3) + b"xyz"])
     s["binary_ext_two"] = bytes([0x09 | 0x40, hl & 0xFF, hl >> 8]) + body
+    s["sequence_m"] = bytes([0x00, 0, 0]) + (b'{"inputs":[{"name":"x","shape":[1,3],"datatype":"FP32",'
+                                              b'"data":[1,2,3]}],"parameters":{"sequence_id":42,'
+                                              b'"sequence_start":true,"sequence_end":false}}')
     s["raw_binary_identity"] = bytes([0x12, 0, 0]) + struct.pack("<16f", *range(16))
     s["raw_binary_s"] = bytes([0x14 | 0x20, 0, 0]) + struct.pack("<I", 2) + b"hi"
     return s
