@@ -39,9 +39,8 @@ TEST(SequenceParams, Json) {
   r = json("{}");
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->sequence.active());
-  for (const char* bad : {"{\"sequence_id\":-1}", "{\"sequence_id\":1.5}",
-                          "{\"sequence_id\":[1]}", "{\"sequence_start\":1}",
-                          "{\"sequence_end\":\"yes\"}"}) {
+  for (const char* bad : {"{\"sequence_id\":-1}", "{\"sequence_id\":1.5}", "{\"sequence_id\":[1]}",
+                          "{\"sequence_start\":1}", "{\"sequence_end\":\"yes\"}"}) {
     EXPECT_EQ(json(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
   EXPECT_EQ(json("{\"sequence_id\":\"" + std::string(257, 'a') + "\"}").status().code(),
