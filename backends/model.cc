@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/pool.h"
 #include "common/priority.h"
 #include "fmt/format.h"
 
@@ -210,6 +211,11 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
     }
   }
   return absl::OkStatus();
+}
+
+std::string_view sequenceIdHeader(const ModelConfig& config) {
+  return config.remote != nullptr ? std::string_view(config.remote->sequence_id_header)
+                                  : std::string_view();
 }
 
 }  // namespace infergate::backends

@@ -150,6 +150,11 @@ class ModelRegistry {
   size_t retired_ = 0;
 };
 
+// The HTTP header (lower case) that carries a sequence id for this model (a remote model's
+// sequence_id_header, backends/pool.h); empty when none. For frontends, which see the model
+// interface only.
+std::string_view sequenceIdHeader(const ModelConfig& config);
+
 // Validates a decoded request against the model's configuration: every configured input is
 // present exactly once with the right datatype, a shape compatible with the config (variable
 // dimensions match anything >= 0, the batch dimension is within max_batch_size), and a data

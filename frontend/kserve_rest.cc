@@ -4,7 +4,6 @@
 #include <string_view>
 #include <utility>
 
-#include "backends/pool.h"  // RemoteBackendConfig::sequence_id_header
 #include "backends/retry_after.h"
 #include "common/clock.h"
 #include "frontend/kserve_body_stream.h"
@@ -281,12 +280,11 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
   }
   // Sequence affinity by header (docs/BACKENDS.md "Sequences"): the model's
   // sequence_id_header carries a string sequence id; the sequence_id parameter wins.
-  if (cfg.remote != nullptr && !cfg.remote->sequence_id_header.empty() &&
-      !req->sequence.active()) {
-    if (const std::string* v = request.header(cfg.remote->sequence_id_header);
-        v != nullptr && !v->empty()) {
+  if (const std::string_view header = backends::sequenceIdHeader(cfg);
+      !header.empty() && !req->sequence.active()) {
+    if (const std::string* v = request.header(header); v != nullptr && !v->empty()) {
       if (v->size() > 256) {
-        return finish(errorResponse(400, cfg.remote->sequence_id_header +
+        return finish(errorResponse(400, std::string(header) +
                                              " must be at most 256 bytes (a sequence id)"));
       }
       req->sequence.id = *v;
