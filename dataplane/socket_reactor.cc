@@ -204,6 +204,13 @@ void SocketReactor::run() {
       for (auto& [fd, c] : conns_) {  // idle ones close now, not at their next tick
         if (!c->dead) tickConn(*c);
       }
+      drain_recheck_ns_ = freshDrainRecheck();
+    } else if (draining_ && drain_recheck_ns_ != 0 && now_ns_ >= drain_recheck_ns_) {
+      // A fresh connection's grace ended: close it now if its request never came.
+      for (auto& [fd, c] : conns_) {
+        if (!c->dead) tickConn(*c);
+      }
+      drain_recheck_ns_ = freshDrainRecheck();
     }
     if (draining_ && (conns_.empty() || now_ns_ >= drain_deadline_)) break;
     // Sleep until the first connection's tick, at most one period (the output budget is looked
@@ -213,6 +220,9 @@ void SocketReactor::run() {
       wait_ns = tick_head_->next_tick_ns > now_ns_ ? std::min(wait_ns, tick_head_->next_tick_ns - now_ns_) : 0;
     }
     if (draining_) wait_ns = std::min(wait_ns, drain_deadline_ - now_ns_);
+    if (draining_ && drain_recheck_ns_ != 0) {
+      wait_ns = std::min(wait_ns, drain_recheck_ns_ > now_ns_ ? drain_recheck_ns_ - now_ns_ : 0);
+    }
     // Connections the drain just closed are reaped at the end of this iteration; the next one
     // then finds none left and ends the loop without waiting.
     const bool busy = !dirty_.empty() || !to_destroy_.empty();
@@ -480,6 +490,18 @@ void SocketReactor::tickUnlink(Conn& c) {
 namespace {
 constexpr uint64_t kFreshDrainGraceNs = 1'000'000'000;
 }  // namespace
+
+uint64_t SocketReactor::freshDrainRecheck() const {
+  // The earliest end of a held fresh connection's grace (0: none is held). Connections are not
+  // accepted while draining, so this only shrinks to 0 as they are served or closed.
+  uint64_t at = 0;
+  for (const auto& [fd, c] : conns_) {
+    if (c->dead || c->lingering || c->received) continue;
+    const uint64_t end = c->accepted_ns + kFreshDrainGraceNs;
+    if (at == 0 || end < at) at = end;
+  }
+  return at;
+}
 
 void SocketReactor::tickConn(Conn& c) {
   if (c.lingering) {

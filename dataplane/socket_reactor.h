@@ -92,6 +92,7 @@ class SocketReactor final : public ReactorThread {
   void runPosted();
   void runDueTicks();
   void tickConn(Conn& c);
+  uint64_t freshDrainRecheck() const;
   uint64_t nextTick() const;
   void tickPush(Conn& c);
   void tickUnlink(Conn& c);
@@ -112,6 +113,7 @@ class SocketReactor final : public ReactorThread {
 
   bool draining_ = false;
   uint64_t drain_deadline_ = 0;
+  uint64_t drain_recheck_ns_ = 0;  // draining: when a held fresh connection's grace ends (0: none)
 };
 
 }  // namespace infergate::dataplane
