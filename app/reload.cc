@@ -61,9 +61,6 @@ const std::map<std::string, std::string, std::less<>>& startupReasons() {
       {"limits", "the reactors and sessions take their limits at start-up"},
       {"dpdk", "the EAL and the DPDK port are set up at start-up"},
       {"security", "privileges are dropped at start-up and cannot be regained"},
-      {"priority",
-       "every session reads who may set priorities without synchronisation (xdp.cidr_rules "
-       "classes are live in xdp-filter mode)"},
       {"gpu", "the GPU watch attaches its probes at start-up"},
   };
   return *m;
@@ -243,6 +240,14 @@ absl::StatusOr<std::string> readConfigText(const std::string& path) {
   std::string text;
   char buf[16384];
   size_t n;
+    } else if (section == "tenants") {
+      // The whole section as one new limiter (frontend/tenants.h TenantLimiters).
+      plan.tenants = true;
+      plan.applied.push_back("tenants");
+    } else if (section == "priority") {
+      // from_client and trusted_sources as one new policy (ClientPriorityPolicies).
+      plan.priority = true;
+      plan.applied.push_back("priority");
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);

@@ -44,6 +44,11 @@ struct ReloadPlan {
   std::string refusalMessage() const;
 };
 
+  // tenants: a new TenantLimiter published (applied key "tenants"); priority: a new
+  // ClientPriorityPolicy published (applied key "priority"). frontend/tenants.h,
+  // frontend/client_priority.h.
+  bool tenants = false;
+  bool priority = false;
 // The model key of a model: its name, plus "@version" when the version is not "1".
 std::string modelKey(const backends::ModelConfig& m);
 

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "app/modes/mode.h"
 #include "app/privileges.h"
@@ -89,6 +90,20 @@ frontend::TenantsOptions tenantsOptions(const config::TenantsConfig& c) {
 }
 
 }  // namespace
+// The config's priority: section as the policy (validated by the config loader).
+absl::StatusOr<frontend::ClientPriorityPolicy> clientPriorityPolicy(
+    const config::PriorityConfig& c) {
+  frontend::ClientPriorityPolicy p;
+  p.mode = frontend::parseClientPriorityMode(c.from_client).value_or(p.mode);
+  absl::StatusOr<common::CidrSet> trusted = common::CidrSet::parse(c.trusted_sources);
+  if (!trusted.ok()) {
+    return absl::InvalidArgumentError("priority.trusted_sources: " +
+                                      std::string(trusted.status().message()));
+  }
+  p.trusted = std::move(*trusted);
+  return p;
+}
+
 
 Server::Server(config::Config config) : config_(std::move(config)), running_(config_) {}
 
@@ -144,15 +159,12 @@ absl::Status Server::start() {
   http2_options_.max_header_list_bytes = c.limits.max_header_bytes;
   http2_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
   // Who may choose a request's priority (validated by the config loader).
-  client_priority_.mode = *frontend::parseClientPriorityMode(c.priority.from_client);
-  if (absl::StatusOr<common::CidrSet> trusted = common::CidrSet::parse(c.priority.trusted_sources);
-      trusted.ok()) {
-    client_priority_.trusted = std::move(*trusted);
-  } else {
-    return absl::InvalidArgumentError("priority.trusted_sources" +
-                                      std::string(trusted.status().message()));
+  {
+    absl::StatusOr<frontend::ClientPriorityPolicy> p = clientPriorityPolicy(c.priority);
+    if (!p.ok()) return p.status();
+    if (absl::Status st = client_priority_.publish(std::move(*p)); !st.ok()) return st;
   }
-  http2_options_.client_priority = &client_priority_;
+  http2_options_.live_client_priority = &client_priority_;
   http2_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http2_options_.stream_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
   http2_options_.max_connection_memory_bytes =
@@ -165,7 +177,7 @@ absl::Status Server::start() {
   http_options_.body_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
   http_options_.cancel_on_peer_close = c.limits.cancel_on_half_close;
   http_options_.access_log = c.logging.access_log;
-  http_options_.client_priority = &client_priority_;
+  http_options_.live_client_priority = &client_priority_;
   admin_options_ = http_options_;
   admin_options_.access_log = false;
   // Per-tenant limits on the serving listeners (validated by the config loader).
@@ -173,13 +185,14 @@ absl::Status Server::start() {
     absl::StatusOr<std::unique_ptr<frontend::TenantLimiter>> t =
         frontend::TenantLimiter::create(tenantsOptions(c.tenants), nullptr, &registry);
     if (!t.ok()) return absl::InvalidArgumentError("tenants: " + std::string(t.status().message()));
-    tenants_ = std::move(*t);
-    http_options_.tenants = tenants_.get();
-    http2_options_.tenants = tenants_.get();
     spdlog::info("tenants: {} configured (api key header '{}') plus 'default'",
-                 tenants_->tenants() - 1, tenants_->apiKeyHeader());
+                 (*t)->tenants() - 1, (*t)->apiKeyHeader());
+    if (absl::Status st = tenants_.publish(std::move(*t)); !st.ok()) return st;
   }
 
+  // Always set (a reload may turn tenants on); current() null: none.
+  http_options_.tenants = &tenants_;
+  http2_options_.tenants = &tenants_;
   // http: HTTP/1.1; grpc: HTTP/2 prior knowledge; auto: either, by the connection preface.
   auto sessionFactoryFor = [this](const std::string& protocol) -> net::SessionFactory {
     auto h1 = frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
@@ -441,6 +454,38 @@ Server::ReloadResult Server::reload() {
     if (metrics_) {
       for (const backends::ModelConfig& mc : next->models) metrics_->addModel(mc.name);
     }
+  // A new tenant limiter / priority policy, built before anything is applied.
+  std::unique_ptr<frontend::TenantLimiter> next_tenants;
+  std::optional<frontend::ClientPriorityPolicy> next_priority;
+  if (plan->tenants) {
+    if (tenants_.full()) {
+      plan->refused.push_back(
+          {"tenants", fmt::format("changed {} times since start-up (every limiter is kept for "
+                                  "its leases): restart infergate",
+                                  frontend::TenantLimiters::kMaxGenerations)});
+      return finish("refused", 409, &*plan, "");
+    }
+    if (next->tenants.enabled()) {
+      absl::StatusOr<std::unique_ptr<frontend::TenantLimiter>> t =
+          frontend::TenantLimiter::create(tenantsOptions(next->tenants), nullptr,
+                                          &common::MetricsRegistry::global(), tenants_.current());
+      if (!t.ok()) {
+        return finish("invalid", 400, &*plan, "tenants: " + std::string(t.status().message()));
+      }
+      next_tenants = std::move(*t);
+    }
+  }
+  if (plan->priority) {
+    if (client_priority_.full()) {
+      plan->refused.push_back(
+          {"priority", fmt::format("changed {} times since start-up: restart infergate",
+                                   frontend::ClientPriorityPolicies::kMaxGenerations)});
+      return finish("refused", 409, &*plan, "");
+    }
+    absl::StatusOr<frontend::ClientPriorityPolicy> p = clientPriorityPolicy(next->priority);
+    if (!p.ok()) return finish("invalid", 400, &*plan, std::string(p.status().message()));
+    next_priority = std::move(*p);
+  }
     if (absl::Status st = models_.update(gone, std::move(built)); !st.ok()) {
       return finish("refused", 409, &*plan, std::string(st.message()));  // checked above
     }
@@ -467,3 +512,12 @@ Server::ReloadResult Server::reload() {
 }
 
 }  // namespace infergate::app
+  if (plan->tenants) {
+    // Checked above: cannot fail. Old limiters stay alive for their leases.
+    if (absl::Status st = tenants_.publish(std::move(next_tenants)); !st.ok())
+      spdlog::warn("config reload: {}", std::string(st.message()));
+  }
+  if (next_priority) {
+    if (absl::Status st = client_priority_.publish(std::move(*next_priority)); !st.ok())
+      spdlog::warn("config reload: {}", std::string(st.message()));
+  }

@@ -76,10 +76,13 @@ class Server {
   std::unique_ptr<frontend::AdminHandler> admin_handler_;
   std::unique_ptr<frontend::InferenceGrpcServices> grpc_;
   frontend::Http2SessionOptions http2_options_;
-  frontend::ClientPriorityPolicy client_priority_;  // both option sets point here
-  // Per-tenant limits (config tenants:, frontend/tenants.h); null when off. Both serving
-  // option sets point here (the admin listener is never limited).
-  std::unique_ptr<frontend::TenantLimiter> tenants_;
+  // Who may choose priorities (config priority:); both option sets point here; a reload
+  // publishes a new policy.
+  frontend::ClientPriorityPolicies client_priority_;
+  // Per-tenant limits (config tenants:, frontend/tenants.h); current() null when off. Both
+  // serving option sets point here (the admin listener is never limited); a reload publishes
+  // a new limiter.
+  frontend::TenantLimiters tenants_;
   frontend::Http1SessionOptions http_options_;
   frontend::Http1SessionOptions admin_options_;
   std::atomic<uint64_t> connections_{0};

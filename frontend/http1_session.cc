@@ -57,36 +57,57 @@ Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
       metrics_(metrics),
       parser_(options.limits),
       last_activity_ns_(transport.loop().nowNs()) {
-  priority_trusted_ = options.client_priority == nullptr ||
-                      options.client_priority->trusts(transport.peerAddress());
-  if (options.tenants != nullptr) {
-    source_tenant_ = options.tenants->tenantOfSource(transport.peerAddress());
-  }
   parser_.setBodyHook(this);
 }
 
+bool Http1Session::priorityTrusted() {
+  const ClientPriorityPolicy* p = options_.live_client_priority != nullptr
+                                      ? options_.live_client_priority->current()
+                                      : options_.client_priority;
+  if (!priority_decided_ || p != priority_policy_) {
+    priority_trusted_ =
+        p == nullptr ||
+        (transport_ != nullptr ? p->trusts(transport_->peerAddress()) : p->trusts(std::nullopt));
+    priority_policy_ = p;
+    priority_decided_ = true;
+  }
+  return priority_trusted_;
+}
+
+int Http1Session::sourceTenant(const TenantLimiter& limiter) {
+  if (&limiter != source_tenant_of_) {
+    source_tenant_ = transport_ != nullptr ? limiter.tenantOfSource(transport_->peerAddress())
+                                           : TenantLimiter::kDefaultTenant;
+    source_tenant_of_ = &limiter;
+  }
+  return source_tenant_;
+}
+
 absl::Status Http1Session::admitTenant(HttpRequest& request) {
-  TenantLimiter* tenants = options_.tenants;
-  if (tenants == nullptr || request.method != "POST") return absl::OkStatus();
+  if (options_.tenants == nullptr || request.method != "POST") return absl::OkStatus();
   if (!request.tenant_lease) {
-    TenantAdmission a =
-        tenants->admit(tenants->classify(source_tenant_, request.header(tenants->apiKeyHeader())));
+    const TenantLimiter* tenants = options_.tenants->current();  // a reload may replace it
+    if (tenants == nullptr) return absl::OkStatus();
+    TenantAdmission a = tenants->admit(
+        tenants->classify(sourceTenant(*tenants), request.header(tenants->apiKeyHeader())));
     if (!a.status.ok()) return a.status;
     request.tenant_lease = std::move(a.lease);
   }
   // The tenant's default class stands in for the XDP tag's (a trusted client's own priority
-  // still wins: resolvePriority).
-  if (std::optional<int> cls = tenants->priorityClass(request.tenant_lease->tenant())) {
+  // still wins: resolvePriority). The limiter that admitted it says which.
+  const TenantLease& lease = *request.tenant_lease;
+  if (std::optional<int> cls = lease.limiter()->priorityClass(lease.tenant())) {
     if (!request.tag) request.tag.emplace();
     request.tag->priority_class = *cls;
   }
   return absl::OkStatus();
 }
 
-std::unique_ptr<HttpBodyReader> Http1Session::startBody(HttpRequest& head, const HttpBodyInfo& body) {
+std::unique_ptr<HttpBodyReader> Http1Session::startBody(HttpRequest& head,
+                                                        const HttpBodyInfo& body) {
   // What dispatch() would set: the handler decides on them before the body arrives.
   head.tag = transport_->ingressTag();
-  head.priority_trusted = priority_trusted_;
+  head.priority_trusted = priorityTrusted();
   // Counted against its tenant before a body byte is read; refused: the body is discarded.
   if (absl::Status st = admitTenant(head); !st.ok()) {
     return std::make_unique<RefusedBody>(std::move(st));
@@ -152,7 +173,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
   }
   // A streamed request got its tag when its headers were complete (startBody).
   if (!request.body_reader) request.tag = transport_->ingressTag();
-  request.priority_trusted = priority_trusted_;
+  request.priority_trusted = priorityTrusted();
   const uint64_t seq = slots_.back().seq;
   if (options_.tenants != nullptr) {
     // Refused when its headers were complete (RefusedBody), or now (a request without a body).
@@ -317,7 +338,8 @@ void Http1Session::onTick(uint64_t now_ns) {
       return;
     }
   }
-  if (slots_.empty() && !parser_.inRequest() && now_ns - last_activity_ns_ > options_.idle_timeout_ns) {
+  if (slots_.empty() && !parser_.inRequest() &&
+      now_ns - last_activity_ns_ > options_.idle_timeout_ns) {
     closing_ = true;
     transport_->closeAfterFlush();
   }
@@ -329,8 +351,9 @@ void Http1Session::onClosed() {
   slots_.clear();
 }
 
-net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
-                                       ServerMetrics* metrics) {
+net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler,
+                                            const Http1SessionOptions& options,
+                                            ServerMetrics* metrics) {
   return [&handler, &options, metrics](net::Transport& t) -> std::shared_ptr<net::Session> {
     return std::make_shared<Http1Session>(t, handler, options, metrics);
   };

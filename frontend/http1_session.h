@@ -32,19 +32,23 @@ struct Http1SessionOptions {
   uint64_t idle_timeout_ns = 60'000'000'000ull;
   uint64_t header_timeout_ns = 10'000'000'000ull;
   uint64_t body_timeout_ns = 60'000'000'000ull;
-  size_t max_in_flight = 64;                 // pipelined requests awaiting responses
-  size_t max_pending_bytes = 8 << 20;        // unsent response bytes before reading pauses
+  size_t max_in_flight = 64;           // pipelined requests awaiting responses
+  size_t max_pending_bytes = 8 << 20;  // unsent response bytes before reading pauses
   bool access_log = false;
   // A FIN from the client while requests are unanswered cancels them (NGINX's default for
   // proxied requests, 499). Off by default: a client may half-close after its last request
   // and still read the answers (HTTP/1.1 allows it; tests/integration/test_http1_raw.py).
   bool cancel_on_peer_close = false;
   // Who may set a request's priority; null: every client (unit tests, embeddings).
+  // `live_client_priority`, when set, wins: the policy in effect (a reload replaces it; the
+  // session decides again for its peer when it changes).
   const ClientPriorityPolicy* client_priority = nullptr;
+  const ClientPriorityPolicies* live_client_priority = nullptr;
   // Per-tenant limits (frontend/tenants.h); null: none. Every POST (an inference request) is
   // counted against its tenant when its headers are complete, before its body is read: a
-  // refusal (429 with Retry-After) is answered in order and the body discarded unread.
-  TenantLimiter* tenants = nullptr;
+  // refusal (429 with Retry-After) is answered in order and the body discarded unread. The
+  // limiter in effect is read per request (a reload replaces it); its current() null: none.
+  const TenantLimiters* tenants = nullptr;
 };
 
 class Http1Session : public net::Session,
@@ -74,7 +78,7 @@ class Http1Session : public net::Session,
     std::string method, target;
     uint64_t start_ns = 0;
     int status = 0;
-    std::shared_ptr<net::CancelToken> cancel;  // until answered
+    std::shared_ptr<net::CancelToken> cancel;   // until answered
     std::shared_ptr<TenantLease> tenant_lease;  // until answered (tenant in-flight cap)
   };
   // Http1Parser::BodyHook: the handler's body reader for a request whose headers are complete.
@@ -90,6 +94,12 @@ class Http1Session : public net::Session,
   // OK with HttpRequest::tenant_lease set (once) and the tenant's default priority class put
   // on the request's tag, or the refusal.
   absl::Status admitTenant(HttpRequest& request);
+  // Whether this peer may choose its requests' priority under the policy in effect (decided
+  // again only when a reload published another policy).
+  bool priorityTrusted();
+  // The tenant of this peer's source address under `limiter` (decided again only when a
+  // reload published another limiter).
+  int sourceTenant(const TenantLimiter& limiter);
 
   net::Transport* transport_;
   HttpHandler& handler_;
@@ -99,8 +109,11 @@ class Http1Session : public net::Session,
   std::deque<Slot> slots_;  // in request order; front is the next to send
   uint64_t next_seq_ = 0;
   uint64_t handler_exceptions_ = 0;
-  bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once
-  int source_tenant_ = TenantLimiter::kDefaultTenant;  // options_.tenants, decided once
+  bool priority_trusted_ = true;  // priority_policy_ about this peer
+  bool priority_decided_ = false;
+  const ClientPriorityPolicy* priority_policy_ = nullptr;  // the policy priority_trusted_ is of
+  int source_tenant_ = TenantLimiter::kDefaultTenant;      // under source_tenant_of_
+  const TenantLimiter* source_tenant_of_ = nullptr;
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close
@@ -112,7 +125,8 @@ class Http1Session : public net::Session,
 };
 
 // A net::SessionFactory for HTTP/1.1 listeners.
-net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler, const Http1SessionOptions& options,
-                                       ServerMetrics* metrics);
+net::SessionFactory makeHttp1SessionFactory(HttpHandler& handler,
+                                            const Http1SessionOptions& options,
+                                            ServerMetrics* metrics);
 
 }  // namespace infergate::frontend

@@ -28,11 +28,11 @@ struct Http2Session::Stream {
   GrpcCall call;
   GrpcMessageReader reader;
   uint64_t messages = 0;
-  int outstanding = 0;      // call()s awaiting their reply
+  int outstanding = 0;  // call()s awaiting their reply
   bool remote_closed = false;
-  bool ended = false;       // final status decided (trailers queued or sent)
+  bool ended = false;  // final status decided (trailers queued or sent)
   bool headers_sent = false;
-  bool deferred = false;    // the data provider returned NGHTTP2_ERR_DEFERRED
+  bool deferred = false;  // the data provider returned NGHTTP2_ERR_DEFERRED
   bool trailers_ready = false;
   absl::StatusCode status = absl::StatusCode::kOk;
   std::string status_message;
@@ -40,7 +40,7 @@ struct Http2Session::Stream {
   std::string api_key;         // the tenants' api_key_header metadata, until admission
   std::shared_ptr<TenantLease> tenant_lease;  // admitted: until the call ends
   int http_status = 200;
-  std::string out;          // framed response messages not yet handed to nghttp2
+  std::string out;  // framed response messages not yet handed to nghttp2
   size_t out_off = 0;
   uint64_t last_rx_ns = 0;  // HEADERS or DATA last arrived (stream_timeout_ns)
   size_t held = 0;          // this stream's share of held_bytes_ (reader buffer + out)
@@ -123,7 +123,7 @@ struct Http2Session::Callbacks {
     s->call.stream_id = s->id;
     s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
     s->last_rx_ns = s->call.start_ns;
-    s->call.priority_trusted = h.priority_trusted_;
+    s->call.priority_trusted = h.priorityTrusted();
     // The ingress tag of the latest request start the transport saw (xdp-filter / afxdp modes;
     // none in socket mode). The XDP program tags the h2 preface, not each HEADERS frame, so for
     // gRPC this is the connection's class.
@@ -167,7 +167,9 @@ struct Http2Session::Callbacks {
       s->grpc_timeout = v;
     } else if (n == kPriorityHeader) {
       s->call.priority_metadata = std::string(v);  // validated by the service (resolvePriority)
-    } else if (h.options_.tenants != nullptr && n == h.options_.tenants->apiKeyHeader()) {
+    } else if (const TenantLimiter* t =
+                   h.options_.tenants != nullptr ? h.options_.tenants->current() : nullptr;
+               t != nullptr && n == t->apiKeyHeader()) {
       s->api_key = v;  // within max_header_list_bytes; dropped at admission
     }
     return 0;
@@ -213,8 +215,8 @@ struct Http2Session::Callbacks {
         ++h.stats_.flood_trips;
       }
       if (h.metrics_ != nullptr) {
-        h.metrics_->recordParseError(
-            std::string("http2_") + nghttp2_http2_strerror(frame->goaway.error_code));
+        h.metrics_->recordParseError(std::string("http2_") +
+                                     nghttp2_http2_strerror(frame->goaway.error_code));
       }
     }
     // We answered before the peer finished sending: ask it to stop (RFC 9113 8.1).
@@ -250,9 +252,8 @@ struct Http2Session::Callbacks {
     return 0;
   }
 
-  static ssize_t readData(nghttp2_session* session, int32_t stream_id, uint8_t* buf,
-                          size_t length, uint32_t* data_flags, nghttp2_data_source* source,
-                          void* user_data) {
+  static ssize_t readData(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
+                          uint32_t* data_flags, nghttp2_data_source* source, void* user_data) {
     Stream& s = *static_cast<Stream*>(source->ptr);
     const size_t avail = s.out.size() - s.out_off;
     const size_t n = std::min(avail, length);
@@ -299,11 +300,6 @@ Http2Session::Http2Session(net::Transport& transport, GrpcServices& services,
       options_(options),
       metrics_(metrics),
       last_activity_ns_(transport.loop().nowNs()) {
-  priority_trusted_ = options.client_priority == nullptr ||
-                      options.client_priority->trusts(transport.peerAddress());
-  if (options.tenants != nullptr) {
-    source_tenant_ = options.tenants->tenantOfSource(transport.peerAddress());
-  }
   nghttp2_session_callbacks* cbs = nullptr;
   nghttp2_session_callbacks_new(&cbs);
   nghttp2_session_callbacks_set_on_begin_frame_callback(cbs, &Callbacks::onBeginFrame);
@@ -490,9 +486,9 @@ void Http2Session::onHeadersDone(Stream& s) {
   if (s.header_too_large) {
     if (metrics_ != nullptr) metrics_->recordParseError("http2_header_list_too_large");
     s.http_status = 431;
-    finishStream(s, absl::StatusCode::kResourceExhausted,
-                 "header list larger than " + std::to_string(options_.max_header_list_bytes) +
-                     " bytes");
+    finishStream(
+        s, absl::StatusCode::kResourceExhausted,
+        "header list larger than " + std::to_string(options_.max_header_list_bytes) + " bytes");
     return;
   }
   s.method = services_.resolve(s.path);
@@ -529,11 +525,14 @@ void Http2Session::onHeadersDone(Stream& s) {
       return;
     }
   }
-  if (options_.tenants != nullptr && s.method.limited) {
-    // Counted against its tenant before any message byte is read.
-    TenantLimiter& tenants = *options_.tenants;
-    TenantAdmission a =
-        tenants.admit(tenants.classify(source_tenant_, s.api_key.empty() ? nullptr : &s.api_key));
+  const TenantLimiter* limiter =
+      options_.tenants != nullptr ? options_.tenants->current() : nullptr;
+  if (limiter != nullptr && s.method.limited) {
+    // Counted against its tenant before any message byte is read (the limiter in effect: a
+    // reload may replace it; the lease keeps the one that admitted the call).
+    const TenantLimiter& tenants = *limiter;
+    TenantAdmission a = tenants.admit(
+        tenants.classify(sourceTenant(tenants), s.api_key.empty() ? nullptr : &s.api_key));
     std::string().swap(s.api_key);
     if (!a.status.ok()) {
       finishStream(s, a.status.code(), std::string(a.status.message()),
@@ -630,6 +629,29 @@ void Http2Session::onStreamData(Stream& s, const uint8_t* data, size_t len) {
   }
 }
 
+bool Http2Session::priorityTrusted() {
+  const ClientPriorityPolicy* p = options_.live_client_priority != nullptr
+                                      ? options_.live_client_priority->current()
+                                      : options_.client_priority;
+  if (!priority_decided_ || p != priority_policy_) {
+    priority_trusted_ =
+        p == nullptr ||
+        (transport_ != nullptr ? p->trusts(transport_->peerAddress()) : p->trusts(std::nullopt));
+    priority_policy_ = p;
+    priority_decided_ = true;
+  }
+  return priority_trusted_;
+}
+
+int Http2Session::sourceTenant(const TenantLimiter& limiter) {
+  if (&limiter != source_tenant_of_) {
+    source_tenant_ = transport_ != nullptr ? limiter.tenantOfSource(transport_->peerAddress())
+                                           : TenantLimiter::kDefaultTenant;
+    source_tenant_of_ = &limiter;
+  }
+  return source_tenant_;
+}
+
 void Http2Session::dispatch(Stream& s, const std::string_view* message) {
   ++s.messages;
   if (!s.method.client_streaming && s.messages > 1) {
@@ -639,14 +661,14 @@ void Http2Session::dispatch(Stream& s, const std::string_view* message) {
   if (s.tenant_lease && s.messages > 1) {
     // A stream's later requests spend their tenant's rate too (the first was admitted with
     // the call); over it, the stream ends with the refusal.
-    if (absl::Status st = options_.tenants->charge(s.tenant_lease->tenant()); !st.ok()) {
+    if (absl::Status st = s.tenant_lease->limiter()->charge(s.tenant_lease->tenant()); !st.ok()) {
       finishStream(s, st.code(), std::string(st.message()), retryAfterFor(st).value_or(0));
       return;
     }
   }
   ++s.outstanding;
-  GrpcRespond respond = net::answerOnLoop(transport_->loop(), weak_from_this(), s.id,
-                                          &Http2Session::deliver);
+  GrpcRespond respond =
+      net::answerOnLoop(transport_->loop(), weak_from_this(), s.id, &Http2Session::deliver);
   // We are inside an nghttp2 callback: no exception may cross it. A service that throws
   // (out of memory decoding a hostile message, a bug) fails its own stream, nothing else.
   try {
@@ -658,10 +680,12 @@ void Http2Session::dispatch(Stream& s, const std::string_view* message) {
     }
   } catch (const std::bad_alloc&) {
     ++stats_.service_exceptions;
-    if (!s.ended) finishStream(s, absl::StatusCode::kResourceExhausted, "out of memory for this request");
+    if (!s.ended)
+      finishStream(s, absl::StatusCode::kResourceExhausted, "out of memory for this request");
   } catch (const std::exception& e) {
     ++stats_.service_exceptions;
-    if (!s.ended) finishStream(s, absl::StatusCode::kInternal, std::string("internal error: ") + e.what());
+    if (!s.ended)
+      finishStream(s, absl::StatusCode::kInternal, std::string("internal error: ") + e.what());
   }
 }
 
@@ -688,7 +712,7 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
   Stream& s = *it->second;
   if (s.outstanding > 0) --s.outstanding;
   if (s.outstanding == 0) s.call.cancel.reset();  // nothing left to cancel
-  if (s.ended) return;  // e.g. the deadline passed first
+  if (s.ended) return;                            // e.g. the deadline passed first
   if (reply.code != absl::StatusCode::kOk) {
     finishStream(s, reply.code, reply.message, reply.retry_after_s);
   } else {
@@ -804,7 +828,8 @@ void Http2Session::onTick(uint64_t now_ns) {
       continue;
     }
     // Waiting for the client (nothing of ours outstanding) and it sends nothing.
-    if (!s.remote_closed && s.outstanding == 0 && now_ns - s.last_rx_ns > options_.stream_timeout_ns) {
+    if (!s.remote_closed && s.outstanding == 0 &&
+        now_ns - s.last_rx_ns > options_.stream_timeout_ns) {
       ++stats_.stream_timeouts;
       if (metrics_ != nullptr) metrics_->recordParseError("http2_stream_timeout");
       finishStream(s, absl::StatusCode::kDeadlineExceeded,
@@ -855,8 +880,9 @@ void Http2Session::onClosed() {
   for (auto& t : tokens) t->cancel();
 }
 
-net::SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
-                                       ServerMetrics* metrics) {
+net::SessionFactory makeHttp2SessionFactory(GrpcServices& services,
+                                            const Http2SessionOptions& options,
+                                            ServerMetrics* metrics) {
   return [&services, &options, metrics](net::Transport& t) -> std::shared_ptr<net::Session> {
     return std::make_shared<Http2Session>(t, services, options, metrics);
   };

@@ -49,13 +49,13 @@ namespace infergate::frontend {
 
 struct Http2SessionOptions {
   uint32_t max_concurrent_streams = 128;
-  uint32_t max_frame_size = 16384;             // SETTINGS_MAX_FRAME_SIZE (16384..16777215)
-  uint32_t max_header_list_bytes = 16384;      // SETTINGS_MAX_HEADER_LIST_SIZE, enforced
-  uint32_t initial_window_bytes = 1 << 20;     // SETTINGS_INITIAL_WINDOW_SIZE (per stream)
-  uint32_t connection_window_bytes = 16 << 20; // connection-level receive window
-  size_t max_message_bytes = 64ull << 20;      // one gRPC message; larger: RESOURCE_EXHAUSTED
+  uint32_t max_frame_size = 16384;               // SETTINGS_MAX_FRAME_SIZE (16384..16777215)
+  uint32_t max_header_list_bytes = 16384;        // SETTINGS_MAX_HEADER_LIST_SIZE, enforced
+  uint32_t initial_window_bytes = 1 << 20;       // SETTINGS_INITIAL_WINDOW_SIZE (per stream)
+  uint32_t connection_window_bytes = 16 << 20;   // connection-level receive window
+  size_t max_message_bytes = 64ull << 20;        // one gRPC message; larger: RESOURCE_EXHAUSTED
   uint64_t idle_timeout_ns = 60'000'000'000ull;  // no stream open: GOAWAY and close
-  size_t max_pending_bytes = 8 << 20;          // unsent bytes before reading pauses
+  size_t max_pending_bytes = 8 << 20;            // unsent bytes before reading pauses
   // A request HEADERS block not complete (CONTINUATION frames outstanding) this long after it
   // began: the connection ends (GOAWAY). nghttp2 accepts no other frame meanwhile.
   uint64_t header_timeout_ns = 10'000'000'000ull;
@@ -71,34 +71,38 @@ struct Http2SessionOptions {
   // At least max_message_bytes.
   size_t max_connection_memory_bytes = 96ull << 20;
   // Who may set a call's priority; null: every client (unit tests, embeddings).
+  // `live_client_priority`, when set, wins: the policy in effect (a reload replaces it; the
+  // session decides again for its peer when it changes).
   const ClientPriorityPolicy* client_priority = nullptr;
+  const ClientPriorityPolicies* live_client_priority = nullptr;
   // Per-tenant limits (frontend/tenants.h); null: none. A call of an inference method
   // (GrpcMethod::limited) is counted against its tenant (the api_key_header metadata, else the
   // connection's source) when its headers are complete: refused, it ends at once with
   // RESOURCE_EXHAUSTED and the Retry-After hint in its trailers; admitted, it holds a place
   // among the tenant's requests in flight until it ends (a ModelStreamInfer stream: one place
   // for the whole stream, one token per request message; over the rate the stream ends with
-  // the refusal).
-  TenantLimiter* tenants = nullptr;
+  // the refusal). The limiter in effect is read per call (a reload replaces it); its
+  // current() null: none.
+  const TenantLimiters* tenants = nullptr;
   // Flood limits, ours rather than whatever the linked nghttp2 defaults to (RFC 9113 §10.5;
   // CVE-2019-9512/9515, CVE-2023-44487 rapid reset, CVE-2024-27316 CONTINUATION flood). Over
   // any of them the connection ends with GOAWAY (ENHANCE_YOUR_CALM where nghttp2 says so).
-  size_t max_outbound_ack = 1000;         // queued SETTINGS/PING ACKs the peer does not read
-  size_t max_settings_entries = 32;       // entries in one SETTINGS frame
-  uint64_t stream_reset_burst = 1000;     // RST_STREAMs from the peer: token bucket burst
-  uint64_t stream_reset_rate = 33;        //   and refill per second
-  size_t max_continuations = 8;           // CONTINUATION frames after one HEADERS
-  size_t max_hpack_table_bytes = 4096;    // our HPACK encoder's dynamic table
+  size_t max_outbound_ack = 1000;       // queued SETTINGS/PING ACKs the peer does not read
+  size_t max_settings_entries = 32;     // entries in one SETTINGS frame
+  uint64_t stream_reset_burst = 1000;   // RST_STREAMs from the peer: token bucket burst
+  uint64_t stream_reset_rate = 33;      //   and refill per second
+  size_t max_continuations = 8;         // CONTINUATION frames after one HEADERS
+  size_t max_hpack_table_bytes = 4096;  // our HPACK encoder's dynamic table
 };
 
 // Counters a session keeps (per connection; the reactor/lead may aggregate them).
 struct Http2SessionStats {
   uint64_t streams = 0;
-  uint64_t cancelled = 0;         // RST_STREAM by the peer before the call ended
+  uint64_t cancelled = 0;  // RST_STREAM by the peer before the call ended
   uint64_t deadline_exceeded = 0;
-  uint64_t protocol_errors = 0;   // connection-level errors (GOAWAY sent)
-  uint64_t gathered_bytes = 0;    // request bytes copied to reassemble split messages (by the
-                                  // reader, or by a sink's fallback; 0 on the streamed path)
+  uint64_t protocol_errors = 0;      // connection-level errors (GOAWAY sent)
+  uint64_t gathered_bytes = 0;       // request bytes copied to reassemble split messages (by the
+                                     // reader, or by a sink's fallback; 0 on the streamed path)
   uint64_t service_exceptions = 0;   // a service threw: its stream failed (RESOURCE_EXHAUSTED /
                                      // INTERNAL), the connection went on
   uint64_t callback_exceptions = 0;  // an exception reached an nghttp2 callback: connection ended
@@ -113,8 +117,8 @@ struct Http2SessionStats {
 
 class Http2Session : public net::Session, public std::enable_shared_from_this<Http2Session> {
  public:
-  Http2Session(net::Transport& transport, GrpcServices& services, const Http2SessionOptions& options,
-               ServerMetrics* metrics);
+  Http2Session(net::Transport& transport, GrpcServices& services,
+               const Http2SessionOptions& options, ServerMetrics* metrics);
   ~Http2Session() override;
 
   void onData(const char* data, size_t len) override;
@@ -148,6 +152,12 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   void onStreamEnd(Stream& s);
   // One complete request message: `message`, or (null) the one the stream's sink received.
   void dispatch(Stream& s, const std::string_view* message);
+  // Whether this peer may choose its calls' priority under the policy in effect (decided again
+  // only when a reload published another policy).
+  bool priorityTrusted();
+  // The tenant of this peer's source address under `limiter` (decided again only when a
+  // reload published another limiter).
+  int sourceTenant(const TenantLimiter& limiter);
   void record(Stream& s, absl::StatusCode code);
   // Bytes gathered across DATA frames: stats_.gathered_bytes and the server's /metrics counter.
   void addGathered(uint64_t bytes);
@@ -159,8 +169,8 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   // Acknowledges withheld bytes once the connection is back under its budget.
   void grantWindow();
   void returnWithheld(Stream& s);  // acknowledges what `s` has withheld (stream window)
-  void forgetStream(Stream& s);  // its held memory and withheld window, when it goes
-  void rehold(Stream& s);        // recounts what `s` holds into held_bytes_
+  void forgetStream(Stream& s);    // its held memory and withheld window, when it goes
+  void rehold(Stream& s);          // recounts what `s` holds into held_bytes_
 
   net::Transport* transport_;
   GrpcServices& services_;
@@ -174,25 +184,31 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   int32_t max_peer_stream_ = 0;
   std::array<int32_t, 256> opened_{};  // the latest opened identifiers, a ring
   uint32_t opened_next_ = 0;
-  uint64_t resets_received_ = 0;       // RST_STREAM frames from the peer
-  uint32_t fatal_code_ = 0;            // GOAWAY code for the next callback failure (0: PROTOCOL_ERROR)
+  uint64_t resets_received_ = 0;  // RST_STREAM frames from the peer
+  uint32_t fatal_code_ = 0;       // GOAWAY code for the next callback failure (0: PROTOCOL_ERROR)
   uint64_t last_activity_ns_ = 0;
-  size_t held_bytes_ = 0;        // partial messages + responses not yet handed to nghttp2
-  size_t withheld_bytes_ = 0;    // received DATA whose stream window is not yet returned
+  size_t held_bytes_ = 0;      // partial messages + responses not yet handed to nghttp2
+  size_t withheld_bytes_ = 0;  // received DATA whose stream window is not yet returned
   // Over budget, one stream gathering a message still gets window, so that some message can
   // always complete and free memory.
   int32_t favoured_ = 0;
   bool timed_out_ = false;
-  int source_tenant_ = TenantLimiter::kDefaultTenant;  // options_.tenants, decided once
-  bool priority_trusted_ = true;  // options_.client_priority about this peer, decided once       // our GOAWAY is for a header timeout, not a flood
-  int in_nghttp2_ = 0;   // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
+  int source_tenant_ = TenantLimiter::kDefaultTenant;  // under source_tenant_of_
+  const TenantLimiter* source_tenant_of_ = nullptr;
+  bool priority_trusted_ = true;  // priority_policy_ about this peer
+  bool priority_decided_ = false;
+  const ClientPriorityPolicy* priority_policy_ =
+      nullptr;  // the policy priority_trusted_ is of       // our GOAWAY is for a header timeout,
+                // not a flood
+  int in_nghttp2_ = 0;  // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;
   bool shutting_down_ = false;
   bool paused_ = false;
 };
 
 // A net::SessionFactory for gRPC (h2c prior knowledge) listeners.
-net::SessionFactory makeHttp2SessionFactory(GrpcServices& services, const Http2SessionOptions& options,
-                                       ServerMetrics* metrics);
+net::SessionFactory makeHttp2SessionFactory(GrpcServices& services,
+                                            const Http2SessionOptions& options,
+                                            ServerMetrics* metrics);
 
 }  // namespace infergate::frontend

@@ -12,18 +12,32 @@
 
 namespace infergate::frontend {
 
+namespace {
+
+// A tenant's token bucket. GCRA (the token bucket as one word): the theoretical arrival time of
+// the next request. A request at `now` is admitted when max(tat, now) - now <= tolerance, and
+// moves tat one interval on. CAS loop in takeToken(); no other writer. Shared by the limiters
+// of successive reloads while the tenant's rate and burst stay the same.
+struct Bucket {
+  alignas(64) std::atomic<uint64_t> tat{0};
+};
+
+// A tenant's requests in flight: admit() increments (CAS under the cap), TenantLease's
+// destructor decrements (release()). Shared by every limiter generation that has the tenant
+// (by name), so leases of an older limiter count against the new one's cap.
+struct InFlight {
+  alignas(64) std::atomic<uint32_t> count{0};
+};
+
+}  // namespace
+
 struct TenantLimiter::State {
   std::string name;
   TenantLimits limits;
   uint64_t interval_ns = 0;   // one token's refill time; 0: unlimited rate
   uint64_t tolerance_ns = 0;  // (burst - 1) x interval: how far ahead the bucket may run
-  // GCRA (the token bucket as one word): the theoretical arrival time of the next request.
-  // A request at `now` is admitted when max(tat, now) - now <= tolerance, and moves tat one
-  // interval on. CAS loop in admit(); no other writer.
-  alignas(64) std::atomic<uint64_t> tat{0};
-  // Requests in flight: admit() increments (CAS under the cap), TenantLease's destructor
-  // decrements (release()).
-  alignas(64) std::atomic<uint32_t> inflight{0};
+  std::shared_ptr<Bucket> bucket;
+  std::shared_ptr<InFlight> inflight;
   common::Counter* admitted = nullptr;
   common::Counter* rate_limited = nullptr;
   common::Counter* concurrency_limited = nullptr;
@@ -69,7 +83,8 @@ absl::Status checkLimits(const TenantLimits& l, const std::string& who) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TenantLimiter>> TenantLimiter::create(
-    TenantsOptions options, common::Clock* clock, common::MetricsRegistry* metrics) {
+    TenantsOptions options, common::Clock* clock, common::MetricsRegistry* metrics,
+    const TenantLimiter* previous) {
   if (options.tenants.size() > kMaxTenants) {
     return absl::InvalidArgumentError(
         fmt::format("{} tenants (at most {})", options.tenants.size(), kMaxTenants));
@@ -102,6 +117,19 @@ absl::StatusOr<std::unique_ptr<TenantLimiter>> TenantLimiter::create(
       if (burst == 0) burst = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(limits.rate)));
       s->tolerance_ns = (burst - 1) * s->interval_ns;  // burst <= 1e6, interval <= 1e12: fits
     }
+    // A tenant the previous generation had (by name) carries over its in-flight count always,
+    // and its bucket when the rate and burst are unchanged (else a full bucket).
+    const State* before = nullptr;
+    if (previous != nullptr) {
+      for (const std::unique_ptr<State>& p : previous->states_) {
+        if (p->name == s->name) before = p.get();
+      }
+    }
+    s->inflight = before != nullptr ? before->inflight : std::make_shared<InFlight>();
+    s->bucket = before != nullptr && before->interval_ns == s->interval_ns &&
+                        before->tolerance_ns == s->tolerance_ns
+                    ? before->bucket
+                    : std::make_shared<Bucket>();
     const common::Labels labels = {{"tenant", s->name}};
     constexpr const char* kHelp =
         "Inference requests counted against each tenant (docs/CONFIGURATION.md \"tenants\"), by "
@@ -215,14 +243,15 @@ int TenantLimiter::classify(int source_tenant, const std::string* api_key) const
                                                                                    : kDefaultTenant;
 }
 
-TenantAdmission TenantLimiter::admit(int tenant) {
+TenantAdmission TenantLimiter::admit(int tenant) const {
   if (tenant < 0 || static_cast<size_t>(tenant) >= states_.size()) tenant = kDefaultTenant;
   State& s = *states_[tenant];
   TenantAdmission a;
   a.tenant = tenant;
   // The in-flight cap first, so a refusal for it spends no token.
   const uint32_t cap = s.limits.max_concurrent;
-  uint32_t cur = s.inflight.load(std::memory_order_relaxed);
+  std::atomic<uint32_t>& inflight = s.inflight->count;
+  uint32_t cur = inflight.load(std::memory_order_relaxed);
   do {
     if (cap != 0 && cur >= cap) {
       s.concurrency_limited->inc();
@@ -233,10 +262,10 @@ TenantAdmission TenantLimiter::admit(int tenant) {
       return a;
     }
     // Pairs with the fetch_sub in release().
-  } while (!s.inflight.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
-                                             std::memory_order_relaxed));
+  } while (!inflight.compare_exchange_weak(cur, cur + 1, std::memory_order_acq_rel,
+                                           std::memory_order_relaxed));
   if (absl::Status st = takeToken(s); !st.ok()) {
-    s.inflight.fetch_sub(1, std::memory_order_acq_rel);  // the place taken above
+    inflight.fetch_sub(1, std::memory_order_acq_rel);  // the place taken above
     a.status = std::move(st);
     return a;
   }
@@ -246,10 +275,11 @@ TenantAdmission TenantLimiter::admit(int tenant) {
   return a;
 }
 
-absl::Status TenantLimiter::takeToken(State& s) {
+absl::Status TenantLimiter::takeToken(State& s) const {
   if (s.interval_ns == 0) return absl::OkStatus();
   const uint64_t now = clock_->nowNs();
-  uint64_t tat = s.tat.load(std::memory_order_relaxed);
+  std::atomic<uint64_t>& tat_word = s.bucket->tat;
+  uint64_t tat = tat_word.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t base = std::max(tat, now);
     if (base - now > s.tolerance_ns) {
@@ -262,14 +292,14 @@ absl::Status TenantLimiter::takeToken(State& s) {
                           s.limits.rate, s.tolerance_ns / s.interval_ns + 1)),
           backends::retryAfterFromNs(wait));
     }
-    if (s.tat.compare_exchange_weak(tat, base + s.interval_ns, std::memory_order_relaxed,
-                                    std::memory_order_relaxed)) {
+    if (tat_word.compare_exchange_weak(tat, base + s.interval_ns, std::memory_order_relaxed,
+                                       std::memory_order_relaxed)) {
       return absl::OkStatus();
     }
   }
 }
 
-absl::Status TenantLimiter::charge(int tenant) {
+absl::Status TenantLimiter::charge(int tenant) const {
   if (tenant < 0 || static_cast<size_t>(tenant) >= states_.size()) tenant = kDefaultTenant;
   State& s = *states_[tenant];
   absl::Status st = takeToken(s);
@@ -279,7 +309,7 @@ absl::Status TenantLimiter::charge(int tenant) {
 
 void TenantLimiter::release(int tenant) const {
   State& s = *states_[tenant];
-  s.inflight.fetch_sub(1, std::memory_order_acq_rel);  // pairs with admit()'s CAS
+  s.inflight->count.fetch_sub(1, std::memory_order_acq_rel);  // pairs with admit()'s CAS
   s.inflight_gauge->sub(1);
 }
 
@@ -295,7 +325,34 @@ std::optional<int> TenantLimiter::priorityClass(int tenant) const {
 
 uint32_t TenantLimiter::inflight(int tenant) const {
   if (tenant < 0 || static_cast<size_t>(tenant) >= states_.size()) tenant = kDefaultTenant;
-  return states_[tenant]->inflight.load(std::memory_order_acquire);
+  return states_[tenant]->inflight->count.load(std::memory_order_acquire);
+}
+
+absl::Status TenantLimiters::publish(std::unique_ptr<TenantLimiter> next) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (next != nullptr) {
+    if (all_.size() >= kMaxGenerations) {
+      return absl::FailedPreconditionError(fmt::format(
+          "tenants: {} limiters were published since start-up (at most {} are kept for the "
+          "requests in flight): restart infergate",
+          all_.size(), kMaxGenerations));
+    }
+    all_.push_back(std::move(next));
+    current_.store(all_.back().get(), std::memory_order_release);
+  } else {
+    current_.store(nullptr, std::memory_order_release);
+  }
+  return absl::OkStatus();
+}
+
+bool TenantLimiters::full() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size() >= kMaxGenerations;
+}
+
+size_t TenantLimiters::generations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return all_.size();
 }
 
 }  // namespace infergate::frontend

@@ -17,10 +17,19 @@
 // Threading: one limiter is shared by every reactor. Classification is read-only; admission is
 // lock-free (one CAS loop on the tenant's bucket, one on its in-flight count); leases may be
 // released from any thread. Memory is fixed at construction (one state per configured tenant).
+//
+// Reload (docs/OPERATIONS.md "Reload"): a limiter's configuration never changes; a reload that
+// changes `tenants:` builds a new limiter from the previous one (create(..., previous)) and
+// publishes it in the TenantLimiters the sessions read (one acquire load per request). A
+// tenant that persists by name keeps its in-flight count (the counter is shared across the
+// generations, so max_concurrent holds across the reload and old leases release into it) and,
+// when its rate and burst are unchanged, its token bucket; a changed rate or burst starts a
+// full bucket. Metrics series are per name: a removed tenant's series stop moving.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -72,6 +81,8 @@ class TenantLease {
   TenantLease(const TenantLease&) = delete;
   TenantLease& operator=(const TenantLease&) = delete;
   int tenant() const { return tenant_; }
+  // The limiter that admitted it (a reload may have published another since; it stays alive).
+  const TenantLimiter* limiter() const { return limiter_; }
 
  private:
   friend class TenantLimiter;
@@ -95,9 +106,12 @@ class TenantLimiter {
   // INVALID_ARGUMENT for what the config loader also refuses (names, duplicates, ranges), so
   // an embedding cannot build a limiter the config could not describe. `clock` nullptr: the
   // steady clock; `metrics` nullptr: a private registry. Both must outlive the limiter.
-  static absl::StatusOr<std::unique_ptr<TenantLimiter>> create(TenantsOptions options,
-                                                               common::Clock* clock,
-                                                               common::MetricsRegistry* metrics);
+  // `previous` (a reload): the limiter in effect, whose tenants persisting by name carry over
+  // their in-flight count and, with the same rate and burst, their bucket; it must outlive
+  // the new one (TenantLimiters keeps every generation).
+  static absl::StatusOr<std::unique_ptr<TenantLimiter>> create(
+      TenantsOptions options, common::Clock* clock, common::MetricsRegistry* metrics,
+      const TenantLimiter* previous = nullptr);
   ~TenantLimiter();
 
   // The tenant of a connection's source address (decided once per connection): the most
@@ -110,10 +124,11 @@ class TenantLimiter {
   int classify(int source_tenant, const std::string* api_key) const;
 
   // Counts one request against `tenant`: its in-flight cap first, then one token of its rate.
-  TenantAdmission admit(int tenant);
+  TenantAdmission admit(int tenant) const;
   // One more request inside an admitted call (a ModelStreamInfer stream's later messages):
   // one token of the rate, no new in-flight place. OK or the rate refusal admit() gives.
-  absl::Status charge(int tenant);
+  // (A lease's own limiter: lease.limiter()->charge(lease.tenant()).)
+  absl::Status charge(int tenant) const;
 
   const std::string& name(int tenant) const;
   std::optional<int> priorityClass(int tenant) const;
@@ -129,7 +144,7 @@ class TenantLimiter {
   };
   TenantLimiter(common::Clock* clock, std::unique_ptr<common::MetricsRegistry> own_registry);
   KeyDigest digest(std::string_view key) const;
-  absl::Status takeToken(State& s);  // one token of `s`'s bucket, or the refusal
+  absl::Status takeToken(State& s) const;  // one token of `s`'s bucket, or the refusal
   friend class TenantLease;
   void release(int tenant) const;
 
@@ -144,6 +159,37 @@ class TenantLimiter {
   std::vector<SourceRule> sources_;  // most specific first
   std::vector<KeyDigest> keys_;
   ig_sipkey key_a_{}, key_b_{};
+};
+
+// The tenant limiter in effect, replaced whole by a configuration reload. Every generation
+// published stays alive until this object goes (a reactor may be inside a call on an older one,
+// and leases release into the limiter that admitted them): no reclamation, no per-request
+// reference count. Bounded: at most kMaxGenerations limiters are ever published; the reload
+// after that is refused (restart infergate). A limiter is ~0.3 KiB per tenant.
+//
+// Threading: current() from any thread (one acquire load); publish() from one thread at a
+// time (the reload, serialized by the server), also safe against itself (a mutex).
+class TenantLimiters {
+ public:
+  static constexpr size_t kMaxGenerations = 64;
+
+  TenantLimiters() = default;
+  TenantLimiters(const TenantLimiters&) = delete;
+  TenantLimiters& operator=(const TenantLimiters&) = delete;
+
+  // The limiter in effect; null while tenants are off.
+  TenantLimiter* current() const { return current_.load(std::memory_order_acquire); }
+  // Makes `next` (null: tenants off) the limiter in effect. FAILED_PRECONDITION, and nothing
+  // changes, when kMaxGenerations limiters were published already.
+  absl::Status publish(std::unique_ptr<TenantLimiter> next);
+  // Whether publish() of a limiter would be refused (checked before a reload applies anything).
+  bool full() const;
+  size_t generations() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<TenantLimiter>> all_;  // every limiter published, oldest first
+  std::atomic<TenantLimiter*> current_{nullptr};
 };
 
 }  // namespace infergate::frontend

@@ -17,7 +17,11 @@ queue of one). Shown:
     grpc-retry-pushback-ms 4000): one request queued ahead plus itself, two batches of 2 s;
   - /metrics has the per-tenant series, labelled by the configured names only; no key appears
     in /metrics or the log;
-  - a reload that changes tenants: is refused (409), naming tenants.list.
+  - a reload that changes tenants: applies live ("tenants" applied, 200) under load: delta
+    (0.2 requests per second, burst 2: its third request 429 Retry-After 5) gets a full bucket
+    at its new rate (0.5 per second, burst 3): exactly three more admitted, the fourth 429 with
+    Retry-After 2; the lab tenant's requests running meanwhile all succeed (none fails), and
+    delta's metrics series continue (5 admitted, 2 rate_limited).
 """
 import json
 import os
@@ -47,6 +51,7 @@ tenants:
     - {name: beta, api_keys: [beta-key-91c2], rate: 0.2, burst: 2}
     - {name: solo, api_keys: [solo-key-44d0], max_concurrent: 1}
     - {name: lab, sources: [127.0.0.0/8]}
+    - {name: delta, api_keys: [delta-key-0b6e], rate: 0.2, burst: 2}
 models:
 """ + harness.model_yaml("identity", [16], version="1", backend=True) \
     + harness.model_yaml("slowc", [16], version="1", backend=True,
@@ -57,7 +62,7 @@ models:
       default_queue_policy: {max_queue_size: 1}
 """)
 
-KEYS = ("alpha-key-7f3a", "beta-key-91c2", "solo-key-44d0")
+KEYS = ("alpha-key-7f3a", "beta-key-91c2", "solo-key-44d0", "delta-key-0b6e")
 GW = None
 GRPC_PORT = None
 PB = None
@@ -215,28 +220,67 @@ class TenantsTest(unittest.TestCase):
             for s in socks:
                 s.close()
 
-    def test_reload_refuses_a_tenants_change(self):
-        # The limiter is built at start-up: a changed tenants: section is refused by name.
+    def test_reload_applies_a_rate_change_under_load(self):
+        # Load on another tenant (lab: no key, the loopback source) across the reload.
+        stop = threading.Event()
+        results = []
+
+        def load():
+            with harness.connect(GW.port, timeout=15) as s:
+                buf = b""
+                while not stop.is_set():
+                    send_infer(s, "identity")
+                    status, _, _, buf = harness.read_response(s, buf)
+                    results.append(status)
+
+        worker = threading.Thread(target=load)
+        worker.start()
         with open(GW.config_path) as f:
             original = f.read()
         try:
+            key = "delta-key-0b6e"
+            for _ in range(2):  # the burst at 0.2 per second
+                self.assertEqual(infer("identity", key)[0], 200)
+            status, headers, _ = infer("identity", key)
+            self.assertEqual(status, 429)
+            self.assertEqual(headers.get("retry-after"), "5", headers)
             with open(GW.config_path, "w") as f:
-                f.write(original.replace("rate: 0.2, burst: 2}", "rate: 5, burst: 9}"))
+                f.write(original.replace("delta-key-0b6e], rate: 0.2, burst: 2}",
+                                         "delta-key-0b6e], rate: 0.5, burst: 3}"))
             status, _, resp = harness.http_request(GW.admin_port, "POST", "/admin/reload")
-            self.assertEqual(status, 409, resp)
+            self.assertEqual(status, 200, resp)
             answer = json.loads(resp)
-            self.assertEqual(answer["result"], "refused")
-            self.assertIn("tenants.list", [r["key"] for r in answer["refused"]])
+            self.assertEqual(answer["result"], "ok", answer)
+            self.assertEqual(answer["applied"], ["tenants"], answer)
             for k in KEYS:
                 self.assertNotIn(k, resp.decode())
+            # A changed rate starts a full bucket at the new rate: burst 3, then 429 with the
+            # new refill time (2 s).
+            for _ in range(3):
+                status, _, resp = infer("identity", key)
+                self.assertEqual(status, 200, resp)
+            status, headers, resp = infer("identity", key)
+            self.assertEqual(status, 429, resp)
+            self.assertEqual(headers.get("retry-after"), "2", headers)
+            self.assertIn("tenant 'delta' is over its request rate (0.5 per second, burst 3)",
+                          resp.decode())
+            # One series per name across the reload.
+            self.assertEqual(self.count("delta", "admitted"), 5)
+            self.assertEqual(self.count("delta", "rate_limited"), 2)
         finally:
+            stop.set()
+            worker.join(20)
             with open(GW.config_path, "w") as f:
                 f.write(original)
+            status, _, resp = harness.http_request(GW.admin_port, "POST", "/admin/reload")
+            self.assertEqual(status, 200, resp)
+        self.assertGreater(len(results), 0)
+        self.assertEqual([s for s in results if s != 200], [])  # nothing failed under load
 
     def test_zz_metrics_are_bounded_and_keys_never_show(self):
         text = GW.metrics()
         tenants = set(re.findall(r'infergate_tenant_requests_total\{[^}]*tenant="([^"]*)"', text))
-        self.assertEqual(tenants, {"default", "alpha", "beta", "solo", "lab"})
+        self.assertEqual(tenants, {"default", "alpha", "beta", "solo", "lab", "delta"})
         log = GW.read_log()
         for k in KEYS:
             self.assertNotIn(k, text)

@@ -115,10 +115,46 @@ TEST(PlanReload, StartupSectionsAreRefusedKeyByKey) {
   after = replace(after, "logging: {level: info}", "logging: {level: info, access_log: true}");
   after += "priority: {from_client: all}\n";
   const ReloadPlan p = plan(kBase, after);
-  EXPECT_THAT(refusedKeys(p),
-              ElementsAre("security.seccomp", "reactors", "admin.port", "logging.access_log",
-                          "limits.max_body_bytes", "priority.from_client"));
-  EXPECT_THAT(p.applied, IsEmpty());
+  EXPECT_THAT(refusedKeys(p), ElementsAre("security.seccomp", "reactors", "admin.port",
+                                          "logging.access_log", "limits.max_body_bytes"));
+  // priority: is live (it would apply; the refusals above refuse the reload as a whole).
+  EXPECT_THAT(p.applied, ElementsAre("priority"));
+  EXPECT_FALSE(p.ok());
+}
+
+TEST(PlanReload, TenantsAndPriorityAreLive) {
+  const std::string tenants =
+      "tenants:\n  list:\n    - {name: a, sources: [10.0.0.0/8], rate: 5}\n";
+  const std::string before = std::string(kBase) + tenants;
+  // A rate change, a new tenant, and who may choose priorities: one key each, applied.
+  std::string after =
+      replace(before, "rate: 5}", "rate: 2}\n    - {name: b, api_keys: [k], max_concurrent: 3}");
+  after += "priority: {from_client: trusted, trusted_sources: [10.1.0.0/16]}\n";
+  ReloadPlan p = plan(before, after);
+  EXPECT_THAT(p.applied, ElementsAre("tenants", "priority"));
+  EXPECT_THAT(refusedKeys(p), IsEmpty());
+  EXPECT_TRUE(p.tenants);
+  EXPECT_TRUE(p.priority);
+  EXPECT_FALSE(p.log_level);
+  EXPECT_THAT(p.models_added, IsEmpty());
+  // Tenants turned on from none, and off again.
+  p = plan(kBase, before);
+  EXPECT_THAT(p.applied, ElementsAre("tenants"));
+  EXPECT_TRUE(p.tenants);
+  EXPECT_FALSE(p.priority);
+  p = plan(before, kBase);
+  EXPECT_THAT(p.applied, ElementsAre("tenants"));
+  // Unchanged sections are not applied.
+  p = plan(before, replace(before, "level: info", "level: debug"));
+  EXPECT_THAT(p.applied, ElementsAre("logging.level"));
+  EXPECT_FALSE(p.tenants);
+  EXPECT_FALSE(p.priority);
+}
+
+TEST(PlanReload, InvalidTenantsRefuseTheWholeFile) {
+  // The loader refuses it (the reload is "invalid", nothing applied): a plan is never made.
+  const std::string after = std::string(kBase) + "tenants:\n  list:\n    - {name: a, rate: -1}\n";
+  EXPECT_FALSE(config::loadConfigString(after, "after.yaml").ok());
 }
 
 TEST(PlanReload, ModeChangeIsRefused) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/retry_after.h"
+#include "frontend/client_priority.h"
 
 namespace infergate::frontend {
 namespace {
@@ -276,6 +277,170 @@ TEST(TenantsCreate, RefusesWhatTheConfigCannotDescribe) {
       o.tenants.push_back(tenant("t" + std::to_string(i), {}, {}));
     EXPECT_EQ(refused(o), "257 tenants (at most 256)");
   }
+}
+
+// Reload: a new limiter built from the previous one. Persisting tenants keep their in-flight
+// count (leases of the old limiter release into it) and, with the same rate and burst, their
+// bucket; a changed rate starts a full bucket at the new rate; a new tenant starts fresh.
+TEST_F(TenantsTest, ReloadCarriesInFlightAndUnchangedBucketsByName) {
+  TenantsOptions o;
+  o.tenants.push_back(tenant("a", {}, {"ka"}, limits(1, 2, 2, std::nullopt)));
+  o.tenants.push_back(tenant("b", {}, {"kb"}, limits(1, 1, 0, std::nullopt)));
+  make(std::move(o));
+  const std::string ka = "ka", kb = "kb", kc = "kc";
+  TenantAdmission a1 = limiter_->admit(limiter_->classify(0, &ka));
+  TenantAdmission a2 = limiter_->admit(limiter_->classify(0, &ka));
+  ASSERT_TRUE(a1.status.ok());
+  ASSERT_TRUE(a2.status.ok());
+  ASSERT_TRUE(limiter_->admit(limiter_->classify(0, &kb)).status.ok());
+  ASSERT_FALSE(limiter_->admit(limiter_->classify(0, &kb)).status.ok());  // b: burst 1 spent
+
+  TenantsOptions n;  // reordered, a's cap raised, b's rate raised, c added
+  n.tenants.push_back(tenant("c", {}, {"kc"}, limits(0, 0, 1, std::nullopt)));
+  n.tenants.push_back(tenant("b", {}, {"kb"}, limits(10, 2, 0, std::nullopt)));
+  n.tenants.push_back(tenant("a", {}, {"ka"}, limits(1, 2, 3, std::nullopt)));
+  absl::StatusOr<std::unique_ptr<TenantLimiter>> next =
+      TenantLimiter::create(std::move(n), &clock_, &metrics_, limiter_.get());
+  ASSERT_TRUE(next.ok()) << next.status();
+  TenantLimiter& v2 = **next;
+  const int a = v2.classify(0, &ka);
+  EXPECT_EQ(v2.name(a), "a");
+  EXPECT_EQ(v2.inflight(a), 2u);  // carried over
+  // a: under its new cap (2 < 3), but its bucket (same rate and burst) is still empty.
+  TenantAdmission r = v2.admit(a);
+  EXPECT_EQ(r.status.message(), "tenant 'a' is over its request rate (1 per second, burst 2)");
+  EXPECT_EQ(backends::retryAfterOf(r.status), 1u);
+  // b: a full bucket at the new rate: exactly burst 2, then 429 with 0.1 s -> Retry-After 1.
+  const int b = v2.classify(0, &kb);
+  EXPECT_TRUE(v2.admit(b).status.ok());
+  EXPECT_TRUE(v2.admit(b).status.ok());
+  r = v2.admit(b);
+  EXPECT_EQ(r.status.message(), "tenant 'b' is over its request rate (10 per second, burst 2)");
+  EXPECT_EQ(backends::retryAfterOf(r.status), 1u);
+  // c: new.
+  const int c = v2.classify(0, &kc);
+  EXPECT_EQ(v2.name(c), "c");
+  TenantAdmission c1 = v2.admit(c);
+  EXPECT_TRUE(c1.status.ok());
+  EXPECT_FALSE(v2.admit(c).status.ok());  // max_concurrent 1
+  // An old lease releases into the shared count: the new limiter sees it, the gauge too.
+  EXPECT_EQ(a1.lease->limiter(), limiter_.get());
+  a1.lease.reset();
+  EXPECT_EQ(v2.inflight(a), 1u);
+  EXPECT_EQ(limiter_->inflight(1), 1u);
+  EXPECT_EQ(sample("infergate_tenant_inflight{tenant=\"a\"}"), 1);
+  // The old limiter's counters and the new one's are the same series (one per name).
+  EXPECT_EQ(sample("infergate_tenant_requests_total{result=\"rate_limited\",tenant=\"b\"}"), 2);
+  EXPECT_EQ(sample("infergate_tenant_requests_total{result=\"admitted\",tenant=\"a\"}"), 2);
+  // A refill at the old rate (same bucket) for a: one second, one token.
+  clock_.advanceNs(1'000'000'000);
+  TenantAdmission a3 = v2.admit(a);
+  EXPECT_TRUE(a3.status.ok()) << a3.status;
+  EXPECT_EQ(v2.inflight(a), 2u);
+  EXPECT_FALSE(v2.admit(a).status.ok());  // and no second token
+}
+
+TEST(TenantLimiters, PublishesAndKeepsEveryGenerationBounded) {
+  common::ManualClock clock;
+  common::MetricsRegistry metrics;
+  TenantLimiters all;
+  EXPECT_EQ(all.current(), nullptr);
+  std::vector<TenantLimiter*> seen;
+  for (size_t i = 0; i < TenantLimiters::kMaxGenerations; ++i) {
+    auto l = TenantLimiter::create(TenantsOptions{}, &clock, &metrics, all.current());
+    ASSERT_TRUE(l.ok());
+    seen.push_back(l->get());
+    ASSERT_TRUE(all.publish(std::move(*l)).ok());
+    EXPECT_EQ(all.current(), seen.back());
+  }
+  EXPECT_TRUE(all.full());
+  EXPECT_EQ(all.generations(), TenantLimiters::kMaxGenerations);
+  auto extra = TenantLimiter::create(TenantsOptions{}, &clock, &metrics, all.current());
+  ASSERT_TRUE(extra.ok());
+  const absl::Status st = all.publish(std::move(*extra));
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(all.current(), seen.back());  // unchanged
+  // Every generation is still alive (a lease of the first still releases into it).
+  EXPECT_EQ(seen.front()->name(0), "default");
+  EXPECT_TRUE(all.publish(nullptr).ok());  // tenants off
+  EXPECT_EQ(all.current(), nullptr);
+}
+
+// Reactors admitting on current() while the reload thread publishes new generations: no
+// lease outlives its limiter, the cap (the same in every generation, the count shared by
+// name) is never exceeded, and every place comes back. Run under ASan too (build-fuzz).
+TEST(TenantLimiters, SwappingWhileAdmittingIsSafe) {
+  common::ManualClock clock;
+  common::MetricsRegistry metrics;
+  TenantLimiters all;
+  auto options = [] {
+    TenantsOptions o;
+    o.tenants.push_back(tenant("a", {"10.0.0.0/8"}, {"ka"}, limits(0, 0, 3, std::nullopt)));
+    return o;
+  };
+  auto first = TenantLimiter::create(options(), &clock, &metrics, nullptr);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(all.publish(std::move(*first)).ok());
+  std::atomic<bool> stop{false};
+  std::atomic<int> holding{0}, over{0}, admitted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      const std::string key = "ka";
+      std::vector<std::shared_ptr<TenantLease>> held;
+      for (int i = 0; !stop.load(std::memory_order_relaxed) || i < 2000; ++i) {
+        const TenantLimiter* l = all.current();
+        TenantAdmission a = l->admit(l->classify(l->tenantOfSource(ip("10.1.2.3")), &key));
+        if (a.status.ok()) {
+          ++admitted;
+          if (holding.fetch_add(1) + 1 > 3) ++over;
+          held.push_back(std::move(a.lease));
+        }
+        // Hold a lease across the next swap sometimes, then release it (from this thread,
+        // into the limiter that admitted it).
+        if (held.size() > static_cast<size_t>(i % 2)) {
+          holding.fetch_sub(static_cast<int>(held.size()));
+          held.clear();
+        }
+      }
+      holding.fetch_sub(static_cast<int>(held.size()));
+      held.clear();
+    });
+  }
+  for (size_t g = 1; g < TenantLimiters::kMaxGenerations; ++g) {
+    auto next = TenantLimiter::create(options(), &clock, &metrics, all.current());
+    ASSERT_TRUE(next.ok());
+    ASSERT_TRUE(all.publish(std::move(*next)).ok());
+    std::this_thread::yield();
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(over.load(), 0);
+  EXPECT_GT(admitted.load(), 0);
+  EXPECT_EQ(all.current()->inflight(1), 0u);
+  EXPECT_NE(metrics.renderPrometheus().find("infergate_tenant_inflight{tenant=\"a\"} 0"),
+            std::string::npos);
+}
+
+TEST(ClientPriorityPolicies, PublishesAndKeepsEveryGenerationBounded) {
+  ClientPriorityPolicies all;
+  const ClientPriorityPolicy* first = all.current();
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(first->trusts(std::nullopt) == false);  // kTrusted, no trusted source
+  ClientPriorityPolicy p;
+  p.mode = ClientPriorityPolicy::Mode::kTrusted;
+  auto set = common::CidrSet::parse({"10.1.0.0/16"});
+  ASSERT_TRUE(set.ok());
+  p.trusted = std::move(*set);
+  ASSERT_TRUE(all.publish(p).ok());
+  EXPECT_NE(all.current(), first);
+  EXPECT_TRUE(all.current()->trusts(ip("10.1.2.3")));
+  EXPECT_FALSE(first->trusts(ip("10.1.2.3")));  // the old one is intact
+  for (size_t i = 2; i < ClientPriorityPolicies::kMaxGenerations; ++i) {
+    ASSERT_TRUE(all.publish(ClientPriorityPolicy{}).ok());
+  }
+  EXPECT_TRUE(all.full());
+  EXPECT_EQ(all.publish(ClientPriorityPolicy{}).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
