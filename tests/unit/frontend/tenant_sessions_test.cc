@@ -90,8 +90,10 @@ class HoldingHandler : public HttpHandler {
 
 struct Http1Tenants : ::testing::Test {
   void make(TenantLimits l, std::optional<int> cls = {}) {
-    limiter = makeLimiter(clock, metrics, l, cls);
-    options.tenants = limiter.get();
+    std::unique_ptr<TenantLimiter> owned = makeLimiter(clock, metrics, l, cls);
+    limiter = owned.get();
+    ASSERT_TRUE(limiters.publish(std::move(owned)).ok());
+    options.tenants = &limiters;
     session = std::make_shared<Http1Session>(transport, handler, options, nullptr);
   }
   void feed(std::string_view s) { session->onData(s.data(), s.size()); }
@@ -102,7 +104,8 @@ struct Http1Tenants : ::testing::Test {
   }
   common::ManualClock clock;
   common::MetricsRegistry metrics;
-  std::unique_ptr<TenantLimiter> limiter;
+  TenantLimiters limiters;  // what the sessions read (a reload would publish another)
+  TenantLimiter* limiter = nullptr;
   Http1SessionOptions options;
   mocks::FakeTransport transport;
   HoldingHandler handler;
@@ -211,8 +214,10 @@ struct Http2Tenants : ::testing::Test {
   Http2Tenants() { nghttp2_hd_inflate_new(&inflater); }
   ~Http2Tenants() override { nghttp2_hd_inflate_del(inflater); }
   void make(TenantLimits l, std::optional<int> cls = {}) {
-    limiter = makeLimiter(clock, metrics, l, cls);
-    options.tenants = limiter.get();
+    std::unique_ptr<TenantLimiter> owned = makeLimiter(clock, metrics, l, cls);
+    limiter = owned.get();
+    ASSERT_TRUE(limiters.publish(std::move(owned)).ok());
+    options.tenants = &limiters;
     session = std::make_shared<Http2Session>(transport, services, options, nullptr);
     feed(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + frame(kSettings, 0, 0, ""));
     headersOf(0);
@@ -249,7 +254,8 @@ struct Http2Tenants : ::testing::Test {
   }
   common::ManualClock clock;
   common::MetricsRegistry metrics;
-  std::unique_ptr<TenantLimiter> limiter;
+  TenantLimiters limiters;  // what the sessions read (a reload would publish another)
+  TenantLimiter* limiter = nullptr;
   Http2SessionOptions options;
   mocks::FakeTransport transport;
   Services services;
