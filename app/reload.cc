@@ -8,6 +8,7 @@
 #include <set>
 #include <utility>
 
+#include "backends/pool.h"
 #include "fmt/format.h"
 #include "yaml-cpp/yaml.h"
 
@@ -98,6 +99,46 @@ void refuseSection(ReloadPlan& plan, const std::string& section, const YAML::Nod
   plan.refused.push_back({section, reason});
 }
 
+// A model's YAML text with its triton:/tfserving: endpoints left out.
+std::string withoutEndpoints(const YAML::Node& model) {
+  if (!model.IsDefined() || !model.IsMap()) return canonical(model);
+  YAML::Node copy = YAML::Clone(model);
+  for (const char* section : {"triton", "tfserving"}) {
+    YAML::Node remote = child(copy, section);
+    if (remote.IsMap()) remote.remove("endpoints");
+  }
+  return canonical(copy);
+}
+
+// The batcher's in-flight batch limit of a remote model (as backends::createRemoteModel sets it).
+uint64_t inflightLimit(const backends::ModelConfig& m) {
+  if (m.dynamic_batching && m.dynamic_batching->enabled)
+    return m.dynamic_batching->max_inflight_batches;
+  return std::max<uint64_t>(
+      1, m.remote->endpoints.size() * std::max<uint64_t>(m.remote->max_concurrency, 1));
+}
+
+bool hasMetricsUrls(const backends::RemoteBackendConfig& r) {
+  for (const std::string& u : r.metrics_urls) {
+    if (!u.empty()) return true;
+  }
+  return false;
+}
+
+// Whether the only difference between two versions of a model (the same key) is the remote
+// endpoint list, and the running model can take the new list live (Model::setEndpoints).
+bool endpointsOnly(const backends::ModelConfig& a, const YAML::Node& an,
+                   const backends::ModelConfig& b, const YAML::Node& bn) {
+  const bool remote = (a.backend == "triton" || a.backend == "tfserving") &&
+                      a.backend == b.backend && a.remote != nullptr && b.remote != nullptr;
+  if (!remote || a.remote->endpoints == b.remote->endpoints) return false;
+  // Per-endpoint metrics URLs are parallel to the endpoints; the in-flight limit is the
+  // batcher's, set when the model is built: either needs a rebuild.
+  if (hasMetricsUrls(*a.remote) || hasMetricsUrls(*b.remote)) return false;
+  if (inflightLimit(a) != inflightLimit(b)) return false;
+  return withoutEndpoints(an) == withoutEndpoints(bn);
+}
+
 void planModels(ReloadPlan& plan, const config::Config& running, const YAML::Node& o,
                 const config::Config& next, const YAML::Node& n) {
   // models[i] of the typed config is models[i] of the YAML sequence (the loader keeps order).
@@ -134,12 +175,29 @@ void planModels(ReloadPlan& plan, const config::Config& running, const YAML::Nod
     plan.applied.push_back("models." + key + what);
     return true;
   };
-  for (const auto& [key, text] : new_models) {
+  auto indexOf = [](const auto& list, const std::string& key) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (list[i].first == key) return i;
+    }
+    return list.size();
+  };
+  auto nodeAt = [](const YAML::Node& seq, size_t i) {
+    return seq.IsSequence() && i < seq.size() ? seq[i] : YAML::Node();
+  };
+  for (size_t ni = 0; ni < new_models.size(); ++ni) {
+    const auto& [key, text] = new_models[ni];
     const std::string* before = find(old_models, key);
     if (before == nullptr) {
       if (build(key, " (added)")) plan.models_added.push_back(key);
     } else if (*before != text) {
-      if (build(key, " (changed)")) plan.models_changed.push_back(key);
+      const size_t oi = indexOf(old_models, key);
+      if (endpointsOnly(running.models[oi], nodeAt(o, oi), next.models[ni], nodeAt(n, ni))) {
+        // Nothing is built: the running model's pool changes its set.
+        plan.models_endpoints.push_back(key);
+        plan.applied.push_back("models." + key + ".endpoints");
+      } else if (build(key, " (changed)")) {
+        plan.models_changed.push_back(key);
+      }
     }
   }
   for (const auto& [key, text] : old_models) {
@@ -183,6 +241,14 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
     if (canonical(os) == canonical(ns)) continue;
     if (section == "models") {
       planModels(plan, running, os, next, ns);
+    } else if (section == "tenants") {
+      // The whole section as one new limiter (frontend/tenants.h TenantLimiters).
+      plan.tenants = true;
+      plan.applied.push_back("tenants");
+    } else if (section == "priority") {
+      // from_client and trusted_sources as one new policy (ClientPriorityPolicies).
+      plan.priority = true;
+      plan.applied.push_back("priority");
     } else if (section == "logging") {
       for (const std::string& k : unionKeys(os, ns)) {
         if (canonical(child(os, k)) == canonical(child(ns, k))) continue;
@@ -240,14 +306,6 @@ absl::StatusOr<std::string> readConfigText(const std::string& path) {
   std::string text;
   char buf[16384];
   size_t n;
-    } else if (section == "tenants") {
-      // The whole section as one new limiter (frontend/tenants.h TenantLimiters).
-      plan.tenants = true;
-      plan.applied.push_back("tenants");
-    } else if (section == "priority") {
-      // from_client and trusted_sources as one new policy (ClientPriorityPolicies).
-      plan.priority = true;
-      plan.applied.push_back("priority");
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);

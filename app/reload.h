@@ -27,7 +27,8 @@ struct ReloadRefusal {
 
 struct ReloadPlan {
   // Changed keys that apply live, in the order of the new file's sections: "logging.level",
-  // "xdp.cidr_rules", "models.bert (added)", "models.old (removed)", "models.m (changed)".
+  // "xdp.cidr_rules", "models.bert (added)", "models.old (removed)", "models.m (changed)",
+  // "models.t.endpoints".
   std::vector<std::string> applied;
   std::vector<ReloadRefusal> refused;
 
@@ -35,8 +36,19 @@ struct ReloadPlan {
   std::vector<std::string> models_added;  // model keys: name, or name@version when not "1"
   std::vector<std::string> models_removed;
   std::vector<std::string> models_changed;  // replaced: removed and added in one publication
+  // Remote models whose only change is their endpoint list (triton.endpoints /
+  // tfserving.endpoints): applied to the running model (Model::setEndpoints: removed endpoints
+  // drain, added ones are probed first), not rebuilt. Applied key "models.NAME.endpoints".
+  // Rebuilt ("changed") instead when the change moves the batcher's in-flight limit (derived
+  // from the endpoint count when not set) or the model has per-endpoint metrics URLs.
+  std::vector<std::string> models_endpoints;
   bool log_level = false;
   bool xdp_program = false;  // xdp.* rules: XdpFilter::reconfigure (xdp-filter mode)
+  // tenants: a new TenantLimiter published (applied key "tenants"); priority: a new
+  // ClientPriorityPolicy published (applied key "priority"). frontend/tenants.h,
+  // frontend/client_priority.h.
+  bool tenants = false;
+  bool priority = false;
 
   bool ok() const { return refused.empty(); }
   bool empty() const { return applied.empty() && refused.empty(); }
@@ -44,11 +56,6 @@ struct ReloadPlan {
   std::string refusalMessage() const;
 };
 
-  // tenants: a new TenantLimiter published (applied key "tenants"); priority: a new
-  // ClientPriorityPolicy published (applied key "priority"). frontend/tenants.h,
-  // frontend/client_priority.h.
-  bool tenants = false;
-  bool priority = false;
 // The model key of a model: its name, plus "@version" when the version is not "1".
 std::string modelKey(const backends::ModelConfig& m);
 

@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "backends/batched_model.h"
 #include "backends/identity_model.h"
+#include "backends/pool.h"
 #include "common/metrics.h"
 #include "frontend/sniffing_session.h"
 #include "spdlog/spdlog.h"
@@ -89,7 +90,6 @@ frontend::TenantsOptions tenantsOptions(const config::TenantsConfig& c) {
   return o;
 }
 
-}  // namespace
 // The config's priority: section as the policy (validated by the config loader).
 absl::StatusOr<frontend::ClientPriorityPolicy> clientPriorityPolicy(
     const config::PriorityConfig& c) {
@@ -104,6 +104,7 @@ absl::StatusOr<frontend::ClientPriorityPolicy> clientPriorityPolicy(
   return p;
 }
 
+}  // namespace
 
 Server::Server(config::Config config) : config_(std::move(config)), running_(config_) {}
 
@@ -189,10 +190,10 @@ absl::Status Server::start() {
                  (*t)->tenants() - 1, (*t)->apiKeyHeader());
     if (absl::Status st = tenants_.publish(std::move(*t)); !st.ok()) return st;
   }
-
   // Always set (a reload may turn tenants on); current() null: none.
   http_options_.tenants = &tenants_;
   http2_options_.tenants = &tenants_;
+
   // http: HTTP/1.1; grpc: HTTP/2 prior knowledge; auto: either, by the connection preface.
   auto sessionFactoryFor = [this](const std::string& protocol) -> net::SessionFactory {
     auto h1 = frontend::makeHttp1SessionFactory(*kserve_, http_options_, metrics_.get());
@@ -402,6 +403,26 @@ Server::ReloadResult Server::reload() {
                  plan->refusalMessage());
     return finish("refused", 409, &*plan, "");
   }
+  // Endpoint-only changes (plan->models_endpoints) are checked on the running models before
+  // anything is built or applied; they are applied with the models, nothing is rebuilt.
+  std::vector<std::pair<backends::Model*, std::vector<std::string>>> endpoint_changes;
+  for (const backends::ModelConfig& mc : next->models) {
+    const std::string key = modelKey(mc);
+    if (std::find(plan->models_endpoints.begin(), plan->models_endpoints.end(), key) ==
+            plan->models_endpoints.end() ||
+        mc.remote == nullptr)
+      continue;
+    backends::Model* m = models_.find(mc.name, mc.version);
+    const absl::Status st = m == nullptr ? absl::NotFoundError("the model is not served")
+                                         : m->checkEndpoints(mc.remote->endpoints);
+    if (!st.ok()) {
+      spdlog::warn("config reload: models.{}.endpoints: {}; nothing applied", key,
+                   std::string(st.message()));
+      return finish("invalid", 400, &*plan,
+                    fmt::format("models.{}.endpoints: {}", key, std::string(st.message())));
+    }
+    endpoint_changes.emplace_back(m, mc.remote->endpoints);
+  }
   // Build every new model first: a model that cannot be built refuses the reload as a whole.
   std::vector<std::unique_ptr<backends::Model>> built;
   std::vector<std::pair<std::string, std::string>> gone;
@@ -433,27 +454,6 @@ Server::ReloadResult Server::reload() {
                               "in-flight requests): restart infergate",
                               models_.retiredCount(), backends::ModelRegistry::kMaxRetired));
   }
-  // The XDP rules next (the step that can still fail), then the models, then the log level.
-  if (plan->xdp_program && mode_) {
-    if (absl::Status st = mode_->reconfigureXdp(next->xdp); !st.ok()) {
-      spdlog::warn("config reload: XDP rules: {}; nothing applied", std::string(st.message()));
-      if (st.code() == absl::StatusCode::kFailedPrecondition) {
-        plan->refused.push_back({"xdp", std::string(st.message())});
-        return finish("refused", 409, &*plan, "");
-      }
-      return finish("invalid", 400, &*plan, "xdp: " + std::string(st.message()));
-    }
-  }
-  if (!gone.empty() || !built.empty()) {
-    std::vector<backends::Model*> leaving;
-    for (const auto& [name, version] : gone) {
-      if (backends::Model* m = models_.find(name, version)) leaving.push_back(m);
-    }
-    // The request metrics of added models first, so their first requests are counted under
-    // their name (a name already known keeps its series).
-    if (metrics_) {
-      for (const backends::ModelConfig& mc : next->models) metrics_->addModel(mc.name);
-    }
   // A new tenant limiter / priority policy, built before anything is applied.
   std::unique_ptr<frontend::TenantLimiter> next_tenants;
   std::optional<frontend::ClientPriorityPolicy> next_priority;
@@ -486,11 +486,48 @@ Server::ReloadResult Server::reload() {
     if (!p.ok()) return finish("invalid", 400, &*plan, std::string(p.status().message()));
     next_priority = std::move(*p);
   }
+  // The XDP rules next (the step that can still fail), then the models, then the log level.
+  if (plan->xdp_program && mode_) {
+    if (absl::Status st = mode_->reconfigureXdp(next->xdp); !st.ok()) {
+      spdlog::warn("config reload: XDP rules: {}; nothing applied", std::string(st.message()));
+      if (st.code() == absl::StatusCode::kFailedPrecondition) {
+        plan->refused.push_back({"xdp", std::string(st.message())});
+        return finish("refused", 409, &*plan, "");
+      }
+      return finish("invalid", 400, &*plan, "xdp: " + std::string(st.message()));
+    }
+  }
+  for (auto& [m, endpoints] : endpoint_changes) {
+    // Checked above (reloads are serialized, so the model is still served).
+    if (absl::Status st = m->setEndpoints(endpoints); !st.ok()) {
+      spdlog::error("config reload: models.{}.endpoints: {}", modelKey(m->config()),
+                    std::string(st.message()));
+    }
+  }
+  if (!gone.empty() || !built.empty()) {
+    std::vector<backends::Model*> leaving;
+    for (const auto& [name, version] : gone) {
+      if (backends::Model* m = models_.find(name, version)) leaving.push_back(m);
+    }
+    // The request metrics of added models first, so their first requests are counted under
+    // their name (a name already known keeps its series).
+    if (metrics_) {
+      for (const backends::ModelConfig& mc : next->models) metrics_->addModel(mc.name);
+    }
     if (absl::Status st = models_.update(gone, std::move(built)); !st.ok()) {
       return finish("refused", 409, &*plan, std::string(st.message()));  // checked above
     }
     for (backends::Model* m : leaving) m->setOverloadListener(nullptr);
     if (mode_) mode_->modelsChanged(models_);
+  }
+  if (plan->tenants) {
+    // Checked above: cannot fail. Old limiters stay alive for their leases.
+    if (absl::Status st = tenants_.publish(std::move(next_tenants)); !st.ok())
+      spdlog::warn("config reload: {}", std::string(st.message()));
+  }
+  if (next_priority) {
+    if (absl::Status st = client_priority_.publish(std::move(*next_priority)); !st.ok())
+      spdlog::warn("config reload: {}", std::string(st.message()));
   }
   if (plan->log_level) {
     if (absl::Status st = common::setupLogging(next->logging.level); !st.ok())
@@ -512,12 +549,3 @@ Server::ReloadResult Server::reload() {
 }
 
 }  // namespace infergate::app
-  if (plan->tenants) {
-    // Checked above: cannot fail. Old limiters stay alive for their leases.
-    if (absl::Status st = tenants_.publish(std::move(next_tenants)); !st.ok())
-      spdlog::warn("config reload: {}", std::string(st.message()));
-  }
-  if (next_priority) {
-    if (absl::Status st = client_priority_.publish(std::move(*next_priority)); !st.ok())
-      spdlog::warn("config reload: {}", std::string(st.message()));
-  }

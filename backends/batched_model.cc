@@ -24,8 +24,7 @@ absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
   if (!b.ok()) return b.status();
   absl::Status prepared = backend->prepare((*b)->sharedBuffers());
   if (!prepared.ok()) return prepared;
-  return std::unique_ptr<BatchedModel>(
-      new BatchedModel(std::move(*b), std::move(backend), clock));
+  return std::unique_ptr<BatchedModel>(new BatchedModel(std::move(*b), std::move(backend), clock));
 }
 
 BatchedModel::BatchedModel(std::unique_ptr<Batcher> batcher, std::unique_ptr<BatchBackend> backend,
@@ -57,9 +56,16 @@ BatchedModel::~BatchedModel() {
   }
   cv_.notify_all();
   if (dispatcher_.joinable()) dispatcher_.join();
-  batcher_->shutdown();            // queued requests: UNAVAILABLE
-  backend_.reset();                // completes every batch it accepted
+  batcher_->shutdown();  // queued requests: UNAVAILABLE
+  backend_.reset();      // completes every batch it accepted
   batcher_->setNotify(nullptr);
+}
+
+void BatchedModel::retire() {
+  // The backend is destroyed before the batcher (~BatchedModel), so the batcher outlives every
+  // call of the predicate.
+  const Batcher* batcher = batcher_.get();
+  backend_->retire([batcher] { return batcher->queued() == 0; });
 }
 
 void BatchedModel::BurstDispatch::runAtBurstEnd() {

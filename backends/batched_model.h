@@ -53,16 +53,33 @@ class BatchBackend {
     (void)address;
     (void)degraded;
   }
+  // Live endpoint change (Model::checkEndpoints / setEndpoints): default UNIMPLEMENTED (an
+  // in-process backend has none). Any thread.
+  virtual absl::Status checkEndpoints(const std::vector<std::string>& endpoints) const {
+    (void)endpoints;
+    return absl::UnimplementedError("this backend has no endpoints to change");
+  }
+  virtual absl::Status setEndpoints(const std::vector<std::string>& endpoints) {
+    (void)endpoints;
+    return absl::UnimplementedError("this backend has no endpoints to change");
+  }
+  // The model is no longer served (Model::retire): once `upstream_idle()` (the batcher holds
+  // nothing queued) and the backend has nothing in flight, stop background threads and close
+  // connections. Must not block. `upstream_idle` stays valid for the backend's lifetime.
+  // Default: nothing to stop.
+  virtual void retire(std::function<bool()> upstream_idle) { (void)upstream_idle; }
 };
 
 class BatchedModel : public Model {
  public:
   // `metrics`: nullptr for none (tests); normally &common::MetricsRegistry::global().
   // `pinned`: nullptr for plain pageable batch buffers. `clock`: nullptr for the steady clock.
-  static absl::StatusOr<std::unique_ptr<BatchedModel>> create(
-      ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
-      common::MetricsRegistry* metrics, const PinnedOptions* pinned,
-      common::Clock* clock = nullptr);
+  static absl::StatusOr<std::unique_ptr<BatchedModel>> create(ModelConfig config,
+                                                              BatchingConfig batching,
+                                                              std::unique_ptr<BatchBackend> backend,
+                                                              common::MetricsRegistry* metrics,
+                                                              const PinnedOptions* pinned,
+                                                              common::Clock* clock = nullptr);
   ~BatchedModel() override;
 
   const ModelConfig& config() const override { return batcher_->model(); }
@@ -93,6 +110,15 @@ class BatchedModel : public Model {
   void setEndpointDegraded(const std::string& address, bool degraded) override {
     backend_->setEndpointDegraded(address, degraded);
   }
+  // Live endpoint change and retirement: forwarded to the backend (BatchBackend); retire()
+  // passes "the batcher has nothing queued" as the backend's upstream_idle.
+  absl::Status checkEndpoints(const std::vector<std::string>& endpoints) const override {
+    return backend_->checkEndpoints(endpoints);
+  }
+  absl::Status setEndpoints(const std::vector<std::string>& endpoints) override {
+    return backend_->setEndpoints(endpoints);
+  }
+  void retire() override;
   // The batching config's priority_levels (1 = highest .. N).
   uint32_t priorityLevels() const override { return batcher_->config().priority_levels; }
 

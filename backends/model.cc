@@ -42,6 +42,7 @@ absl::Status ModelRegistry::update(const std::vector<std::pair<std::string, std:
   const Snapshot& cur = *current_.load(std::memory_order_relaxed);  // writers hold mu_
   auto next = std::make_unique<Snapshot>();
   size_t removed = 0;
+  std::vector<Model*> leaving;
   for (const std::shared_ptr<Model>& m : cur) {
     const ModelConfig& c = m->config();
     bool gone = false;
@@ -50,6 +51,7 @@ absl::Status ModelRegistry::update(const std::vector<std::pair<std::string, std:
     }
     if (gone) {
       ++removed;
+      leaving.push_back(m.get());
     } else {
       next->push_back(m);
     }
@@ -64,6 +66,9 @@ absl::Status ModelRegistry::update(const std::vector<std::pair<std::string, std:
   retired_ += removed;
   snapshots_.push_back(std::move(next));
   current_.store(snapshots_.back().get(), std::memory_order_release);  // pairs with readers' acquire
+  // No longer found: the removed models stop their background work once idle (Model::retire,
+  // non-blocking). They stay alive in the old snapshots.
+  for (Model* m : leaving) m->retire();
   return absl::OkStatus();
 }
 

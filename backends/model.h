@@ -96,6 +96,27 @@ class Model {
   virtual void setExternalOverload(int /*level*/) {}
   virtual std::vector<std::string> backendEndpoints() const { return {}; }
   virtual void setEndpointDegraded(const std::string& /*address*/, bool /*degraded*/) {}
+
+  // Live endpoint change (configuration reload, docs/OPERATIONS.md "Reload"; optional): a remote
+  // model's endpoint list (host:port and dns:///name:port entries, as triton.endpoints) replaced
+  // without rebuilding the model: removed endpoints drain, added ones are probed first
+  // (Pool::setEndpoints). checkEndpoints() says, changing nothing, whether setEndpoints() would
+  // accept the list (reload validates every model before applying any). Defaults: UNIMPLEMENTED
+  // (the model is rebuilt instead). Any thread; never blocks on the network.
+  virtual absl::Status checkEndpoints(const std::vector<std::string>& /*endpoints*/) const {
+    return absl::UnimplementedError("this model cannot change its endpoints live");
+  }
+  virtual absl::Status setEndpoints(const std::vector<std::string>& /*endpoints*/) {
+    return absl::UnimplementedError("this model cannot change its endpoints live");
+  }
+
+  // The model is no longer served (ModelRegistry::update removed it; find() no longer returns
+  // it): let the work already handed to it finish, then stop its background threads (health
+  // probes, metrics scrapes, DNS resolution) and close its backend connections. Called once,
+  // by the registry, under its lock: must not block (the model's own threads do the waiting).
+  // The model object stays alive (the registry keeps it) and still answers a late request.
+  // Default: nothing to stop.
+  virtual void retire() {}
 };
 
 // Triton level (1 = highest .. levels) of priority class `priority_class` (0 high .. 3

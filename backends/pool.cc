@@ -371,16 +371,86 @@ void Pool::probeAll() {
 void Pool::healthLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
+    if (retired_) {
+      retiredLoop(lock);
+      return;
+    }
     // New endpoints (probe_now_) are probed at once: they take batches after a passing probe.
     cv_.wait_for(
         lock, std::chrono::milliseconds(std::max<uint64_t>(config_.health_check_interval_ms, 10)),
-        [this] { return stopping_ || probe_now_; });
+        [this] { return stopping_ || probe_now_ || retired_; });
     if (stopping_) break;
+    if (retired_) continue;
     probe_now_ = false;
     lock.unlock();
     probeAll();
     reap();
     lock.lock();
+  }
+}
+
+void Pool::retire(std::function<bool()> upstream_idle) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (retired_) return;
+    retired_ = true;
+    upstream_idle_ = std::move(upstream_idle);
+  }
+  spdlog::info(
+      "model '{}': retired (no longer served): {} endpoints stop being probed and close "
+      "once its in-flight batches complete",
+      model_, kind_);
+  cv_.notify_all();
+  resolver_cv_.notify_all();
+}
+
+bool Pool::retiredAndClosed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_ && endpoints_.empty();
+}
+
+void Pool::retiredLoop(std::unique_lock<std::mutex>& lock) {
+  // No probes from here on. Wait until nothing is queued or in flight here and upstream (the
+  // batcher) for kRetireGraceMs: a request that found the model just before its removal still
+  // gets its batch served by the endpoints' last known state.
+  constexpr auto kPoll = std::chrono::milliseconds(20);
+  const std::function<bool()> upstream_idle = upstream_idle_;
+  uint64_t idle_since = 0;
+  while (!stopping_ && !closed_) {
+    const bool busy_here = inflight_ > 0 || !queue_.empty();
+    lock.unlock();
+    const bool busy = busy_here || (upstream_idle && !upstream_idle());
+    lock.lock();
+    const uint64_t now = common::monotonicNs();
+    if (busy) {
+      idle_since = 0;
+    } else if (idle_since == 0) {
+      idle_since = now;
+    } else if (now - idle_since >= kRetireGraceMs * 1'000'000) {
+      closed_ = true;  // applySetLocked adds nothing from now on
+      for (auto& e : endpoints_) {
+        e->draining = true;
+        e->sequences = 0;
+      }
+      sequences_.clear();
+      if (seq_gauge_ != nullptr) seq_gauge_->set(0);
+      if (endpoints_gauge_ != nullptr) endpoints_gauge_->set(0);
+      break;
+    }
+    cv_.wait_for(lock, kPoll, [this] { return stopping_; });
+  }
+  // Close every endpoint as soon as nothing holds it (a batch still completing, a scrape that
+  // was running when the metrics thread saw the retirement).
+  while (!stopping_ && !endpoints_.empty()) {
+    lock.unlock();
+    reap();
+    lock.lock();
+    if (endpoints_.empty()) break;
+    cv_.wait_for(lock, kPoll, [this] { return stopping_; });
+  }
+  if (closed_ && endpoints_.empty()) {
+    spdlog::info("model '{}': retired: every {} endpoint closed, background threads stopped",
+                 model_, kind_);
   }
 }
 
@@ -420,11 +490,14 @@ void Pool::reap() {
       }
     }
     if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
+    // While no endpoint of the current set is healthy, the drained ones still serve (pickLocked)
+    // and stay open, unless the pool is retired and closing.
+    const bool use_draining = useDrainingLocked();
     for (auto it = endpoints_.begin(); it != endpoints_.end();) {
       Endpoint& e = **it;
       // Closed once nothing runs there: no batch in flight, no completion running, no bound
       // sequence, and no probe or scrape holding it (the snapshot's reference).
-      if (e.draining && e.active == 0 && e.inflight == 0 && e.sequences == 0 &&
+      if (e.draining && !use_draining && e.active == 0 && e.inflight == 0 && e.sequences == 0 &&
           it->use_count() == 1) {
         closed.push_back(std::move(*it));
         it = endpoints_.erase(it);
@@ -444,9 +517,9 @@ void Pool::reap() {
 
 void Pool::setClientFactory(ClientFactory factory) { factory_ = std::move(factory); }
 
-absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
-  std::vector<std::string> statics;
-  std::vector<DnsTarget> targets;
+absl::Status Pool::parseEntries(const std::vector<std::string>& configured,
+                                std::vector<std::string>* statics,
+                                std::vector<DnsTarget>* targets) const {
   for (const std::string& entry : configured) {
     if (isDnsEntry(entry)) {
       absl::StatusOr<DnsTargetSpec> spec = parseDnsEntry(entry);
@@ -455,7 +528,7 @@ absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
       t.entry = entry;
       t.name = spec->name;
       t.port = spec->port;
-      targets.push_back(std::move(t));
+      targets->push_back(std::move(t));
       continue;
     }
     const size_t colon = entry.rfind(':');
@@ -464,12 +537,33 @@ absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
           fmt::format("model '{}': invalid endpoint '{}' (expected host:port or dns:///name:port)",
                       model_, entry));
     }
-    statics.push_back(entry);
+    statics->push_back(entry);
+  }
+  if (configured.empty()) {
+    return absl::InvalidArgumentError(fmt::format("model '{}': no endpoints", model_));
   }
   if (!factory_) {
     return absl::FailedPreconditionError(fmt::format(
         "model '{}': this pool cannot change its endpoints (no client factory)", model_));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (retired_) {
+    return absl::FailedPreconditionError(
+        fmt::format("model '{}' is retired (no longer served): its endpoints are closing", model_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Pool::checkEndpoints(const std::vector<std::string>& configured) const {
+  std::vector<std::string> statics;
+  std::vector<DnsTarget> targets;
+  return parseEntries(configured, &statics, &targets);
+}
+
+absl::Status Pool::setEndpoints(const std::vector<std::string>& configured) {
+  std::vector<std::string> statics;
+  std::vector<DnsTarget> targets;
+  if (absl::Status st = parseEntries(configured, &statics, &targets); !st.ok()) return st;
   std::unique_lock<std::mutex> set_lock(set_mu_);
   bool resolve = false;
   for (DnsTarget& t : targets) {
@@ -508,6 +602,7 @@ void Pool::applySetLocked(std::unique_lock<std::mutex>& set_lock) {
   std::vector<std::string> add;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;  // retired and closing: the set no longer changes
     for (auto& e : endpoints_) {
       const bool want = std::binary_search(desired.begin(), desired.end(), e->client->address());
       if (!want && !e->draining) {
@@ -534,7 +629,11 @@ void Pool::applySetLocked(std::unique_lock<std::mutex>& set_lock) {
     if (c == nullptr) continue;
     made.push_back(makeEndpoint(std::move(c)));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (closed_) {
+    lock.unlock();  // retired meanwhile: nothing joins (the clients are destroyed off the lock)
+    return;
+  }
   for (auto& e : made) {
     e->id = next_id_++;
     spdlog::info("model '{}': {} endpoint {} added: takes batches after its first passing probe",
@@ -638,15 +737,15 @@ void Pool::resolverLoop() {
     const uint64_t wait_ms =
         next == UINT64_MAX ? config_.dns_refresh_ms : (next > now ? (next - now) / 1'000'000 : 0);
     resolver_cv_.wait_for(lock, std::chrono::milliseconds(wait_ms),
-                          [this] { return stopping_ || resolve_now_; });
-    if (stopping_) break;
+                          [this] { return stopping_ || retired_ || resolve_now_; });
+    if (stopping_ || retired_) break;
     resolve_now_ = false;
     lock.unlock();
     resolveAll();
     // At most one round per dns_min_refresh_ms, whatever asks for it.
     lock.lock();
     resolver_cv_.wait_for(lock, std::chrono::milliseconds(config_.dns_min_refresh_ms),
-                          [this] { return stopping_; });
+                          [this] { return stopping_ || retired_; });
   }
 }
 
@@ -716,13 +815,21 @@ void Pool::scrapeAll() {
 void Pool::metricsLoop() {
   const auto interval = std::chrono::milliseconds(config_.metrics_interval_ms);
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stopping_) {
+  while (!stopping_ && !retired_) {
     const auto next = std::chrono::steady_clock::now() + interval;
     lock.unlock();
     scrapeAll();
     lock.lock();
-    cv_.wait_until(lock, next, [this] { return stopping_; });
+    cv_.wait_until(lock, next, [this] { return stopping_ || retired_; });
   }
+}
+
+bool Pool::useDrainingLocked() const {
+  if (closed_) return false;
+  for (auto& e : endpoints_) {
+    if (e->state == State::kHealthy && !e->draining) return false;
+  }
+  return true;
 }
 
 Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
@@ -732,11 +839,13 @@ Pool::Endpoint* Pool::pickLocked(const Pending& p, bool* all_busy) {
   for (auto& e : endpoints_) {
     if (e->state == State::kHealthy && !e->gpu_degraded) skip_degraded = true;
   }
+  const bool use_draining = useDrainingLocked();
   // Candidates: healthy, untried, below the concurrency limit.
   Endpoint* cand[2] = {nullptr, nullptr};
   uint32_t seen = 0;
   for (auto& e : endpoints_) {
-    if (e->state != State::kHealthy || e->draining || p.triedContains(e->id)) continue;
+    if (e->state != State::kHealthy || (e->draining && !use_draining) || p.triedContains(e->id))
+      continue;
     if (skip_degraded && e->gpu_degraded) continue;
     if (config_.max_concurrency > 0 && e->inflight >= config_.max_concurrency) {
       *all_busy = true;
@@ -808,9 +917,12 @@ void Pool::execute(const Batch& batch, BatchDone done) {
 void Pool::drainPendingLocked(std::vector<Pending>& ready) {
   // Hand queued batches to endpoints with free slots (the caller dispatches them unlocked).
   size_t free_slots = 0;
+  const bool use_draining = useDrainingLocked();
   for (auto& e : endpoints_) {
-    // A draining endpoint still serves its bound sequences (their batches may be queued).
-    if (e->state != State::kHealthy || (e->draining && e->sequences == 0)) continue;
+    // A draining endpoint still serves its bound sequences (their batches may be queued), and
+    // every batch while it is a fallback (useDrainingLocked).
+    if (e->state != State::kHealthy || (e->draining && e->sequences == 0 && !use_draining))
+      continue;
     if (config_.max_concurrency == 0) {
       free_slots = queue_.size();
       break;

@@ -21,8 +21,9 @@
 // Endpoint set at run time: setEndpoints() (configuration reload) and `dns:///name:port` entries
 // (re-resolved by the pool's resolver thread, backends/dns_resolver.h) change it. A new endpoint
 // is probed at once and takes batches after its first passing probe; a removed one is drained:
-// no new batches (except those of sequences bound to it), its in-flight batches complete, then
-// the health thread closes it (EndpointClient::shutdown, then destroyed).
+// no new batches (except those of sequences bound to it, and all of them while no endpoint of
+// the new set is healthy yet: a set that replaces every endpoint fails nothing), its in-flight
+// batches complete, then the health thread closes it (EndpointClient::shutdown, destroyed).
 // Sequences (Triton's sequence batcher): a batch whose request carries a sequence id (it is a
 // batch of one: the batcher never merges it) goes to the endpoint the sequence is bound to. The
 // binding is made by the sequence_start request (picked as any batch), removed by sequence_end,
@@ -179,7 +180,22 @@ class Pool : public BatchBackend {
   // one runs there too). Endpoints no longer in the set are drained (see above); new ones are
   // probed at once. INVALID_ARGUMENT for a malformed entry, FAILED_PRECONDITION without a
   // client factory (nothing changes either way).
-  absl::Status setEndpoints(const std::vector<std::string>& configured);
+  // FAILED_PRECONDITION once retired.
+  absl::Status setEndpoints(const std::vector<std::string>& configured) override;
+  // What setEndpoints() would answer, changing nothing (reload validates before applying).
+  absl::Status checkEndpoints(const std::vector<std::string>& configured) const override;
+
+  // The model left the registry (Model::retire, BatchBackend::retire); never blocks. From now
+  // on no endpoint is probed (the health thread stops probing, the metrics and resolver threads
+  // exit), and setEndpoints() is refused; endpoints keep their last state so a batch that
+  // still arrives (a request admitted before the removal) is served. Once the pool and
+  // `upstream_idle()` (nullptr: always true) have been idle for kRetireGraceMs, the health
+  // thread closes every endpoint (EndpointClient::shutdown; a batch still in flight completes
+  // first), drops the sequence bindings and exits. A batch after that: UNAVAILABLE.
+  static constexpr uint64_t kRetireGraceMs = 200;
+  void retire(std::function<bool()> upstream_idle) override;
+  // retire() has closed every endpoint (tests).
+  bool retiredAndClosed() const;
 
   // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
   // health thread (and the metrics thread when an endpoint has a queue-depth source).
@@ -241,8 +257,14 @@ class Pool : public BatchBackend {
   // Makes the effective set static_ + resolved_ (clients outside the lock). set_mu_ held.
   void applySetLocked(std::unique_lock<std::mutex>& set_lock);
   void resolverLoop();
+  // retire(): the health thread's loop once retired (waits for idle, closes, returns).
+  void retiredLoop(std::unique_lock<std::mutex>& lock);
   void breakBindingsLocked(const Endpoint& e, const std::string& why);
   Endpoint* findLocked(uint64_t id) const;
+  // No endpoint of the current set is healthy (and the pool is not retired and closing): the
+  // drained ones, still healthy, keep taking batches and stay open until a new one passes its
+  // first probe, so a set change that replaces every endpoint fails nothing. Lock held.
+  bool useDrainingLocked() const;
   // Picks an endpoint for `p` (nullptr: none eligible); `*all_busy` when healthy endpoints exist
   // but every untried one is at its limit. Lock held.
   Endpoint* pickLocked(const Pending& p, bool* all_busy);
@@ -281,6 +303,11 @@ class Pool : public BatchBackend {
     uint64_t next_ns = 0;
   };
   std::vector<DnsTarget> dns_;
+  // The entries of `configured` split into host:port and dns:/// targets; INVALID_ARGUMENT for a
+  // malformed one.
+  absl::Status parseEntries(const std::vector<std::string>& configured,
+                            std::vector<std::string>* statics,
+                            std::vector<DnsTarget>* targets) const;
   std::mutex resolve_mu_;                  // serializes resolveAll() (taken before set_mu_)
   std::unique_ptr<DnsResolver> resolver_;  // guarded by resolve_mu_
   std::thread resolver_thread_;
@@ -310,6 +337,9 @@ class Pool : public BatchBackend {
   uint32_t inflight_ = 0;
   bool stopping_ = false;
   bool started_ = false;
+  bool retired_ = false;                 // retire() called
+  bool closed_ = false;                  // retired and every endpoint closed (or closing)
+  std::function<bool()> upstream_idle_;  // retire()'s predicate
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;
   std::thread metrics_thread_;

@@ -11,7 +11,8 @@ latency and failure injection, and a control service (JSON over raw bytes):
   /infergate.test.Control/Stats  -> {"infer_requests", "infer_request_bytes" (serialized
                                   ModelInferRequest sizes), "raw_input_bytes", "shm_input_bytes",
                                   "regions", "ids", "priorities", "timeouts",
-                                  "cancelled_calls", ...}
+                                  "cancelled_calls", "ready_calls" (ServerReady calls: the
+                                  gateway's health probes), ...}
 "cancelled_calls": ModelInfer calls whose client cancelled them (RST_STREAM: the gRPC context
 went inactive) while the handler waited out latency_ms / hang_ms; such a call answers nothing.
 
@@ -140,7 +141,7 @@ class State:
                       "shm_input_bytes": 0, "shm_output_bytes": 0, "ids": [], "priorities": [],
                       "timeouts": [], "batch_sizes": [], "registers": 0, "unregisters": 0,
                       "cuda_registers": 0, "cuda_unregisters": 0, "cuda_input_bytes": 0,
-                      "cuda_output_bytes": 0, "cancelled_calls": 0}
+                      "cuda_output_bytes": 0, "cancelled_calls": 0, "ready_calls": 0}
 
 
 class StubGpu:
@@ -207,6 +208,8 @@ def make_server(args):
         return pb.ServerLiveResponse(live=True)
 
     def server_ready(req, ctx):
+        with st.lock:
+            st.stats["ready_calls"] += 1  # health probes (Stats "ready_calls")
         return pb.ServerReadyResponse(ready=st.ready)
 
     def model_ready(req, ctx):

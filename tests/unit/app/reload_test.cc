@@ -224,6 +224,76 @@ TEST(PlanReload, XdpRulesNeedARestartInAfxdpMode) {
   EXPECT_NE(p.refusalMessage().find("xdp-filter mode only"), std::string::npos);
 }
 
+constexpr const char* kRemote = R"(
+mode: socket
+reactors: 2
+listeners:
+  - {name: http, address: 127.0.0.1, port: 8000, protocol: http}
+admin: {port: 8002}
+models:
+  - name: t
+    backend: triton
+    max_batch_size: 8
+    inputs: [{name: x, datatype: FP32, shape: [4]}]
+    outputs: [{name: x, datatype: FP32, shape: [4]}]
+    triton:
+      endpoints: ["127.0.0.1:9001"]
+      max_concurrency: 4
+)";
+
+TEST(PlanReload, EndpointsOnlyChangeIsAppliedLiveWithoutRebuild) {
+  const std::string after = replace(kRemote, "127.0.0.1:9001", "127.0.0.1:9002");
+  const ReloadPlan p = plan(kRemote, after);
+  EXPECT_THAT(p.applied, ElementsAre("models.t.endpoints"));
+  EXPECT_THAT(p.models_endpoints, ElementsAre("t"));
+  EXPECT_THAT(p.models_changed, IsEmpty());
+  EXPECT_THAT(p.models_added, IsEmpty());
+  EXPECT_THAT(p.models_removed, IsEmpty());
+  // dns:/// entries too (one counts as dns_max_endpoints for the in-flight limit: host:port ->
+  // dns:/// moves it, so that one rebuilds).
+  const std::string dns = replace(kRemote, "127.0.0.1:9001", "dns:///triton-a.local:8001");
+  EXPECT_THAT(plan(dns, replace(dns, "triton-a", "triton-b")).models_endpoints, ElementsAre("t"));
+  EXPECT_THAT(plan(kRemote, dns).models_changed, ElementsAre("t"));
+  // Nothing is built, so seccomp_action: kill does not refuse it.
+  const std::string killing =
+      replace(kRemote, "mode: socket", "mode: socket\nsecurity: {seccomp_action: kill}");
+  const ReloadPlan k = plan(killing, replace(killing, "127.0.0.1:9001", "127.0.0.1:9002"));
+  EXPECT_THAT(k.refused, IsEmpty());
+  EXPECT_THAT(k.applied, ElementsAre("models.t.endpoints"));
+}
+
+TEST(PlanReload, EndpointsWithAnotherChangeRebuildTheModel) {
+  std::string after = replace(kRemote, "127.0.0.1:9001", "127.0.0.1:9002");
+  after = replace(after, "max_concurrency: 4", "max_concurrency: 2");
+  const ReloadPlan p = plan(kRemote, after);
+  EXPECT_THAT(p.applied, ElementsAre("models.t (changed)"));
+  EXPECT_THAT(p.models_changed, ElementsAre("t"));
+  EXPECT_THAT(p.models_endpoints, IsEmpty());
+}
+
+TEST(PlanReload, EndpointCountThatMovesTheInflightLimitRebuilds) {
+  // The batcher's in-flight limit is endpoints x max_concurrency unless set: 4 -> 8.
+  const std::string two =
+      replace(kRemote, "\"127.0.0.1:9001\"", "\"127.0.0.1:9001\", \"127.0.0.1:9002\"");
+  EXPECT_THAT(plan(kRemote, two).models_changed, ElementsAre("t"));
+  // With max_inflight_batches set, the limit does not move: live.
+  const std::string fixed = replace(
+      kRemote, "    triton:\n", "    dynamic_batching: {max_inflight_batches: 8}\n    triton:\n");
+  const std::string fixed_two =
+      replace(fixed, "\"127.0.0.1:9001\"", "\"127.0.0.1:9001\", \"127.0.0.1:9002\"");
+  const ReloadPlan p = plan(fixed, fixed_two);
+  EXPECT_THAT(p.applied, ElementsAre("models.t.endpoints"));
+  EXPECT_THAT(p.models_endpoints, ElementsAre("t"));
+}
+
+TEST(PlanReload, EndpointsWithMetricsUrlsRebuild) {
+  const std::string before =
+      replace(kRemote, "[\"127.0.0.1:9001\"]",
+              "[{address: \"127.0.0.1:9001\", metrics_url: \"http://127.0.0.1:9101/metrics\"}]");
+  const std::string after = replace(before, "127.0.0.1:9001", "127.0.0.1:9002");
+  EXPECT_THAT(plan(before, after).models_changed, ElementsAre("t"));
+}
+
 TEST(ConfigHash, StableAndDistinct) {
   EXPECT_EQ(configHash(""), "cbf29ce484222325");
   EXPECT_EQ(configHash("a"), "af63dc4c8601ec8c");
@@ -255,6 +325,41 @@ TEST(ModelRegistry, RemovedModelStaysValidForHoldersAndIsNotFound) {
   EXPECT_FALSE(r.remove("nope"));
   EXPECT_TRUE(r.remove("a"));
   EXPECT_EQ(r.retiredCount(), 2u);
+}
+
+// Counts retire() calls (the registry calls it once a model is no longer served).
+class RetireCounter : public backends::Model {
+ public:
+  RetireCounter(const std::string& name, std::atomic<int>* retired) : retired_(retired) {
+    config_.name = name;
+  }
+  const backends::ModelConfig& config() const override { return config_; }
+  bool ready() const override { return true; }
+  void infer(backends::InferRequest, backends::InferCallback done) override {
+    done(absl::UnavailableError("test"));
+  }
+  void retire() override { retired_->fetch_add(1); }
+
+ private:
+  backends::ModelConfig config_;
+  std::atomic<int>* retired_;
+};
+
+TEST(ModelRegistry, RemovedModelsAreRetiredOnceKeptOnesNot) {
+  std::atomic<int> a{0}, b{0}, c{0};
+  backends::ModelRegistry r;
+  r.add(std::make_unique<RetireCounter>("a", &a));
+  r.add(std::make_unique<RetireCounter>("b", &b));
+  std::vector<std::unique_ptr<backends::Model>> add;
+  add.push_back(std::make_unique<RetireCounter>("c", &c));
+  ASSERT_TRUE(r.update({{"b", ""}}, std::move(add)).ok());
+  EXPECT_EQ(a.load(), 0);
+  EXPECT_EQ(b.load(), 1);
+  EXPECT_EQ(c.load(), 0);
+  EXPECT_TRUE(r.remove("a"));
+  EXPECT_EQ(a.load(), 1);
+  EXPECT_FALSE(r.remove("b"));  // gone already: not retired twice
+  EXPECT_EQ(b.load(), 1);
 }
 
 TEST(ModelRegistry, ReplacementIsNeverMissing) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -24,6 +25,7 @@ struct FakeState {
   absl::Status result = absl::OkStatus();
   bool not_sent = false;
   int sends = 0;
+  int probes = 0;
   bool shut = false;
   std::deque<EndpointClient::SendDone> held;
 };
@@ -34,6 +36,7 @@ class FakeClient : public EndpointClient {
   const std::string& address() const override { return addr_; }
   absl::Status probe(bool) override {
     std::lock_guard<std::mutex> l(s_->mu);
+    ++s_->probes;
     return s_->probe;
   }
   void send(const Batch&, const SendOptions&, SendDone done) override {
@@ -77,9 +80,10 @@ struct Fixture {
     if (!s) s = std::make_shared<FakeState>();
     return s;
   }
-  explicit Fixture(std::vector<std::string> eps, RemoteBackendConfig cfg = {}) {
+  explicit Fixture(std::vector<std::string> eps, RemoteBackendConfig cfg = {},
+                   uint64_t health_interval_ms = 3600 * 1000) {  // default: probes on request
     cfg.endpoints = eps;
-    cfg.health_check_interval_ms = 3600 * 1000;  // probes only when the test asks
+    cfg.health_check_interval_ms = health_interval_ms;
     cfg.startup_timeout_ms = 0;
     std::vector<std::unique_ptr<EndpointClient>> clients;
     for (const auto& a : eps) clients.push_back(std::make_unique<FakeClient>(a, state(a)));
@@ -87,6 +91,16 @@ struct Fixture {
     pool->setClientFactory([this](const std::string& a) {
       return std::unique_ptr<EndpointClient>(std::make_unique<FakeClient>(a, state(a)));
     });
+  }
+  int probes(const std::string& a) {
+    auto s = state(a);
+    std::lock_guard<std::mutex> l(s->mu);
+    return s->probes;
+  }
+  bool shut(const std::string& a) {
+    auto s = state(a);
+    std::lock_guard<std::mutex> l(s->mu);
+    return s->shut;
   }
   int sends(const std::string& a) {
     auto s = state(a);
@@ -195,6 +209,115 @@ TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
   for (int i = 0; i < 20; ++i) f.pool->execute(b, collect(x));
   EXPECT_GT(f.sends("c:1"), 0);
   EXPECT_EQ(f.sends("a:1"), a_before);
+}
+
+// Waits up to 5 s for `cond`.
+template <typename F>
+bool eventually(F cond) {
+  for (int i = 0; i < 500; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+// retire() (the model left the registry): probing stops at once; a batch that still arrives is
+// served; the endpoints are closed only once nothing is in flight here and upstream (the
+// batcher) for kRetireGraceMs; then the pool refuses set changes and answers UNAVAILABLE.
+TEST(PoolEndpoints, RetiredPoolStopsProbingAndClosesOnceIdle) {
+  Fixture f({"a:1", "b:1"}, {}, 10);  // the health thread probes every 10 ms
+  ASSERT_TRUE(f.pool->start(true).ok());
+  ASSERT_TRUE(eventually([&] { return f.probes("a:1") > 5 && f.probes("b:1") > 5; }));
+  f.hold("a:1", true);
+  f.hold("b:1", true);
+  std::vector<std::unique_ptr<Result>> rs;
+  Batch b;
+  for (int i = 0; i < 2; ++i) {
+    rs.push_back(std::make_unique<Result>());
+    f.pool->execute(b, collect(*rs.back()));
+  }
+  std::atomic<bool> upstream_idle{false};
+  f.pool->retire([&] { return upstream_idle.load(); });
+  // A probe already running when retire() returned may still finish; none starts after.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const int pa = f.probes("a:1");
+  const int pb = f.probes("b:1");
+  // A batch the batcher still dispatches (a request admitted before the removal) is served.
+  rs.push_back(std::make_unique<Result>());
+  f.pool->execute(b, collect(*rs.back()));
+  EXPECT_EQ(f.sends("a:1") + f.sends("b:1"), 3);
+  // Busy (3 batches in flight, the batcher not idle): nothing closes, however long.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * Pool::kRetireGraceMs));
+  EXPECT_FALSE(f.shut("a:1"));
+  EXPECT_FALSE(f.shut("b:1"));
+  EXPECT_FALSE(f.pool->retiredAndClosed());
+  // The batcher drains; the batches are still in flight: still open.
+  upstream_idle = true;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2 * Pool::kRetireGraceMs));
+  EXPECT_FALSE(f.shut("a:1"));
+  EXPECT_FALSE(f.shut("b:1"));
+  // In-flight batches complete normally, then both endpoints close.
+  f.release("a:1");
+  f.release("b:1");
+  for (auto& r : rs) {
+    EXPECT_EQ(r->calls.load(), 1);
+    EXPECT_TRUE(r->status.ok()) << r->status;
+  }
+  ASSERT_TRUE(eventually([&] { return f.pool->retiredAndClosed(); }));
+  EXPECT_TRUE(f.shut("a:1"));
+  EXPECT_TRUE(f.shut("b:1"));
+  EXPECT_TRUE(f.pool->status().empty());
+  // No probe since the retirement, though ~60 health intervals passed.
+  EXPECT_EQ(f.probes("a:1"), pa);
+  EXPECT_EQ(f.probes("b:1"), pb);
+  // A retired pool refuses set changes, and a batch after the close gets UNAVAILABLE.
+  EXPECT_EQ(f.pool->checkEndpoints({"c:1"}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.pool->setEndpoints({"c:1"}).code(), absl::StatusCode::kFailedPrecondition);
+  Result late;
+  f.pool->execute(b, collect(late));
+  EXPECT_EQ(late.calls.load(), 1);
+  EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(f.sends("c:1"), 0);
+}
+
+// A set that replaces every endpoint: the drained ones serve until a new one passes its first
+// probe (a reload from server A to server B fails nothing), then drain and close.
+TEST(PoolEndpoints, ReplacedSetServesFromDrainedUntilNewIsReady) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.setProbe("b:1", absl::UnavailableError("starting"));
+  ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
+  f.pool->probeAll();  // b fails its first probe
+  Batch b;
+  Result r;
+  for (int i = 0; i < 3; ++i) f.pool->execute(b, collect(r));
+  EXPECT_EQ(r.calls.load(), 3);
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(f.sends("a:1"), 3);
+  f.pool->reap();
+  EXPECT_FALSE(f.shut("a:1"));  // still the fallback
+  f.setProbe("b:1", absl::OkStatus());
+  f.pool->probeAll();
+  Result r2;
+  for (int i = 0; i < 3; ++i) f.pool->execute(b, collect(r2));
+  EXPECT_TRUE(r2.status.ok()) << r2.status;
+  EXPECT_EQ(f.sends("a:1"), 3);
+  EXPECT_EQ(f.sends("b:1"), 3);
+  f.pool->reap();
+  EXPECT_TRUE(f.shut("a:1"));
+  EXPECT_EQ(f.pool->status().size(), 1u);
+}
+
+// checkEndpoints() validates as setEndpoints() does, changing nothing.
+TEST(PoolEndpoints, CheckEndpointsChangesNothing) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  EXPECT_TRUE(f.pool->checkEndpoints({"b:1", "dns:///svc.local:8001"}).ok());
+  EXPECT_EQ(f.pool->checkEndpoints({"nocolon"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->checkEndpoints({}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"a:1"}));
+  EXPECT_EQ(f.pool->setEndpoints({"nocolon"}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"a:1"}));
 }
 
 TEST(PoolEndpoints, ReAddedBeforeClosedIsKept) {
