@@ -246,9 +246,19 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
       plan.tenants = true;
       plan.applied.push_back("tenants");
     } else if (section == "priority") {
-      // from_client and trusted_sources as one new policy (ClientPriorityPolicies).
-      plan.priority = true;
-      plan.applied.push_back("priority");
+      // from_client and trusted_sources as one new policy (ClientPriorityPolicies). With an
+      // XDP program, it applies the same rule to the header it reads (xdp.priority_from,
+      // xdp.trusted_sources, compiled in and in its CIDR map): not changed live (yet).
+      if (running.mode == config::Mode::kSocket) {
+        plan.priority = true;
+        plan.applied.push_back("priority");
+      } else {
+        plan.refused.push_back(
+            {"priority", fmt::format("the XDP program applies priority.from_client and "
+                                     "trusted_sources to the header it reads; a live change is "
+                                     "implemented in socket mode only (mode {} needs a restart)",
+                                     config::modeName(running.mode))});
+      }
     } else if (section == "logging") {
       for (const std::string& k : unionKeys(os, ns)) {
         if (canonical(child(os, k)) == canonical(child(ns, k))) continue;

@@ -151,6 +151,16 @@ TEST(PlanReload, TenantsAndPriorityAreLive) {
   EXPECT_FALSE(p.priority);
 }
 
+TEST(PlanReload, PriorityNeedsARestartWhereAnXdpProgramAppliesIt) {
+  const std::string before =
+      replace(kBase, "mode: socket", "mode: xdp-filter\nxdp: {interface: lo}");
+  const std::string after = before + "priority: {trusted_sources: [10.1.0.0/16]}\n";
+  const ReloadPlan p = plan(before, after);
+  EXPECT_THAT(refusedKeys(p), ElementsAre("priority"));
+  EXPECT_THAT(p.applied, IsEmpty());
+  EXPECT_FALSE(p.priority);
+}
+
 TEST(PlanReload, InvalidTenantsRefuseTheWholeFile) {
   // The loader refuses it (the reload is "invalid", nothing applied): a plan is never made.
   const std::string after = std::string(kBase) + "tenants:\n  list:\n    - {name: a, rate: -1}\n";
