@@ -241,6 +241,10 @@ Pool::~Pool() {
 }
 
 absl::Status Pool::prepare(const std::vector<SharedBuffer>& buffers) {
+  {
+    std::lock_guard<std::mutex> set_lock(set_mu_);
+    buffers_ = buffers;  // for clients added later (setEndpoints, DNS)
+  }
   for (auto& e : endpoints_) e->client->attachBuffers(buffers);
   if (started_) return absl::OkStatus();
   return start(true);
@@ -627,6 +631,7 @@ void Pool::applySetLocked(std::unique_lock<std::mutex>& set_lock) {
   for (const std::string& a : add) {
     std::unique_ptr<EndpointClient> c = factory_(a);
     if (c == nullptr) continue;
+    c->attachBuffers(buffers_);  // the batcher's shared-memory buffers, as prepare() gave them
     made.push_back(makeEndpoint(std::move(c)));
   }
   std::unique_lock<std::mutex> lock(mu_);

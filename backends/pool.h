@@ -303,6 +303,7 @@ class Pool : public BatchBackend {
     uint64_t next_ns = 0;
   };
   std::vector<DnsTarget> dns_;
+  std::vector<SharedBuffer> buffers_;  // prepare()'s, attached to clients added later (set_mu_)
   // The entries of `configured` split into host:port and dns:/// targets; INVALID_ARGUMENT for a
   // malformed one.
   absl::Status parseEntries(const std::vector<std::string>& configured,
