@@ -31,7 +31,7 @@ fi
 # everything is compiled with ASan + UBSan (every report fatal) and libFuzzer's coverage:
 #  - the unit tests (ctest -L unit: not the BPF or integration tests) run under the sanitizers;
 #  - every fuzz target replays tests/fuzz/regressions/, then fuzzes its seed corpus for
-#    INFERGATE_FUZZ_SECONDS (default 12; 13 targets, about 3 minutes in all: docs/FUZZING.md
+#    INFERGATE_FUZZ_SECONDS (default 8; 14 targets, about 2.5 minutes in all: docs/FUZZING.md
 #    has the CI time budget).
 # Any sanitizer report, crash, leak or broken invariant fails the run; a fuzz finding leaves the
 # input to reproduce it in the artifacts directory run.sh prints.
@@ -49,7 +49,7 @@ if command -v clang++ >/dev/null; then
   # thread (sigaltstack, sched_getaffinity, open of /proc/self/maps): they run in build/ above.
   (cd build-fuzz && UBSAN_OPTIONS=print_stacktrace=1 ctest -L unit --output-on-failure \
      --timeout 600 -j1 -E '^(SeccompFilter\.|DropPrivileges\.EveryThreadEndsWithNothingButWhatIsKept$)')
-  bash tests/fuzz/run.sh build-fuzz "${INFERGATE_FUZZ_SECONDS:-12}"
+  bash tests/fuzz/run.sh build-fuzz "${INFERGATE_FUZZ_SECONDS:-8}"
 else
   echo "fuzz and sanitized unit tests: skipped: clang++ not installed (scripts/install-deps.sh installs it)"
 fi
