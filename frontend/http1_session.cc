@@ -61,26 +61,11 @@ Http1Session::Http1Session(net::Transport& transport, HttpHandler& handler,
 }
 
 bool Http1Session::priorityTrusted() {
-  const ClientPriorityPolicy* p = options_.live_client_priority != nullptr
-                                      ? options_.live_client_priority->current()
-                                      : options_.client_priority;
-  if (!priority_decided_ || p != priority_policy_) {
-    priority_trusted_ =
-        p == nullptr ||
-        (transport_ != nullptr ? p->trusts(transport_->peerAddress()) : p->trusts(std::nullopt));
-    priority_policy_ = p;
-    priority_decided_ = true;
-  }
-  return priority_trusted_;
+  return peer_.priorityTrusted(options_.live_client_priority, options_.client_priority, transport_);
 }
 
 int Http1Session::sourceTenant(const TenantLimiter& limiter) {
-  if (&limiter != source_tenant_of_) {
-    source_tenant_ = transport_ != nullptr ? limiter.tenantOfSource(transport_->peerAddress())
-                                           : TenantLimiter::kDefaultTenant;
-    source_tenant_of_ = &limiter;
-  }
-  return source_tenant_;
+  return peer_.sourceTenant(limiter, transport_);
 }
 
 absl::Status Http1Session::admitTenant(HttpRequest& request) {

@@ -21,6 +21,7 @@
 #include "frontend/client_priority.h"
 #include "frontend/http1_parser.h"
 #include "frontend/http_handler.h"
+#include "frontend/peer_decisions.h"
 #include "frontend/server_metrics.h"
 #include "frontend/tenants.h"
 #include "net/session.h"
@@ -109,11 +110,7 @@ class Http1Session : public net::Session,
   std::deque<Slot> slots_;  // in request order; front is the next to send
   uint64_t next_seq_ = 0;
   uint64_t handler_exceptions_ = 0;
-  bool priority_trusted_ = true;  // priority_policy_ about this peer
-  bool priority_decided_ = false;
-  const ClientPriorityPolicy* priority_policy_ = nullptr;  // the policy priority_trusted_ is of
-  int source_tenant_ = TenantLimiter::kDefaultTenant;      // under source_tenant_of_
-  const TenantLimiter* source_tenant_of_ = nullptr;
+  PeerDecisions peer_;  // priority trust and source tenant, per published policy
   uint64_t last_activity_ns_ = 0;
   uint64_t request_start_ns_ = 0;
   bool stop_parsing_ = false;  // after an error or a request with Connection: close

@@ -39,6 +39,7 @@
 #include "frontend/client_priority.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_services.h"
+#include "frontend/peer_decisions.h"
 #include "frontend/server_metrics.h"
 #include "frontend/tenants.h"
 #include "net/session.h"
@@ -192,15 +193,9 @@ class Http2Session : public net::Session, public std::enable_shared_from_this<Ht
   // Over budget, one stream gathering a message still gets window, so that some message can
   // always complete and free memory.
   int32_t favoured_ = 0;
-  bool timed_out_ = false;
-  int source_tenant_ = TenantLimiter::kDefaultTenant;  // under source_tenant_of_
-  const TenantLimiter* source_tenant_of_ = nullptr;
-  bool priority_trusted_ = true;  // priority_policy_ about this peer
-  bool priority_decided_ = false;
-  const ClientPriorityPolicy* priority_policy_ =
-      nullptr;  // the policy priority_trusted_ is of       // our GOAWAY is for a header timeout,
-                // not a flood
-  int in_nghttp2_ = 0;  // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
+  bool timed_out_ = false;  // our GOAWAY is for a header timeout, not a flood
+  PeerDecisions peer_;      // priority trust and source tenant, per published policy
+  int in_nghttp2_ = 0;      // inside mem_recv: mem_send must wait (nghttp2 forbids re-entry)
   bool closing_ = false;
   bool shutting_down_ = false;
   bool paused_ = false;
