@@ -103,6 +103,9 @@ struct GrpcEndpoint::Impl {
   void requestCancel(uint64_t id);
   // Ends call `id` with CANCELLED (RST_STREAM CANCEL when on the wire); no-op when it ended.
   void cancelLocked(uint64_t id, std::vector<Call*>& fin);
+  // Ends a call before its answer (deadline, cancel): RST_STREAM CANCEL when it has a stream
+  // (its late frames then find no call), else out of its connection's queue; answered `status`.
+  void abortLocked(Call* c, absl::Status status, std::vector<Call*>& fin);
   bool reachable();
   void wake();
   void ioLoop();
@@ -454,17 +457,20 @@ void GrpcEndpoint::Impl::requestCancel(uint64_t id) {
 void GrpcEndpoint::Impl::cancelLocked(uint64_t id, std::vector<Call*>& fin) {
   auto it = cancellable.find(id);
   if (it == cancellable.end()) return;
-  Call* c = it->second;
+  abortLocked(it->second, absl::CancelledError("Cancelled: every client of the call went away"),
+              fin);
+}
+
+void GrpcEndpoint::Impl::abortLocked(Call* c, absl::Status status, std::vector<Call*>& fin) {
   Conn* k = c->conn;
   if (k != nullptr && k->session != nullptr && c->stream_id > 0) {
-    // The stream's late frames find no call; the server gets RST_STREAM CANCEL.
     nghttp2_session_set_stream_user_data(k->session, c->stream_id, nullptr);
     nghttp2_submit_rst_stream(k->session, NGHTTP2_FLAG_NONE, c->stream_id, NGHTTP2_CANCEL);
   } else if (k != nullptr) {
     k->waiting.erase(std::remove(k->waiting.begin(), k->waiting.end(), c), k->waiting.end());
   }
   c->result = GrpcResult{};
-  c->result.status = absl::CancelledError("Cancelled: every client of the call went away");
+  c->result.status = std::move(status);
   finishLocked(c, fin);
   if (k != nullptr) flushLocked(*k, fin);
 }
@@ -979,18 +985,8 @@ void GrpcEndpoint::Impl::ioLoop() {
       // Expired deadlines: the stream is cancelled at the server.
       const uint64_t now = common::monotonicNs();
       while (!deadlines.empty() && deadlines.begin()->first <= now) {
-        Call* c = deadlines.begin()->second;
-        Conn* k = c->conn;
-        if (k != nullptr && k->session != nullptr && c->stream_id > 0) {
-          nghttp2_session_set_stream_user_data(k->session, c->stream_id, nullptr);
-          nghttp2_submit_rst_stream(k->session, NGHTTP2_FLAG_NONE, c->stream_id, NGHTTP2_CANCEL);
-        } else if (k != nullptr) {
-          k->waiting.erase(std::remove(k->waiting.begin(), k->waiting.end(), c), k->waiting.end());
-        }
-        c->result = GrpcResult{};
-        c->result.status = absl::DeadlineExceededError("Deadline Exceeded");
-        finishLocked(c, fin);
-        if (k != nullptr) flushLocked(*k, fin);
+        abortLocked(deadlines.begin()->second, absl::DeadlineExceededError("Deadline Exceeded"),
+                    fin);
       }
       // Cancelled calls (requestCancel): RST_STREAM CANCEL, answered CANCELLED.
       std::vector<uint64_t> cancels;
