@@ -75,11 +75,16 @@ class TestServer:
     """A test server process (kind "kserve" or "tfserving"); `port` (and `metrics_port`) fixed
     after the first start so that a restart reuses them. `metrics_port` not None: started with
     --metrics-port (kserve only), and `metrics_url` is its Triton-style /metrics. `net`: a
-    netns.VethPair, to run the server in its gateway namespace (killed with the pair)."""
+    netns.VethPair, to run the server in its gateway namespace (killed with the pair). `host`
+    (kserve only): listen on that loopback address (127.0.0.x) instead of 127.0.0.1, so that
+    several servers can share one port."""
 
-    def __init__(self, kind="kserve", port=0, args=(), metrics_port=None, net=None):
+    def __init__(self, kind="kserve", port=0, args=(), metrics_port=None, net=None, host=None):
         self.kind, self.port, self.args = kind, port, list(args)
         self.metrics_port, self.net = metrics_port, net
+        self.host = host or "127.0.0.1"
+        if host is not None:
+            self.args += ["--host", host]
         if "--model" not in self.args:
             self.args += ["--model", "remote"]
         self.proc = None
@@ -117,7 +122,7 @@ class TestServer:
 
     @property
     def address(self):
-        return "127.0.0.1:%d" % self.port
+        return "%s:%d" % (self.host, self.port)
 
     @property
     def metrics_url(self):
@@ -230,6 +235,54 @@ def run_clients(n_clients, per_client, call):
     return results
 
 
+def stats(*servers):
+    """Control/Stats of each TestServer (its counters: infer_requests, ready_calls...), in order."""
+    return [s.control("Stats") for s in servers]
+
+
+class ClosedLoopLoad:
+    """`clients` closed-loop clients posting to `model` at `port` for as long as the `with`
+    block lasts (joined when it ends, whatever happens in it). Client c's request i carries
+    [c * 100000 + i] * 16; `results` holds (ok, status, body) for every request, ok: a 200
+    with the identity output (a connection error is status -1)."""
+
+    def __init__(self, port, model="remote", clients=6):
+        self.port, self.model = port, model
+        self.results = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, args=(c,)) for c in range(clients)]
+
+    def _client(self, cid):
+        i = 0
+        while not self._stop.is_set():
+            vals = [float(cid * 100000 + i)] * 16
+            try:
+                st, body = infer(self.port, self.model, vals)
+                ok = st == 200 and body["outputs"][0]["data"] == vals
+            except Exception as e:  # noqa: BLE001
+                st, body, ok = -1, {"error": repr(e)}, False
+            with self._lock:
+                self.results.append((ok, st, body))
+            i += 1
+
+    def __enter__(self):
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+        return False
+
+    def failed(self):
+        """The results that are not ok."""
+        with self._lock:
+            return [r for r in self.results if not r[0]]
+
+
 class BackendTestCase(unittest.TestCase):
     """Test servers (self.server()) and one gateway (self.start_gateway()), all stopped after each
     test; skips each test when MISSING. No tests of its own."""
@@ -254,6 +307,11 @@ class BackendTestCase(unittest.TestCase):
     def start_gateway(self, models, **config):
         self.gw = start_gateway(models, **config)
         return self.gw
+
+    def assert_none_failed(self, load):
+        """Every request of `load` (a ClosedLoopLoad that has ended) succeeded."""
+        failed = load.failed()
+        self.assertEqual(failed, [], "%d of %d requests failed" % (len(failed), len(load.results)))
 
     def restart_reregisters(self, server, regions_key, count=1):
         """Restarts `server`, which forgets its shared memory regions: all `count` of them

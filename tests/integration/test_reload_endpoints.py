@@ -14,7 +14,6 @@ the test server, Stats "ready_calls"), while B does.
 import json
 import os
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -38,27 +37,7 @@ class ReloadEndpointsTest(bf.BackendTestCase):
         gw = self.start_gateway(models(a.address, c.address))
         self.assertEqual(infer(gw.port, "gone", [1.0] * 16)[0], 200)
 
-        stop = threading.Event()
-        results = []
-        lock = threading.Lock()
-
-        def client(cid):
-            i = 0
-            while not stop.is_set():
-                vals = [float(cid * 100000 + i)] * 16
-                try:
-                    st, body = infer(gw.port, "remote", vals)
-                    ok = st == 200 and body["outputs"][0]["data"] == vals
-                except Exception as e:  # noqa: BLE001
-                    st, body, ok = -1, {"error": repr(e)}, False
-                with lock:
-                    results.append((ok, st, body))
-                i += 1
-
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(6)]
-        for t in threads:
-            t.start()
-        try:
+        with bf.ClosedLoopLoad(gw.port) as load:
             time.sleep(1.0)
             self.assertGreater(a.control("Stats")["infer_requests"], 0)
             self.assertEqual(b.control("Stats")["infer_requests"], 0)
@@ -74,23 +53,14 @@ class ReloadEndpointsTest(bf.BackendTestCase):
 
             # A drains (its in-flight batches complete, then it is closed); B takes the traffic.
             time.sleep(1.0)
-            a1 = a.control("Stats")
-            b1 = b.control("Stats")
-            c1 = c.control("Stats")
+            a1, b1, c1 = bf.stats(a, b, c)
             time.sleep(1.0)
-            a2 = a.control("Stats")
-            b2 = b.control("Stats")
-            c2 = c.control("Stats")
-        finally:
-            stop.set()
-            for t in threads:
-                t.join()
-        failed = [r for r in results if not r[0]]
+            a2, b2, c2 = bf.stats(a, b, c)
         print("requests %d, failed %d; A %d -> %d, B %d -> %d infer requests" % (
-            len(results), len(failed), a1["infer_requests"], a2["infer_requests"],
+            len(load.results), len(load.failed()), a1["infer_requests"], a2["infer_requests"],
             b1["infer_requests"], b2["infer_requests"]))
-        self.assertEqual(failed, [])
-        self.assertGreater(len(results), 200)
+        self.assert_none_failed(load)
+        self.assertGreater(len(load.results), 200)
         self.assertEqual(a2["infer_requests"], a1["infer_requests"])  # drained: nothing new
         self.assertGreater(b2["infer_requests"], b1["infer_requests"] + 50)
         # No health probe at A (closed) or C (the retired model's pool stopped) any more; B is
