@@ -4,8 +4,6 @@
 // never sends a cancelled batch and counts a cancelled call apart from failures; the gRPC
 // client turns the token into RST_STREAM CANCEL that the server sees; tokens that outlive the
 // model or the endpoint are harmless.
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -28,6 +26,7 @@
 #include "backends/pool.h"
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "tests/unit/backends/fake_grpc_server.h"
 
 namespace infergate::backends {
 namespace {
@@ -532,69 +531,10 @@ TEST(PoolCancel, CancelledCallIsCountedApartFromFailuresAndACancelledBatchIsNeve
 
 // --- GrpcEndpoint -------------------------------------------------------------------------------
 
-// /t/Echo answers the request; /t/Slow answers only when cancelled (counted).
-class SlowService : public grpc::CallbackGenericService {
- public:
-  std::atomic<int> started{0};
-  std::atomic<int> cancelled{0};
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
-    class Reactor : public grpc::ServerGenericBidiReactor {
-     public:
-      Reactor(SlowService* svc, grpc::GenericCallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
-        StartRead(&req_);
-      }
-      void OnReadDone(bool ok) override {
-        if (!ok) return finishOnce(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
-        if (ctx_->method() == "/t/Echo") {
-          resp_ = req_;
-          finished_ = true;
-          StartWriteAndFinish(&resp_, grpc::WriteOptions(), grpc::Status::OK);
-        } else {
-          svc_->started.fetch_add(1);  // /t/Slow: nothing until OnCancel
-        }
-      }
-      void OnCancel() override {
-        svc_->cancelled.fetch_add(1);
-        finishOnce(grpc::Status::CANCELLED);
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      void finishOnce(const grpc::Status& s) {
-        if (finished_) return;
-        finished_ = true;
-        Finish(s);
-      }
-      SlowService* svc_;
-      grpc::GenericCallbackServerContext* ctx_;
-      grpc::ByteBuffer req_, resp_;
-      bool finished_ = false;
-    };
-    return new Reactor(this, ctx);
-  }
-};
-
-class SlowServer {
- public:
-  SlowServer() {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    b.RegisterCallbackGenericService(&svc_);
-    server_ = b.BuildAndStart();
-  }
-  ~SlowServer() { server_->Shutdown(std::chrono::system_clock::now()); }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  SlowService& service() { return svc_; }
-
- private:
-  SlowService svc_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-};
+using test_util::FakeGrpcServer;
 
 TEST(GrpcEndpointCancel, TokenResetsTheStreamAndTheServerSeesTheCancel) {
-  SlowServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 64 << 20);
   ASSERT_TRUE(ep.callSync("/t/Echo", "warm", 5000).status.ok());  // connected
   auto token = std::make_shared<net::CancelToken>();
@@ -617,7 +557,7 @@ TEST(GrpcEndpointCancel, TokenResetsTheStreamAndTheServerSeesTheCancel) {
 }
 
 TEST(GrpcEndpointCancel, TokenCancelledBeforeTheCallIsNeverSent) {
-  SlowServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 64 << 20);
   auto token = std::make_shared<net::CancelToken>();
   token->cancel();
@@ -637,7 +577,7 @@ TEST(GrpcEndpointCancel, TokenCancelledBeforeTheCallIsNeverSent) {
 }
 
 TEST(GrpcEndpointCancel, CancelAfterTheAnswerOrAfterTheEndpointIsGoneIsANoOp) {
-  SlowServer server;
+  FakeGrpcServer server;
   auto done_token = std::make_shared<net::CancelToken>();
   auto late_token = std::make_shared<net::CancelToken>();
   std::promise<GrpcResult> slow;

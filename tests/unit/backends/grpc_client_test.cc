@@ -3,8 +3,6 @@
 // message limits, requests in pieces of external memory, and reconnection after a restart.
 #include "backends/grpc_client.h"
 
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -17,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/unit/backends/fake_grpc_server.h"
 #include "tests/unit/backends/test_util.h"
 #include "tests/unit/frontend/h2_frames.h"
 
@@ -56,87 +55,12 @@ void operator delete(void* p, size_t) noexcept { std::free(p); }  // NOLINT
 namespace infergate::backends {
 namespace {
 
-// /t/Echo answers the request; /t/Fail answers FAILED_PRECONDITION with a message that needs
-// percent-encoding; /t/Big answers 2 MiB; /t/Slow answers only when cancelled; any other
-// method UNIMPLEMENTED.
-class TestService : public grpc::CallbackGenericService {
- public:
-  std::atomic<int> cancelled{0};
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
-    class Reactor : public grpc::ServerGenericBidiReactor {
-     public:
-      Reactor(TestService* svc, grpc::GenericCallbackServerContext* ctx) : svc_(svc), ctx_(ctx) {
-        StartRead(&req_);
-      }
-      void OnReadDone(bool ok) override {
-        if (!ok) return finishOnce(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
-        const std::string& m = ctx_->method();
-        if (m == "/t/Echo") {
-          resp_ = req_;
-          StartWriteAndFinish(&resp_, grpc::WriteOptions(), grpc::Status::OK);
-          finished_ = true;
-        } else if (m == "/t/Big") {
-          std::string big(2 << 20, 'b');
-          grpc::Slice s(big);
-          resp_ = grpc::ByteBuffer(&s, 1);
-          StartWriteAndFinish(&resp_, grpc::WriteOptions(), grpc::Status::OK);
-          finished_ = true;
-        } else if (m == "/t/Fail") {
-          finishOnce(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "bad: 100% \xc3\xbc"));
-        } else if (m != "/t/Slow") {  // /t/Slow: nothing until OnCancel
-          finishOnce(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, ""));
-        }
-      }
-      void OnCancel() override {
-        svc_->cancelled.fetch_add(1);
-        finishOnce(grpc::Status::CANCELLED);
-      }
-      void OnDone() override { delete this; }
-
-     private:
-      void finishOnce(const grpc::Status& s) {
-        if (finished_) return;
-        finished_ = true;
-        Finish(s);
-      }
-      TestService* svc_;
-      grpc::GenericCallbackServerContext* ctx_;
-      grpc::ByteBuffer req_, resp_;
-      bool finished_ = false;
-    };
-    return new Reactor(this, ctx);
-  }
-};
-
-class GrpcServer {
- public:
-  explicit GrpcServer(int port = 0) {
-    grpc::ServerBuilder b;
-    b.AddListeningPort("127.0.0.1:" + std::to_string(port), grpc::InsecureServerCredentials(),
-                       &port_);
-    b.RegisterCallbackGenericService(&svc_);
-    server_ = b.BuildAndStart();
-  }
-  ~GrpcServer() { stop(); }
-  void stop() {
-    if (server_) server_->Shutdown(std::chrono::system_clock::now());
-    server_.reset();
-  }
-  int port() const { return port_; }
-  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
-  TestService& service() { return svc_; }
-
- private:
-  TestService svc_;
-  int port_ = 0;
-  std::unique_ptr<grpc::Server> server_;
-};
+using test_util::FakeGrpcServer;
 
 std::string text(const GrpcResult& r) { return std::string(r.body); }
 
 TEST(GrpcEndpoint, EchoesRequestsInPiecesOfExternalMemory) {
-  GrpcServer server;
+  FakeGrpcServer server;
   ASSERT_GT(server.port(), 0);
   GrpcEndpoint ep(server.address(), 2, 64 << 20);
   std::string tensor(1 << 20, '\0');  // 1 MiB: several DATA frames and window updates
@@ -163,7 +87,7 @@ TEST(GrpcEndpoint, EchoesRequestsInPiecesOfExternalMemory) {
 }
 
 TEST(GrpcEndpoint, ReportsTheServersStatusAndMessage) {
-  GrpcServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 64 << 20);
   GrpcResult r = ep.callSync("/t/Fail", "x", 5000);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kFailedPrecondition);
@@ -174,7 +98,7 @@ TEST(GrpcEndpoint, ReportsTheServersStatusAndMessage) {
 }
 
 TEST(GrpcEndpoint, DeadlineExceededCancelsTheCallAtTheServer) {
-  GrpcServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 64 << 20);
   const auto t0 = std::chrono::steady_clock::now();
   GrpcResult r = ep.callSync("/t/Slow", "x", 100);
@@ -207,7 +131,7 @@ TEST(GrpcEndpoint, RefusedConnectionIsNotSentAndFailsFastDuringBackOff) {
 }
 
 TEST(GrpcEndpoint, ResponseOverTheLimitIsResourceExhausted) {
-  GrpcServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 1 << 20);
   GrpcResult r = ep.callSync("/t/Big", "x", 5000);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted) << r.status;
@@ -218,14 +142,14 @@ TEST(GrpcEndpoint, ResponseOverTheLimitIsResourceExhausted) {
 }
 
 TEST(GrpcEndpoint, ReconnectsAfterTheServerRestarts) {
-  auto server = std::make_unique<GrpcServer>();
+  auto server = std::make_unique<FakeGrpcServer>();
   const int port = server->port();
   GrpcEndpoint ep(server->address(), 1, 64 << 20);
   ASSERT_TRUE(ep.callSync("/t/Echo", "one", 5000).status.ok());
   server->stop();
   GrpcResult down = ep.callSync("/t/Echo", "x", 5000);
   EXPECT_EQ(down.status.code(), absl::StatusCode::kUnavailable) << down.status;
-  server = std::make_unique<GrpcServer>(port);
+  server = std::make_unique<FakeGrpcServer>(port);
   ASSERT_EQ(server->port(), port);
   bool ok = false;
   for (int i = 0; i < 60 && !ok; ++i) {  // back-off is at most 1 s
@@ -236,7 +160,7 @@ TEST(GrpcEndpoint, ReconnectsAfterTheServerRestarts) {
 }
 
 TEST(GrpcEndpoint, PostRunsOnTheIoThreadNotTheCaller) {
-  GrpcServer server;
+  FakeGrpcServer server;
   GrpcEndpoint ep(server.address(), 1, 64 << 20);
   std::promise<std::thread::id> ran;
   ep.post([&ran] { ran.set_value(std::this_thread::get_id()); });
