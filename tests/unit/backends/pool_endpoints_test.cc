@@ -14,70 +14,26 @@
 
 #include "backends/pool.h"
 #include "common/metrics.h"
+#include "tests/unit/backends/fake_endpoint_client.h"
 
 namespace infergate::backends {
 namespace {
 
-struct FakeState {
-  std::mutex mu;
-  absl::Status probe = absl::OkStatus();
-  bool hold = false;
-  absl::Status result = absl::OkStatus();
-  bool not_sent = false;
-  int sends = 0;
-  int probes = 0;
-  bool shut = false;
-  std::deque<EndpointClient::SendDone> held;
-};
-
-class FakeClient : public EndpointClient {
- public:
-  FakeClient(std::string a, std::shared_ptr<FakeState> s) : addr_(std::move(a)), s_(std::move(s)) {}
-  const std::string& address() const override { return addr_; }
-  absl::Status probe(bool) override {
-    std::lock_guard<std::mutex> l(s_->mu);
-    ++s_->probes;
-    return s_->probe;
-  }
-  void send(const Batch&, const SendOptions&, SendDone done) override {
-    absl::Status r;
-    bool ns;
-    {
-      std::lock_guard<std::mutex> l(s_->mu);
-      ++s_->sends;
-      if (s_->hold) {
-        s_->held.push_back(std::move(done));
-        return;
-      }
-      r = s_->result;
-      ns = s_->not_sent;
-    }
-    if (r.ok()) {
-      done(std::vector<BatchTensor>{}, false);
-    } else {
-      done(r, ns);
-    }
-  }
-  void shutdown() override {
-    std::lock_guard<std::mutex> l(s_->mu);
-    s_->shut = true;
-  }
-
- private:
-  std::string addr_;
-  std::shared_ptr<FakeState> s_;
-};
+using test_util::BatchResult;
+using test_util::collect;
+using test_util::FakeEndpointClient;
+using test_util::FakeEndpointState;
 
 struct Fixture {
   std::mutex mu;
-  std::map<std::string, std::shared_ptr<FakeState>> st;  // by address, made on first use
+  std::map<std::string, std::shared_ptr<FakeEndpointState>> st;  // by address, made on first use
   common::MetricsRegistry metrics;
   std::unique_ptr<Pool> pool;
 
-  std::shared_ptr<FakeState> state(const std::string& a) {
+  std::shared_ptr<FakeEndpointState> state(const std::string& a) {
     std::lock_guard<std::mutex> l(mu);
     auto& s = st[a];
-    if (!s) s = std::make_shared<FakeState>();
+    if (!s) s = std::make_shared<FakeEndpointState>();
     return s;
   }
   explicit Fixture(std::vector<std::string> eps, RemoteBackendConfig cfg = {},
@@ -86,10 +42,10 @@ struct Fixture {
     cfg.health_check_interval_ms = health_interval_ms;
     cfg.startup_timeout_ms = 0;
     std::vector<std::unique_ptr<EndpointClient>> clients;
-    for (const auto& a : eps) clients.push_back(std::make_unique<FakeClient>(a, state(a)));
+    for (const auto& a : eps) clients.push_back(std::make_unique<FakeEndpointClient>(a, state(a)));
     pool = std::make_unique<Pool>("m", "triton", cfg, std::move(clients), &metrics);
     pool->setClientFactory([this](const std::string& a) {
-      return std::unique_ptr<EndpointClient>(std::make_unique<FakeClient>(a, state(a)));
+      return std::unique_ptr<EndpointClient>(std::make_unique<FakeEndpointClient>(a, state(a)));
     });
   }
   int probes(const std::string& a) {
@@ -117,16 +73,7 @@ struct Fixture {
     std::lock_guard<std::mutex> l(s->mu);
     s->hold = h;
   }
-  size_t release(const std::string& a) {
-    auto s = state(a);
-    std::deque<EndpointClient::SendDone> h;
-    {
-      std::lock_guard<std::mutex> l(s->mu);
-      h.swap(s->held);
-    }
-    for (auto& d : h) d(std::vector<BatchTensor>{}, false);
-    return h.size();
-  }
+  size_t release(const std::string& a) { return state(a)->releaseHeld(); }
   const Pool::EndpointStatus* status(const std::string& a, std::vector<Pool::EndpointStatus>& v) {
     v = pool->status();
     for (auto& s : v) {
@@ -135,18 +82,6 @@ struct Fixture {
     return nullptr;
   }
 };
-
-struct Result {
-  std::atomic<int> calls{0};
-  absl::Status status;
-};
-
-BatchDone collect(Result& r) {
-  return [&r](BatchOutputs out) {
-    r.status = out.status();
-    r.calls.fetch_add(1);
-  };
-}
 
 std::unique_ptr<Batch> seqBatch(const std::string& id, bool start, bool end,
                                 bool is_string = false) {
@@ -166,10 +101,10 @@ TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
   f.hold("a:1", true);
   f.hold("b:1", true);
   // Four batches in flight, spread over a and b.
-  std::vector<std::unique_ptr<Result>> rs;
+  std::vector<std::unique_ptr<BatchResult>> rs;
   Batch b;
   for (int i = 0; i < 4; ++i) {
-    rs.push_back(std::make_unique<Result>());
+    rs.push_back(std::make_unique<BatchResult>());
     f.pool->execute(b, collect(*rs.back()));
   }
   const int a_before = f.sends("a:1");
@@ -184,7 +119,7 @@ TEST(PoolEndpoints, RemovedEndpointDrainsThenCloses) {
   EXPECT_NE(f.status("c:1", v)->state, Pool::State::kHealthy);  // not before a passing probe
   EXPECT_EQ(f.pool->endpoints(), (std::vector<std::string>{"b:1", "c:1"}));
   // New batches: never a (draining), never c (not probed yet).
-  Result x;
+  BatchResult x;
   f.hold("b:1", false);
   for (int i = 0; i < 10; ++i) f.pool->execute(b, collect(x));
   EXPECT_EQ(f.sends("a:1"), a_before);
@@ -230,10 +165,10 @@ TEST(PoolEndpoints, RetiredPoolStopsProbingAndClosesOnceIdle) {
   ASSERT_TRUE(eventually([&] { return f.probes("a:1") > 5 && f.probes("b:1") > 5; }));
   f.hold("a:1", true);
   f.hold("b:1", true);
-  std::vector<std::unique_ptr<Result>> rs;
+  std::vector<std::unique_ptr<BatchResult>> rs;
   Batch b;
   for (int i = 0; i < 2; ++i) {
-    rs.push_back(std::make_unique<Result>());
+    rs.push_back(std::make_unique<BatchResult>());
     f.pool->execute(b, collect(*rs.back()));
   }
   std::atomic<bool> upstream_idle{false};
@@ -243,7 +178,7 @@ TEST(PoolEndpoints, RetiredPoolStopsProbingAndClosesOnceIdle) {
   const int pa = f.probes("a:1");
   const int pb = f.probes("b:1");
   // A batch the batcher still dispatches (a request admitted before the removal) is served.
-  rs.push_back(std::make_unique<Result>());
+  rs.push_back(std::make_unique<BatchResult>());
   f.pool->execute(b, collect(*rs.back()));
   EXPECT_EQ(f.sends("a:1") + f.sends("b:1"), 3);
   // Busy (3 batches in flight, the batcher not idle): nothing closes, however long.
@@ -273,7 +208,7 @@ TEST(PoolEndpoints, RetiredPoolStopsProbingAndClosesOnceIdle) {
   // A retired pool refuses set changes, and a batch after the close gets UNAVAILABLE.
   EXPECT_EQ(f.pool->checkEndpoints({"c:1"}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.pool->setEndpoints({"c:1"}).code(), absl::StatusCode::kFailedPrecondition);
-  Result late;
+  BatchResult late;
   f.pool->execute(b, collect(late));
   EXPECT_EQ(late.calls.load(), 1);
   EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable);
@@ -289,7 +224,7 @@ TEST(PoolEndpoints, ReplacedSetServesFromDrainedUntilNewIsReady) {
   ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
   f.pool->probeAll();  // b fails its first probe
   Batch b;
-  Result r;
+  BatchResult r;
   for (int i = 0; i < 3; ++i) f.pool->execute(b, collect(r));
   EXPECT_EQ(r.calls.load(), 3);
   EXPECT_TRUE(r.status.ok()) << r.status;
@@ -298,7 +233,7 @@ TEST(PoolEndpoints, ReplacedSetServesFromDrainedUntilNewIsReady) {
   EXPECT_FALSE(f.shut("a:1"));  // still the fallback
   f.setProbe("b:1", absl::OkStatus());
   f.pool->probeAll();
-  Result r2;
+  BatchResult r2;
   for (int i = 0; i < 3; ++i) f.pool->execute(b, collect(r2));
   EXPECT_TRUE(r2.status.ok()) << r2.status;
   EXPECT_EQ(f.sends("a:1"), 3);
@@ -325,7 +260,7 @@ TEST(PoolEndpoints, ReAddedBeforeClosedIsKept) {
   ASSERT_TRUE(f.pool->start(true).ok());
   f.hold("a:1", true);
   Batch b;
-  Result r;
+  BatchResult r;
   for (int i = 0; i < 6 && f.sends("a:1") == 0; ++i) f.pool->execute(b, collect(r));
   ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
   ASSERT_TRUE(f.pool->setEndpoints({"a:1", "b:1"}).ok());
@@ -346,7 +281,7 @@ TEST(PoolEndpoints, MalformedListChangesNothing) {
 TEST(PoolSequences, StayOnTheirEndpointFromStartToEnd) {
   Fixture f({"a:1", "b:1", "c:1"});
   ASSERT_TRUE(f.pool->start(true).ok());
-  Result r;
+  BatchResult r;
   auto start = seqBatch("7", true, false);
   f.pool->execute(*start, collect(r));
   ASSERT_TRUE(r.status.ok()) << r.status;
@@ -383,7 +318,7 @@ TEST(PoolSequences, EndpointFailureEndsTheSequenceClearly) {
   ASSERT_TRUE(f.pool->start(true).ok());
   // Bind sequences until both endpoints hold one.
   std::map<std::string, std::string> where;  // id -> endpoint
-  Result r;
+  BatchResult r;
   for (int id = 1; id <= 40; ++id) {
     const int a0 = f.sends("a:1");
     auto b = seqBatch(std::to_string(id), true, false);
@@ -429,7 +364,7 @@ TEST(PoolSequences, EndpointFailureEndsTheSequenceClearly) {
 TEST(PoolSequences, FailedRequestBreaksTheBinding) {
   Fixture f({"a:1"});
   ASSERT_TRUE(f.pool->start(true).ok());
-  Result r;
+  BatchResult r;
   auto s = seqBatch("x", true, false, true);
   f.pool->execute(*s, collect(r));
   ASSERT_TRUE(r.status.ok());
@@ -452,7 +387,7 @@ TEST(PoolSequences, FailedRequestBreaksTheBinding) {
 TEST(PoolSequences, RemovedEndpointKeepsItsSequencesUntilTheyEnd) {
   Fixture f({"a:1"});
   ASSERT_TRUE(f.pool->start(true).ok());
-  Result r;
+  BatchResult r;
   auto s = seqBatch("1", true, false);
   f.pool->execute(*s, collect(r));
   ASSERT_TRUE(f.pool->setEndpoints({"b:1"}).ok());
@@ -480,7 +415,7 @@ TEST(PoolSequences, BoundedTableAndIdleExpiry) {
   cfg.sequence_idle_timeout_ms = 50;
   Fixture f({"a:1"}, cfg);
   ASSERT_TRUE(f.pool->start(true).ok());
-  Result r;
+  BatchResult r;
   for (const char* id : {"1", "2"}) {
     auto s = seqBatch(id, true, false);
     f.pool->execute(*s, collect(r));
@@ -513,7 +448,7 @@ TEST(PoolSequences, NotSentStartIsRetriedElsewhereAndBoundThere) {
   f.state("a:1")->not_sent = true;
   f.state("b:1")->result = absl::UnavailableError("refused");
   f.state("b:1")->not_sent = true;
-  Result r;
+  BatchResult r;
   // Both refuse: the start fails UNAVAILABLE after trying both.
   auto s = seqBatch("9", true, false);
   f.pool->execute(*s, collect(r));

@@ -19,62 +19,16 @@
 
 #include "common/clock.h"
 #include "common/metrics.h"
+#include "tests/unit/backends/fake_endpoint_client.h"
 #include "tests/unit/backends/test_util.h"
 
 namespace infergate::backends {
 namespace {
 
-struct FakeState {
-  std::mutex mu;
-  absl::Status probe = absl::OkStatus();
-  // What send() does: complete inline with `result` (and not_sent), or hold the call.
-  bool hold = false;
-  absl::Status result = absl::OkStatus();
-  bool not_sent = false;
-  int sends = 0;
-  int probes = 0;
-  int fresh_probes = 0;
-  SendOptions last;
-  std::deque<EndpointClient::SendDone> held;
-};
-
-class FakeClient : public EndpointClient {
- public:
-  FakeClient(std::string a, std::shared_ptr<FakeState> s) : addr_(std::move(a)), s_(std::move(s)) {}
-  const std::string& address() const override { return addr_; }
-  absl::Status probe(bool fresh) override {
-    std::lock_guard<std::mutex> l(s_->mu);
-    ++s_->probes;
-    if (fresh) ++s_->fresh_probes;
-    return s_->probe;
-  }
-  void send(const Batch& batch, const SendOptions& o, SendDone done) override {
-    absl::Status r;
-    bool ns;
-    {
-      std::lock_guard<std::mutex> l(s_->mu);
-      ++s_->sends;
-      s_->last = o;
-      if (s_->hold) {
-        s_->held.push_back(std::move(done));
-        return;
-      }
-      r = s_->result;
-      ns = s_->not_sent;
-    }
-    if (r.ok()) {
-      done(std::vector<BatchTensor>{}, false);
-    } else {
-      done(r, ns);
-    }
-  }
-  void shutdown() override { shut_ = true; }
-  bool shut_ = false;
-
- private:
-  std::string addr_;
-  std::shared_ptr<FakeState> s_;
-};
+using test_util::BatchResult;
+using test_util::collect;
+using test_util::FakeEndpointClient;
+using test_util::FakeEndpointState;
 
 // A queue-depth source returning what the test sets.
 struct FakeDepthState {
@@ -103,7 +57,7 @@ class FakeDepth : public QueueDepthSource {
 };
 
 struct Fixture {
-  std::vector<std::shared_ptr<FakeState>> st;
+  std::vector<std::shared_ptr<FakeEndpointState>> st;
   std::vector<std::shared_ptr<FakeDepthState>> depth;  // with_depth: one per endpoint
   std::unique_ptr<Pool> pool;
   common::MetricsRegistry metrics;
@@ -111,9 +65,9 @@ struct Fixture {
     std::vector<std::unique_ptr<QueueDepthSource>> sources;
     std::vector<std::unique_ptr<EndpointClient>> clients;
     for (int i = 0; i < n; ++i) {
-      st.push_back(std::make_shared<FakeState>());
+      st.push_back(std::make_shared<FakeEndpointState>());
       cfg.endpoints.push_back("ep" + std::to_string(i));
-      clients.push_back(std::make_unique<FakeClient>("ep" + std::to_string(i), st.back()));
+      clients.push_back(std::make_unique<FakeEndpointClient>("ep" + std::to_string(i), st.back()));
       if (with_depth) {
         depth.push_back(std::make_shared<FakeDepthState>());
         sources.push_back(std::make_unique<FakeDepth>(depth.back()));
@@ -129,13 +83,7 @@ struct Fixture {
     for (int round = 0; round < 16; ++round) {
       bool any = false;
       for (auto& s : st) {
-        std::deque<EndpointClient::SendDone> h;
-        {
-          std::lock_guard<std::mutex> l(s->mu);
-          h.swap(s->held);
-        }
-        any = any || !h.empty();
-        for (auto& x : h) x(std::vector<BatchTensor>{}, false);
+        if (s->releaseHeld() > 0) any = true;
       }
       if (!any) return;
     }
@@ -157,11 +105,6 @@ struct Fixture {
   }
 };
 
-struct Result {
-  std::atomic<int> calls{0};
-  absl::Status status;
-};
-
 // The value of the exposed sample of `name` carrying every label in `labels`; -1 if none.
 double sample(common::MetricsRegistry& m, const std::string& name, const common::Labels& labels) {
   const std::string text = m.renderPrometheus();
@@ -179,15 +122,8 @@ double sample(common::MetricsRegistry& m, const std::string& name, const common:
   return -1;
 }
 
-BatchDone collect(Result& r) {
-  return [&r](BatchOutputs o) {
-    r.status = o.status();
-    r.calls.fetch_add(1);
-  };
-}
-
 // `n` batches whose (held) calls answer into `held` at drain().
-void executeHeld(Fixture& f, const Batch& b, std::deque<Result>& held, int n) {
+void executeHeld(Fixture& f, const Batch& b, std::deque<BatchResult>& held, int n) {
   for (int i = 0; i < n; ++i) f.pool->execute(b, collect(held.emplace_back()));
 }
 
@@ -216,7 +152,7 @@ TEST(Pool, SpreadsLoadAndRespectsConcurrencyLimit) {
   ASSERT_TRUE(f.pool->start(true).ok());
   for (auto& s : f.st) s->hold = true;
   Batch b;
-  std::vector<Result> r(6);
+  std::vector<BatchResult> r(6);
   for (auto& x : r) f.pool->execute(b, collect(x));
   // 2 endpoints x 2 = 4 in flight, 2 waiting; P2C on outstanding puts 2 on each.
   EXPECT_EQ(f.st[0]->sends, 2);
@@ -256,7 +192,7 @@ TEST(Pool, NeverSentIsRetriedElsewhereAndMarksUnhealthy) {
   f.st[0]->not_sent = true;
   Batch b;
   for (int i = 0; i < 4; ++i) {
-    Result r;
+    BatchResult r;
     f.pool->execute(b, collect(r));
     EXPECT_EQ(r.calls.load(), 1);
     EXPECT_TRUE(r.status.ok()) << r.status;
@@ -278,7 +214,7 @@ TEST(Pool, SentAndFailedIs503NamingEndpointWithoutRetry) {
   f.st[0]->result = absl::InternalError("boom");
   f.st[1]->result = absl::InternalError("boom");
   Batch b;
-  Result r;
+  BatchResult r;
   f.pool->execute(b, collect(r));
   EXPECT_EQ(r.calls.load(), 1);
   EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
@@ -287,7 +223,7 @@ TEST(Pool, SentAndFailedIs503NamingEndpointWithoutRetry) {
   EXPECT_EQ(f.st[0]->sends + f.st[1]->sends, 1);
   // The request's own fault passes through unchanged.
   f.st[0]->result = f.st[1]->result = absl::InvalidArgumentError("bad shape");
-  Result r2;
+  BatchResult r2;
   f.pool->execute(b, collect(r2));
   EXPECT_EQ(r2.status.code(), absl::StatusCode::kInvalidArgument);
 }
@@ -301,14 +237,14 @@ TEST(Pool, EjectsAfterConsecutiveFailuresAndReadmitsAfterProbe) {
   f.st[0]->result = absl::UnavailableError("overloaded");
   Batch b;
   for (int i = 0; i < 2; ++i) {
-    Result r;
+    BatchResult r;
     f.pool->execute(b, collect(r));
   }
   EXPECT_EQ(f.pool->status()[0].state, Pool::State::kEjected);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_ejections_total", {{"model", "m"}, {"endpoint", "ep0"}}), 1);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_errors_total", {{"model", "m"}, {"endpoint", "ep0"}, {"code", "UNAVAILABLE"}}), 2);
   // Nothing healthy: fast failure, naming the endpoint and its state.
-  Result r;
+  BatchResult r;
   f.pool->execute(b, collect(r));
   EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(r.status.message().find("no healthy triton endpoint for model 'm' (ep0 ejected"),
@@ -318,7 +254,7 @@ TEST(Pool, EjectsAfterConsecutiveFailuresAndReadmitsAfterProbe) {
   f.st[0]->result = absl::OkStatus();
   f.pool->probeAll();
   EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
-  Result ok;
+  BatchResult ok;
   f.pool->execute(b, collect(ok));
   EXPECT_TRUE(ok.status.ok());
 }
@@ -331,7 +267,7 @@ TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
   q->deadline_ns = common::monotonicNs() + 300'000'000;  // 300 ms
   q->request.priority = 2;
   b.requests.push_back(std::move(q));
-  Result r;
+  BatchResult r;
   f.pool->execute(b, collect(r));
   EXPECT_TRUE(r.status.ok());
   EXPECT_LE(f.st[0]->last.timeout_ms, 300u);
@@ -339,7 +275,7 @@ TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
   EXPECT_GT(f.st[0]->last.timeout_us, 200'000u);
   EXPECT_EQ(f.st[0]->last.priority, 2);
   b.requests[0]->deadline_ns = common::monotonicNs() - 1;
-  Result late;
+  BatchResult late;
   f.pool->execute(b, collect(late));
   EXPECT_EQ(late.status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(late.status.message(), "Request timeout expired");
@@ -358,7 +294,7 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
   EXPECT_EQ(f.pool->status()[1].queue_depth, 0);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_queue_depth", {{"model", "m"}, {"endpoint", "ep0"}}), 5);
   Batch b;
-  std::vector<Result> r(12);
+  std::vector<BatchResult> r(12);
   // Load = in-flight + server queue: ep1 (0+k) wins until it reaches ep0's 5.
   for (int i = 0; i < 5; ++i) f.pool->execute(b, collect(r[i]));
   EXPECT_EQ(f.sends(0), 0);
@@ -371,7 +307,7 @@ TEST(PoolQueueDepth, PickFollowsTheReportedQueueDepth) {
   // The server's queue moves to the other endpoint: new batches follow it.
   f.scrapeDepths({0, 40});
   const int before0 = f.sends(0);
-  std::deque<Result> held;  // the held calls answer into these at drain()
+  std::deque<BatchResult> held;  // the held calls answer into these at drain()
   executeHeld(f, b, held, 10);
   EXPECT_EQ(f.sends(0), before0 + 10);
   f.drain();
@@ -383,7 +319,7 @@ TEST(PoolQueueDepth, NeverPicksADeepQueueWhileOthersAreShallower) {
   f.probeAndHold();
   f.scrapeDepths({500, 0, 3});
   Batch b;
-  std::deque<Result> held;  // the held calls answer into these at drain()
+  std::deque<BatchResult> held;  // the held calls answer into these at drain()
   executeHeld(f, b, held, 200);
   // Power of two choices: whichever pair is drawn, ep0 (500 + 0) loses to ep1/ep2 (<= 203).
   EXPECT_EQ(f.sends(0), 0);
@@ -397,7 +333,7 @@ TEST(PoolQueueDepth, ConcurrencyLimitStillHolds) {
   f.probeAndHold();
   f.scrapeDepths({100, 0});
   Batch b;
-  std::vector<Result> r(5);
+  std::vector<BatchResult> r(5);
   for (auto& x : r) f.pool->execute(b, collect(x));
   // ep1 fills its 2 slots, then the deep-queued ep0 is the only one with room; the 5th waits.
   EXPECT_EQ(f.sends(1), 2);
@@ -417,7 +353,7 @@ TEST(PoolQueueDepth, StaleReadingsAreIgnored) {
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   EXPECT_EQ(f.pool->status()[0].queue_depth, -1);
   Batch b;
-  std::deque<Result> held;  // the held calls answer into these at drain()
+  std::deque<BatchResult> held;  // the held calls answer into these at drain()
   executeHeld(f, b, held, 8);
   // In-flight batches alone: power of two choices over two endpoints keeps them level.
   EXPECT_EQ(f.sends(0), 4);
@@ -439,7 +375,7 @@ TEST(PoolQueueDepth, NoReadingOrFailedScrapesFallBackToInFlightAndAreCounted) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep0"}}), 2);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
   Batch b;
-  std::deque<Result> held;  // the held calls answer into these at drain()
+  std::deque<BatchResult> held;  // the held calls answer into these at drain()
   executeHeld(f, b, held, 1);
   EXPECT_EQ(f.sends(1), 1);
   // Health stays with the probes.
@@ -491,7 +427,7 @@ TEST(PoolQueueDepth, MetricsThreadScrapesTheConfiguredURL) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_metrics_scrape_errors_total", {{"model", "m"}, {"endpoint", "ep1"}}), -1);
   EXPECT_EQ(f.pool->status()[0].state, Pool::State::kHealthy);
   Batch b;
-  Result x;
+  BatchResult x;
   f.pool->execute(b, collect(x));
   EXPECT_TRUE(x.status.ok()) << x.status;
 }
@@ -517,7 +453,7 @@ TEST(PoolGpuHealth, DegradedEndpointsArePickedLast) {
   EXPECT_EQ(sample(f.metrics, "infergate_backend_gpu_degraded", {{"model", "m"}, {"endpoint", "ep0"}}), 1);
   EXPECT_EQ(sample(f.metrics, "infergate_backend_gpu_degraded", {{"model", "m"}, {"endpoint", "ep1"}}), 0);
   Batch b;
-  std::deque<Result> held;
+  std::deque<BatchResult> held;
   executeHeld(f, b, held, 5);
   // ep1 takes its 2; the other 3 wait for it rather than go to the idle degraded endpoints.
   EXPECT_EQ(f.sends(0), 0);
