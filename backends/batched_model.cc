@@ -2,6 +2,7 @@
 
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -62,6 +63,9 @@ BatchedModel::~BatchedModel() {
 }
 
 void BatchedModel::retire() {
+  // The dispatcher finishes what is queued, then closes the batcher and exits (dispatchLoop).
+  retired_.store(true, std::memory_order_release);  // pairs with the loads in dispatchLoop
+  wakeDispatcher();
   // The backend is destroyed before the batcher (~BatchedModel), so the batcher outlives every
   // call of the predicate.
   const Batcher* batcher = batcher_.get();
@@ -137,7 +141,13 @@ void BatchedModel::execute(std::unique_ptr<Batch> batch) {
 
 void BatchedModel::dispatchDueAndArm() {
   const uint64_t wake = dispatchDue();
-  if (wake != UINT64_MAX) armDispatcher(wake);
+  if (wake != UINT64_MAX) {
+    armDispatcher(wake);
+  } else if (retired_.load(std::memory_order_acquire)) {
+    // Retired: activity here (a reactor's burst, a completing backend thread) restarts the
+    // dispatcher's grace before it closes the batcher and exits.
+    wakeDispatcher();
+  }
 }
 
 void BatchedModel::armDispatcher(uint64_t wake_ns) {
@@ -170,6 +180,9 @@ void BatchedModel::dispatchLoop() {
     cv_.wait(lock, [this] { return stopping_ || wakeups_ != 0; });
     dispatcher_sleep_until_.store(0);
   }
+  // Retired: the time and wake-up count at which the dispatcher last saw activity.
+  uint64_t idle_since_ns = 0;
+  uint64_t idle_seen = UINT64_MAX;
   for (;;) {
     uint64_t seen;
     {
@@ -177,7 +190,30 @@ void BatchedModel::dispatchLoop() {
       if (stopping_) return;
       seen = wakeups_;
     }
-    const uint64_t wake = dispatchDue();
+    uint64_t wake = dispatchDue();
+    if (retired_.load(std::memory_order_acquire)) {  // pairs with retire()'s store
+      // Once nothing has been queued and nothing has woken us for kRetireGraceMs, close the
+      // batcher (later requests are refused, so nothing can become due again) and exit;
+      // batches in flight complete on their backend's threads. The grace serves a request
+      // that found the model just before its removal and reaches enqueue just after.
+      const uint64_t now = clock_->nowNs();
+      const uint64_t grace_ns = kRetireGraceMs * 1000000;
+      bool active = seen != idle_seen || batcher_->queued() > 0;
+      if (!active && now - idle_since_ns >= grace_ns) {
+        if (batcher_->closeIfDrained("Model was removed by a configuration reload")) {
+          dispatcher_sleep_until_.store(UINT64_MAX);
+          dispatcher_stopped_.store(true, std::memory_order_release);
+          spdlog::debug("model '{}': retired: dispatcher thread exits", batcher_->model().name);
+          return;
+        }
+        active = true;  // enqueued meanwhile
+      }
+      if (active) {
+        idle_since_ns = now;
+        idle_seen = seen;
+      }
+      wake = std::min(wake, idle_since_ns + grace_ns);
+    }
     std::unique_lock<std::mutex> lock(mu_);
     auto woken = [&] { return stopping_ || wakeups_ != seen; };
     if (woken()) continue;

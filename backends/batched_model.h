@@ -111,7 +111,14 @@ class BatchedModel : public Model {
     backend_->setEndpointDegraded(address, degraded);
   }
   // Live endpoint change and retirement: forwarded to the backend (BatchBackend); retire()
-  // passes "the batcher has nothing queued" as the backend's upstream_idle.
+  // passes "the batcher has nothing queued" as the backend's upstream_idle. Retirement also
+  // ends the dispatcher thread: it keeps dispatching (due batches, delays, deadlines) until
+  // nothing has been queued and nothing has woken it for kRetireGraceMs (a request that found
+  // the model just before its removal is still served), then closes the batcher (later
+  // requests: UNAVAILABLE "Model was removed by a configuration reload") and exits; batches in
+  // flight complete on their backend's threads. A request is either queued before the close,
+  // and served, or refused after it.
+  static constexpr uint64_t kRetireGraceMs = 200;
   absl::Status checkEndpoints(const std::vector<std::string>& endpoints) const override {
     return backend_->checkEndpoints(endpoints);
   }
@@ -119,6 +126,8 @@ class BatchedModel : public Model {
     return backend_->setEndpoints(endpoints);
   }
   void retire() override;
+  // The dispatcher thread has exited after retire() (tests). Any thread.
+  bool dispatcherStopped() const { return dispatcher_stopped_.load(std::memory_order_acquire); }
   // The batching config's priority_levels (1 = highest .. N).
   uint32_t priorityLevels() const override { return batcher_->config().priority_levels; }
 
@@ -160,6 +169,10 @@ class BatchedModel : public Model {
   std::condition_variable cv_;
   uint64_t wakeups_ = 0;  // guarded by mu_; bumped by the batcher's notify
   bool stopping_ = false;
+  // retire() was called: the dispatcher exits once the batcher is drained (closeIfDrained);
+  // store in retire(), load in dispatchLoop() and dispatchDueAndArm().
+  std::atomic<bool> retired_{false};
+  std::atomic<bool> dispatcher_stopped_{false};  // store at the dispatcher's exit
   // When the sleeping dispatcher wakes on its own (UINT64_MAX: only when woken); 0 while it
   // is awake (it polls again before sleeping).
   std::atomic<uint64_t> dispatcher_sleep_until_{0};

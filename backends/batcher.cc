@@ -257,7 +257,7 @@ uint64_t Batcher::enqueue(InferRequest request, InferCallback done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) {
-      answers.push_back({std::move(r->done), absl::UnavailableError("Model is shutting down")});
+      answers.push_back({std::move(r->done), absl::UnavailableError(shutdown_message_)});
     } else if (externallyShed(r->level)) {
       metrics_->levels[r->level - 1].rejected_external.inc();
       answers.push_back({std::move(r->done), queues_.overloadStatus(kGpuShedMessage, r->level)});
@@ -285,7 +285,7 @@ absl::Status Batcher::admission(int64_t priority) {
   uint32_t refused_level = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shutdown_) return absl::UnavailableError("Model is shutting down");
+    if (shutdown_) return absl::UnavailableError(shutdown_message_);
     const uint32_t level = queues_.levelOf(priority);
     if (externallyShed(level)) {
       metrics_->refused_before_copy.inc();
@@ -455,6 +455,15 @@ void Batcher::updateServiceEstimateLocked(uint64_t batch_ns) {
 uint32_t Batcher::retryAfterSeconds(int64_t priority) const {
   std::lock_guard<std::mutex> lock(mu_);
   return queues_.retryAfterSeconds(queues_.levelOf(priority));
+}
+
+bool Batcher::closeIfDrained(std::string message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return true;
+  if (queues_.size() > 0) return false;
+  shutdown_ = true;
+  shutdown_message_ = std::move(message);
+  return true;
 }
 
 void Batcher::shutdown() {

@@ -99,6 +99,12 @@ class Batcher {
   // Answers every queued request UNAVAILABLE "Model is shutting down" (in-flight batches are
   // still completed normally). Later enqueues are refused the same way.
   void shutdown();
+  // Retirement (BatchedModel::retire): when nothing is queued, closes the batcher as shutdown()
+  // does, with `message` for later refusals (enqueue, admission: UNAVAILABLE), and returns
+  // true; false, nothing changed, while a request is queued (it is still dispatched). In-flight
+  // batches complete normally either way. Atomic with enqueue(): a request is either queued
+  // before the close (and served) or refused after it, never dropped.
+  bool closeIfDrained(std::string message);
 
   // Called (lock released, from the caller's thread) after anything that may make poll()
   // return a batch sooner: enqueue, cancel, complete, shutdown.
@@ -188,6 +194,7 @@ class Batcher {
   common::Counter* cancelled_inflight_ = nullptr;
   common::Counter* batches_cancelled_ = nullptr;
   bool shutdown_ = false;
+  std::string shutdown_message_ = "Model is shutting down";  // guarded by mu_
 
   // Overload level: written under mu_, published under publish_mu_.
   std::atomic<int> overload_level_{0};
