@@ -6,6 +6,7 @@
 #include <chrono>
 #include <utility>
 
+#include "backends/pool.h"
 #include "spdlog/spdlog.h"
 
 namespace infergate::backends {
@@ -20,6 +21,16 @@ absl::StatusOr<std::unique_ptr<BatchedModel>> BatchedModel::create(
     ModelConfig config, BatchingConfig batching, std::unique_ptr<BatchBackend> backend,
     common::MetricsRegistry* metrics, const PinnedOptions* pinned, common::Clock* clock) {
   if (clock == nullptr) clock = &common::SteadyClock::instance();
+  if (config.remote != nullptr &&
+      !(config.remote->endpoints.empty() && config.remote->metrics_urls.empty())) {
+    // The endpoint set belongs to the backend (Pool::setEndpoints, DNS re-resolution change it
+    // at run time): the model's config() keeps no copy of the list to go stale. The backend and
+    // its clients keep the object they were built with (this makes a new one).
+    auto own = std::make_shared<RemoteBackendConfig>(*config.remote);
+    own->endpoints.clear();
+    own->metrics_urls.clear();  // parallel to endpoints
+    config.remote = std::move(own);
+  }
   absl::StatusOr<std::unique_ptr<Batcher>> b =
       Batcher::create(std::move(config), std::move(batching), clock, metrics, pinned);
   if (!b.ok()) return b.status();

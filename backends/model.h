@@ -38,7 +38,9 @@ struct ModelConfig {
   // (backends/batcher.h, docs/BATCHING.md).
   std::optional<BatchingConfig> dynamic_batching;
   // backend triton | tfserving: endpoints, pool and protocol settings (models[].triton /
-  // models[].tfserving); nullptr for in-process backends.
+  // models[].tfserving); nullptr for in-process backends. A built model's config() has no
+  // endpoint list (remote->endpoints and metrics_urls empty): the set changes at run time
+  // (reload, DNS) and is the backend's; read it with Model::backendEndpoints().
   std::shared_ptr<const RemoteBackendConfig> remote;
 
   // The shape a request must present for `spec`: `spec.shape` with -1 prepended when
@@ -91,7 +93,8 @@ class Model {
 
   // GPU health (docs/GPU.md "Closing the loop"; optional, any thread): an overload level from
   // outside the model's queues (Batcher::setExternalOverload), the remote endpoints (host:port)
-  // behind the model (empty: in-process or none), and a mark on the endpoints whose GPU process
+  // behind the model now (after setEndpoints and DNS changes; removed ones that still drain are
+  // not listed; empty: in-process or none), and a mark on the endpoints whose GPU process
   // is unhealthy (the pool picks them last). Defaults: nothing to raise, no endpoints.
   virtual void setExternalOverload(int /*level*/) {}
   virtual std::vector<std::string> backendEndpoints() const { return {}; }

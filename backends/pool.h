@@ -66,9 +66,12 @@ enum class SharedMemoryKind : uint8_t { kNone, kSystem, kCuda };
 
 // models[].triton / models[].tfserving.
 struct RemoteBackendConfig {
-  std::vector<std::string> endpoints;  // host:port or dns:///name:port, at least one
-  std::string model_name;              // the model's name at the backend; empty: models[].name
-  std::string model_version;           // empty: the backend's default (TF Serving: latest)
+  // host:port or dns:///name:port, at least one. As configured: the pool's set changes at run
+  // time (setEndpoints, DNS), so a built model's config() has this (and metrics_urls) empty
+  // and Pool::endpoints() is the current set.
+  std::vector<std::string> endpoints;
+  std::string model_name;     // the model's name at the backend; empty: models[].name
+  std::string model_version;  // empty: the backend's default (TF Serving: latest)
   std::string signature_name = "serving_default";  // TF Serving only
   uint32_t max_concurrency = 4;                    // batches in flight per endpoint
   uint32_t channels = 2;                           // gRPC channels (connections) per endpoint
