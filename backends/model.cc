@@ -1,7 +1,9 @@
 #include "backends/model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "backends/pool.h"
 #include "common/priority.h"
@@ -23,12 +25,70 @@ std::vector<int64_t> ModelConfig::fullShape(const TensorSpec& spec) const {
   return s;
 }
 
+namespace {
+// This thread's reader slot (ModelRegistry::kReaderSlots), handed out round robin.
+size_t readerSlot() {
+  static std::atomic<size_t> next{0};
+  thread_local const size_t slot =
+      next.fetch_add(1, std::memory_order_relaxed) % ModelRegistry::kReaderSlots;
+  return slot;
+}
+}  // namespace
+
 ModelRegistry::ModelRegistry() {
-  snapshots_.push_back(std::make_unique<Snapshot>());
-  current_.store(snapshots_.back().get(), std::memory_order_release);
+  live_snapshots_.fetch_add(1, std::memory_order_relaxed);
+  current_.store(new Snapshot(), std::memory_order_seq_cst);
 }
 
-ModelRegistry::~ModelRegistry() = default;
+ModelRegistry::~ModelRegistry() {
+  // No reader may run now (the registry is being destroyed); the current models go first, then
+  // the retired ones, as the oldest snapshot went last before.
+  freeSnapshot(current_.exchange(nullptr));
+  retired_models_.clear();
+}
+
+void ModelRegistry::freeSnapshot(const Snapshot* s) {
+  if (s == nullptr) return;
+  delete s;
+  live_snapshots_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+template <typename F>
+auto ModelRegistry::read(F&& f) const {
+  // Counted before the snapshot is loaded (both seq_cst, with synchronizeLocked()'s epoch store
+  // and counter loads): a writer that does not see this count has published its snapshot before
+  // our load, so we cannot be holding the one it reclaims. The release on leaving pairs with the
+  // writer's counter loads: our reads of the snapshot happen before its deletion.
+  ReaderSlot& slot = slots_[readerSlot()];
+  const uint32_t parity = epoch_.load(std::memory_order_seq_cst) & 1;
+  slot.active[parity].fetch_add(1, std::memory_order_seq_cst);
+  struct Leave {
+    std::atomic<uint64_t>& counter;
+    ~Leave() { counter.fetch_sub(1, std::memory_order_release); }
+  } leave{slot.active[parity]};
+  return f(*current_.load(std::memory_order_seq_cst));
+}
+
+void ModelRegistry::synchronizeLocked() {
+  // Two flips (as userspace RCU): a reader counts itself under the parity it read, which may be
+  // one flip old; after both flips every reader that loaded a snapshot before our publication
+  // has been waited for under its parity. Readers that start meanwhile load the new snapshot.
+  for (int flip = 0; flip < 2; ++flip) {
+    const uint32_t old = epoch_.load(std::memory_order_relaxed);  // writers hold mu_
+    epoch_.store(old + 1, std::memory_order_seq_cst);
+    for (unsigned spins = 0;; ++spins) {
+      uint64_t inside = 0;
+      for (const ReaderSlot& s : slots_) inside += s.active[old & 1].load(std::memory_order_seq_cst);
+      if (inside == 0) break;
+      // A reader walks one short list; only a preempted one takes longer.
+      if (spins < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    }
+  }
+}
 
 void ModelRegistry::add(std::unique_ptr<Model> model) {
   std::vector<std::unique_ptr<Model>> one;
@@ -39,36 +99,38 @@ void ModelRegistry::add(std::unique_ptr<Model> model) {
 absl::Status ModelRegistry::update(const std::vector<std::pair<std::string, std::string>>& remove,
                                    std::vector<std::unique_ptr<Model>> add) {
   std::lock_guard<std::mutex> lock(mu_);
-  const Snapshot& cur = *current_.load(std::memory_order_relaxed);  // writers hold mu_
+  const Snapshot* cur = current_.load(std::memory_order_relaxed);  // writers hold mu_
   auto next = std::make_unique<Snapshot>();
-  size_t removed = 0;
-  std::vector<Model*> leaving;
-  for (const std::shared_ptr<Model>& m : cur) {
+  std::vector<std::shared_ptr<Model>> leaving;
+  for (const std::shared_ptr<Model>& m : *cur) {
     const ModelConfig& c = m->config();
     bool gone = false;
     for (const auto& [name, version] : remove) {
       gone = gone || (c.name == name && (version.empty() || c.version == version));
     }
     if (gone) {
-      ++removed;
-      leaving.push_back(m.get());
+      leaving.push_back(m);
     } else {
       next->push_back(m);
     }
   }
-  if (retired_ + removed > kMaxRetired) {
+  if (retired_ + leaving.size() > kMaxRetired) {
     return absl::FailedPreconditionError(fmt::format(
         "{} models have been removed since start-up (at most {} are kept for their in-flight "
         "requests); restart infergate to free them",
         retired_, kMaxRetired));
   }
   for (std::unique_ptr<Model>& m : add) next->push_back(std::move(m));
-  retired_ += removed;
-  snapshots_.push_back(std::move(next));
-  current_.store(snapshots_.back().get(), std::memory_order_release);  // pairs with readers' acquire
+  retired_ += leaving.size();
+  retired_models_.insert(retired_models_.end(), leaving.begin(), leaving.end());
+  live_snapshots_.fetch_add(1, std::memory_order_relaxed);
+  current_.store(next.release(), std::memory_order_seq_cst);  // readers load seq_cst (read())
   // No longer found: the removed models stop their background work once idle (Model::retire,
-  // non-blocking). They stay alive in the old snapshots.
-  for (Model* m : leaving) m->retire();
+  // non-blocking). They stay alive in retired_models_.
+  for (const std::shared_ptr<Model>& m : leaving) m->retire();
+  // The replaced list: freed once no reader can still be walking it.
+  synchronizeLocked();
+  freeSnapshot(cur);
   return absl::OkStatus();
 }
 
@@ -77,23 +139,27 @@ bool ModelRegistry::remove(std::string_view name, std::string_view version) {
   return update({{std::string(name), std::string(version)}}, {}).ok();
 }
 
-const std::vector<std::shared_ptr<Model>>& ModelRegistry::models() const {
-  return *current_.load(std::memory_order_acquire);  // pairs with update()'s release
+std::vector<std::shared_ptr<Model>> ModelRegistry::models() const {
+  return read([](const Snapshot& s) { return s; });
 }
 
 Model* ModelRegistry::find(std::string_view name, std::string_view version) const {
-  for (const std::shared_ptr<Model>& m : models()) {
-    const ModelConfig& c = m->config();
-    if (c.name == name && (version.empty() || c.version == version)) return m.get();
-  }
-  return nullptr;
+  return read([&](const Snapshot& s) -> Model* {
+    for (const std::shared_ptr<Model>& m : s) {
+      const ModelConfig& c = m->config();
+      if (c.name == name && (version.empty() || c.version == version)) return m.get();
+    }
+    return nullptr;
+  });
 }
 
 bool ModelRegistry::allReady() const {
-  for (const std::shared_ptr<Model>& m : models()) {
-    if (!m->ready()) return false;
-  }
-  return true;
+  return read([](const Snapshot& s) {
+    for (const std::shared_ptr<Model>& m : s) {
+      if (!m->ready()) return false;
+    }
+    return true;
+  });
 }
 
 size_t ModelRegistry::retiredCount() const {

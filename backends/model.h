@@ -133,18 +133,23 @@ using InputPlacer = std::function<bool(InferRequest&)>;
 // The served models, looked up by name/version from every reactor while a reload
 // (app/reload.h) adds and removes models.
 //
-// Threading: find(), models() and allReady() are lock-free from any thread: they read the
-// current snapshot (an immutable list published with release/acquire ordering by the writers).
-// add(), update() and remove() may be called from any thread; they are serialized by a mutex
-// and publish a new snapshot. A removed model is retired, not destroyed: whoever found it before
-// the removal (a request in flight, a body being streamed into its slots) keeps a valid pointer,
-// and its requests complete; find() no longer returns it (new requests get 404). Retired models
-// and old snapshots live until the registry is destroyed, so a reload that changes models costs
-// a few pointers plus the retired models themselves (bounded by kMaxRetired: a reload that
-// would retire more is refused, naming the restart that frees them).
+// Threading: find(), models() and allReady() are lock-free (wait-free) from any thread: they
+// read the current snapshot (an immutable list published by the writers) inside a read-side
+// section: the reader counts itself in one of kReaderSlots cache-line counters (picked per
+// thread) under the current epoch's parity, loads the snapshot, and uncounts itself when done
+// with it. add(), update() and remove() may be called from any thread; they are serialized by a
+// mutex and publish a new snapshot, then reclaim the one it replaced once no reader can hold it
+// (two epoch flips, each waiting for the readers counted under the old parity to leave: a
+// reader is inside for one walk of the list, so the writer waits microseconds), so one snapshot
+// is allocated whatever the number of reloads. A removed model is retired, not destroyed:
+// whoever found it before the removal (a request in flight, a body being streamed into its
+// slots) keeps a valid pointer, and its requests complete; find() no longer returns it (new
+// requests get 404). Retired models live until the registry is destroyed, bounded by
+// kMaxRetired: a reload that would retire more is refused, naming the restart that frees them.
 class ModelRegistry {
  public:
   static constexpr size_t kMaxRetired = 256;
+  static constexpr size_t kReaderSlots = 16;
 
   ModelRegistry();
   ~ModelRegistry();
@@ -154,23 +159,44 @@ class ModelRegistry {
   void add(std::unique_ptr<Model> model);
   // One publication: the models named in `remove` (name, version; empty version: every version
   // of the name) leave and `add` joins, so a model whose settings change is never missing in
-  // between. FailedPrecondition (nothing changed) when kMaxRetired would be exceeded.
+  // between. FailedPrecondition (nothing changed) when kMaxRetired would be exceeded. Returns
+  // once the snapshot it replaced is reclaimed (readers in a read-side section have left it).
   absl::Status update(const std::vector<std::pair<std::string, std::string>>& remove,
                       std::vector<std::unique_ptr<Model>> add);
   // update({{name, version}}, {}); false when no such model is served.
   bool remove(std::string_view name, std::string_view version = {});
-  // version empty: the model's (only / default) version. nullptr when not found.
+  // version empty: the model's (only / default) version. nullptr when not found. The model
+  // stays valid for the registry's lifetime (retired, not destroyed, when removed).
   Model* find(std::string_view name, std::string_view version = {}) const;
-  // The models served now (a snapshot: valid for the registry's lifetime, never changed).
-  const std::vector<std::shared_ptr<Model>>& models() const;
+  // The models served now (a copy of the current snapshot).
+  std::vector<std::shared_ptr<Model>> models() const;
   bool allReady() const;
   size_t retiredCount() const;
+  // Snapshot lists allocated now (the current one, and one being reclaimed; tests).
+  size_t snapshotCount() const { return live_snapshots_.load(std::memory_order_relaxed); }
 
  private:
-  using Snapshot = std::vector<std::shared_ptr<Model>>;  // the owners: every snapshot ever
-  std::atomic<const Snapshot*> current_;  // release in publish, acquire in readers
-  mutable std::mutex mu_;                 // writers; snapshots_, retired_
-  std::vector<std::unique_ptr<Snapshot>> snapshots_;  // every snapshot ever published
+  using Snapshot = std::vector<std::shared_ptr<Model>>;
+  // A reader's counter pair; one per slot, on its own cache line, so reactors do not share.
+  struct alignas(64) ReaderSlot {
+    std::atomic<uint64_t> active[2] = {0, 0};  // fetch_add/sub in reads, loads in synchronize
+  };
+  // Runs f(snapshot) inside a read-side section.
+  template <typename F>
+  auto read(F&& f) const;
+  // Waits until no reader can still hold a snapshot unpublished before the call. mu_ held.
+  void synchronizeLocked();
+  void freeSnapshot(const Snapshot* s);
+
+  // The published snapshot (owned: deleted by the writer after synchronizeLocked()).
+  // seq_cst: ordered with the readers' slot increments and the writers' epoch flips.
+  std::atomic<const Snapshot*> current_{nullptr};
+  std::atomic<uint32_t> epoch_{0};  // parity: the counter new readers use; flipped by writers
+  mutable ReaderSlot slots_[kReaderSlots];
+  std::atomic<size_t> live_snapshots_{0};
+  mutable std::mutex mu_;  // writers; retired_models_, retired_
+  // The owners of removed models (their snapshots are reclaimed), at most kMaxRetired.
+  std::vector<std::shared_ptr<Model>> retired_models_;
   size_t retired_ = 0;
 };
 
