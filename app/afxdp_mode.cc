@@ -410,4 +410,27 @@ void AfXdpMode::stop(uint64_t drain_ms) {
   spdlog::info("afxdp: stopped; XDP program detached from {}", st.interface);
 }
 
+absl::Status AfXdpMode::reconfigureXdp(const xdp::XdpOptions& next) {
+  State& st = *state_;
+  if (st.stopped || !st.filter)
+    return absl::FailedPreconditionError("the XDP program is not attached");
+  const xdp::XdpOptions& now = st.filter->options();
+  xdp::XdpOptions o = next;
+  o.service_ports = now.service_ports;  // what start() set: the listeners and the afxdp knobs
+  o.redirect_xsk = now.redirect_xsk;
+  o.write_metadata = now.write_metadata;
+  o.reject_mid_stream = now.reject_mid_stream;
+  o.synack_wscale = now.synack_wscale;
+  return st.filter->reconfigure(o);
+}
+
+void AfXdpMode::modelsChanged(const backends::ModelRegistry& models) {
+  State& st = *state_;
+  if (st.stopped || !st.filter) return;
+  st.models = &models;
+  publishOverloadLevels(models, [f = st.filter.get()](int level) {
+    return f->setOverloadLevel(level);
+  });
+}
+
 }  // namespace infergate::app

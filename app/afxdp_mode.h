@@ -70,6 +70,14 @@ class AfXdpMode {
   // Idempotent.
   void stop(uint64_t drain_ms);
 
+  // Configuration reload (from the thread that reloads, serialized by Server): the program's
+  // rules from `next` (the config's xdp section), in place (XdpFilter::reconfigure); what this
+  // mode sets itself at start (service ports, XSK redirect, metadata, mid-stream judging, the
+  // SYN-ACK window scale) stays as it is.
+  absl::Status reconfigureXdp(const xdp::XdpOptions& next);
+  // The served models changed: overload publishing follows the new set.
+  void modelsChanged(const backends::ModelRegistry& models);
+
  private:
   struct State;
   AfXdpMode();

@@ -67,9 +67,10 @@ const std::map<std::string, std::string, std::less<>>& startupReasons() {
   return *m;
 }
 
-// xdp: keys XdpFilter::reconfigure applies live (the program's rules: a new program over the
-// same maps, replaced atomically on the interface, or the CIDR map alone). The others (the
-// interface, the attach mode, the pins, afxdp's socket and TCP knobs) are start-up only.
+// xdp: keys XdpFilter::reconfigure applies live (the program's rules, written into its rule
+// maps in place: no new program, no privilege). The others (the interface, the attach mode,
+// the pins, the map sizes, the RST transmit, afxdp's socket, cookie and TCP knobs) are start-up
+// only.
 bool xdpLive(std::string_view key) {
   static const std::set<std::string, std::less<>> kLive = {
       "methods",         "path_prefixes",      "http2_max_frame_size",
@@ -246,17 +247,23 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
       plan.tenants = true;
       plan.applied.push_back("tenants");
     } else if (section == "priority") {
-      // from_client and trusted_sources as one new policy (ClientPriorityPolicies). With an
-      // XDP program, it applies the same rule to the header it reads (xdp.priority_from,
-      // xdp.trusted_sources, compiled in and in its CIDR map): not changed live (yet).
+      // from_client and trusted_sources as one new policy (ClientPriorityPolicies). An XDP
+      // program applies the same rule to the header it reads (its rules' priority_header and
+      // the trusted entries of its CIDR map): rewritten in place with the other XDP rules.
       if (running.mode == config::Mode::kSocket) {
         plan.priority = true;
         plan.applied.push_back("priority");
+      } else if (running.mode == config::Mode::kXdpFilter ||
+                 running.mode == config::Mode::kAfXdp) {
+        plan.priority = true;
+        plan.xdp_program = true;
+        plan.applied.push_back("priority");
       } else {
         plan.refused.push_back(
-            {"priority", fmt::format("the XDP program applies priority.from_client and "
+            {"priority", fmt::format("the ingress filter applies priority.from_client and "
                                      "trusted_sources to the header it reads; a live change is "
-                                     "implemented in socket mode only (mode {} needs a restart)",
+                                     "implemented in socket, xdp-filter and afxdp modes (mode {} "
+                                     "needs a restart)",
                                      config::modeName(running.mode))});
       }
     } else if (section == "logging") {
@@ -281,21 +288,11 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
         } else if (!xdpLive(k)) {
           plan.refused.push_back(
               {key, "the XDP program's attachment and its maps' sizes are set at start-up"});
-        } else if (running.mode != config::Mode::kXdpFilter) {
+        } else if (running.mode == config::Mode::kDpdk) {
+          // The userspace filter (dataplane/ingress_filter) takes its configuration at start.
           plan.refused.push_back(
-              {key, fmt::format("live XDP rule changes are implemented in xdp-filter mode only "
-                                "(mode {} needs a restart)",
-                                config::modeName(running.mode))});
-        } else if (running.security.drop_privileges &&
-                   (k != "cidr_rules" ||
-                    running.xdp.cidr_rules.empty() != next.xdp.cidr_rules.empty())) {
-          // (From no CIDR rule to some, or back, switches the class lookup compiled into the
-          // program.)
-          plan.refused.push_back(
-              {key,
-               "compiled into the XDP program: a live change loads a new program, which the "
-               "privileges dropped at start-up do not allow (security.drop_privileges: "
-               "false allows it; xdp.cidr_rules change in place)"});
+              {key, "dpdk mode's ingress filter takes its rules at start-up (restart to change "
+                    "them); live XDP rule changes are implemented in xdp-filter and afxdp modes"});
         } else {
           plan.xdp_program = true;
           plan.applied.push_back(key);

@@ -43,7 +43,7 @@ struct ReloadPlan {
   // from the endpoint count when not set) or the model has per-endpoint metrics URLs.
   std::vector<std::string> models_endpoints;
   bool log_level = false;
-  bool xdp_program = false;  // xdp.* rules: XdpFilter::reconfigure (xdp-filter mode)
+  bool xdp_program = false;  // xdp.* rules or priority: XdpFilter::reconfigure (xdp-filter, afxdp)
   // tenants: a new TenantLimiter published (applied key "tenants"); priority: a new
   // ClientPriorityPolicy published (applied key "priority"). frontend/tenants.h,
   // frontend/client_priority.h.

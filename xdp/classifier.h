@@ -25,7 +25,8 @@
 #if defined(__bpf__) || defined(__BPF__)
 #include <bpf/bpf_helpers.h>
 #define IG_INLINE static __always_inline
-#define IG_CFG const volatile struct ig_config
+/* the rules: an ig_rules map entry (ingress.bpf.c), read per packet */
+#define IG_CFG const struct ig_config
 #define IG_UNROLL _Pragma("unroll")
 /* hides what clang knows about v, so a mask meant for the verifier is not optimised away */
 #define IG_BARRIER_VAR(v) asm volatile("" : "+r"(v))
@@ -423,6 +424,10 @@ IG_INLINE void ig_check_h2(const __u8 *pl, const __u8 *end, __u32 avail, IG_CFG 
 		default: /* unknown types are ignored (RFC 9113 section 4.1) */
 			break;
 		}
+		/* the next header would start past 0x3fff: the loop ends there anyway. Stopping
+		 * here bounds off for the verifier (h2_max_frame is a run-time rule) */
+		if (len > 0x3fff)
+			break;
 		off += 9 + len;
 	}
 	p->reason = IG_R_REQUEST;
@@ -481,13 +486,54 @@ IG_INLINE __u8 ig_find_priority(const __u8 *data, const __u8 *end, __u32 hdr_off
 	return IG_CLASS_NONE;
 }
 
+/* The first 32 bytes of a request target as little-endian words, and which of their bytes the
+ * segment holds. */
+struct ig_target_words {
+	__u64 w[IG_PREFIX_WORDS];
+	__u64 have[IG_PREFIX_WORDS];
+};
+
+/* The path prefix rules over a target: the class of the first matching rule with one
+ * (IG_CLASS_NONE: none), or -1 when allow-prefixes exist and none matches. Bytes the segment
+ * does not hold match (the rest of the target is in a later segment). Without branches per
+ * word: the rules are run-time values, one verifier path per prefix. The BPF program runs it as
+ * a global subprogram (IG_MATCH_PREFIXES). */
+IG_INLINE int ig_match_prefixes(IG_CFG *cfg, const struct ig_target_words *t)
+{
+	int allowed = 0, any_allow = 0, cls = IG_CLASS_NONE;
+	__u32 n, i;
+IG_UNROLL
+	for (n = 0; n < IG_MAX_PREFIXES; n++) {
+		__u64 diff = 0;
+		int match;
+		if (n >= cfg->nprefixes)
+			break;
+		/* words past the prefix's length have word = mask = 0 and match */
+IG_UNROLL
+		for (i = 0; i < IG_PREFIX_WORDS; i++)
+			diff |= (t->w[i] & cfg->prefix[n].mask[i] & t->have[i]) ^
+				(cfg->prefix[n].word[i] & t->have[i]);
+		match = diff == 0;
+		any_allow |= cfg->prefix[n].allow;
+		allowed |= match & cfg->prefix[n].allow;
+		if (match && cls == IG_CLASS_NONE)
+			cls = cfg->prefix[n].cls;
+	}
+	if (any_allow && !allowed)
+		return -1;
+	return cls;
+}
+#ifndef IG_MATCH_PREFIXES
+#define IG_MATCH_PREFIXES ig_match_prefixes
+#endif
+
 /* Stage 1: method, start of the target, path prefixes and classes; the HTTP/2 preface.
  * Returns 1 when ig_scan_target must judge the rest of the request line. */
 IG_INLINE int ig_classify_start(const __u8 *data, const __u8 *end, IG_CFG *cfg,
 				struct ig_parse *p, int known_first)
 {
 	const __u8 *pl, *t, *q;
-	__u32 avail, mlen = 0, i, n, tavail;
+	__u32 avail, mlen = 0, i, tavail;
 	__u64 key = 0;
 	int looks = 0;
 
@@ -595,9 +641,9 @@ IG_UNROLL
 	if (t[0] != '/')
 		{ ig_reject(cfg, p, IG_R_BAD_PATH); return 0; }
 	{
-		__u64 w[IG_PREFIX_WORDS] = {0, 0, 0, 0}, have[IG_PREFIX_WORDS] = {0, 0, 0, 0};
-		int allowed = 0, any_allow = 0;
-		__u8 cls = IG_CLASS_NONE;
+		struct ig_target_words tw = {};
+		__u64 *w = tw.w, *have = tw.have;
+		int cls;
 		if (tavail >= 32 && t + 32 <= end) {
 IG_UNROLL
 			for (i = 0; i < IG_PREFIX_WORDS; i++) {
@@ -642,31 +688,10 @@ IG_UNROLL
 				have[i / 8] |= 0xffULL << (8 * (i % 8));
 			}
 		}
-IG_UNROLL
-		for (n = 0; n < IG_MAX_PREFIXES; n++) {
-			int match = 1;
-			if (n >= cfg->nprefixes)
-				break;
-IG_UNROLL
-			for (i = 0; i < IG_PREFIX_WORDS; i++)
-				/* words past the prefix's length have mask 0 and always match: on
-				 * read-only config the verifier drops this branch's dead side, so only
-				 * the prefix's own words are compared */
-				if (8 * i < cfg->prefix[n].len &&
-				    (w[i] & cfg->prefix[n].mask[i] & have[i]) !=
-					    (cfg->prefix[n].word[i] & have[i]))
-					match = 0;
-			if (cfg->prefix[n].allow) {
-				any_allow = 1;
-				if (match)
-					allowed = 1;
-			}
-			if (match && cls == IG_CLASS_NONE)
-				cls = cfg->prefix[n].cls;
-		}
-		if (any_allow && !allowed)
+		cls = IG_MATCH_PREFIXES(cfg, &tw);
+		if (cls < 0)
 			{ ig_reject(cfg, p, IG_R_BAD_PATH); return 0; }
-		p->cls = cls;
+		p->cls = (__u8)cls;
 	}
 
 	p->t_off = (__u16)(p->pl_off + mlen + 1);

@@ -9,7 +9,10 @@
  *     segments are dropped);
  *   - ig_buckets: per-source token buckets for SYNs and request starts;
  *   - ig_cidrs: source CIDR -> class / rate-limit exemption;
- *   - ig_state: the overload level and the cookie mode, set by userspace at run time;
+ *   - ig_state: the overload level, the cookie mode and which ig_rules entry is in force, set
+ *     by userspace at run time;
+ *   - ig_rules: the rules (struct ig_config: methods, paths, rate limits, ...), two entries so
+ *     that a reload writes one while packets read the other;
  *   - ig_cookie: the SYN cookie keys (dataplane/tcp/syncookie.h), shared with the TCP stack;
  *   - ig_rst_tokens: a per-CPU budget for the RSTs the program sends;
  *   - per-CPU counters for every (action, reason) and per (class, tag verdict).
@@ -17,16 +20,24 @@
  * the client's pure ACK is dropped (deferred accept) and its first data segment, which carries
  * the same proof, is judged and then handed to the stack flagged IG_TF_COOKIE (or answered
  * with a RST here when rejected). See docs/XDP.md, "SYN cookies".
- * Load-time knobs are in the read-only ig_cfg, so the verifier prunes what is off.
+ * Load-time knobs (afxdp, SYN cookies, RST transmit, flow table size) are in the read-only
+ * ig_cfg, so the verifier prunes what is off; the rules are read from ig_rules per packet.
  */
 #include <linux/bpf.h>
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
+/* The path prefix rules as a global subprogram (defined below): verified once, whatever the
+ * path through stage 1 that reaches it. */
+struct ig_config;
+struct ig_target_words;
+int ig_match_prefixes_sub(const struct ig_config *cfg, const struct ig_target_words *t);
+#define IG_MATCH_PREFIXES ig_match_prefixes_sub
 #include "classifier.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
+/* The load-time fields only (ingress_shared.h, struct ig_config); the rest is zero here. */
 const volatile struct ig_config ig_cfg = {};
 /* The flow-hash key: 128 bits from getrandom(), set by XdpFilter before loading. */
 const volatile struct ig_sipkey ig_flow_secret = {};
@@ -81,6 +92,14 @@ struct {
 	__type(value, struct ig_cookie_keys);
 } ig_cookie SEC(".maps");
 
+/* The rules: entry ig_runtime.rules_slot is in force, the other one is where a reload writes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct ig_config);
+} ig_rules SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -113,18 +132,19 @@ static __always_inline void ig_src16(const struct ig_parse *p, __u32 a[4])
 
 /* The key of a source's token buckets: its address cut to the configured prefix (IPv6 /64 by
  * default: one host owns a whole /64, so per-address buckets would not limit it). */
-static __always_inline void ig_src_key(const struct ig_parse *p, __u32 a[4])
+static __always_inline void ig_src_key(const struct ig_config *r, const struct ig_parse *p,
+				       __u32 a[4])
 {
 	if (p->key.family == 4) {
 		a[0] = 0;
 		a[1] = 0;
 		a[2] = ig_bswap32(0x0000ffff);
-		a[3] = p->key.saddr[0] & ig_cfg.src_mask4;
+		a[3] = p->key.saddr[0] & r->src_mask4;
 	} else {
-		a[0] = p->key.saddr[0] & ig_cfg.src_mask6[0];
-		a[1] = p->key.saddr[1] & ig_cfg.src_mask6[1];
-		a[2] = p->key.saddr[2] & ig_cfg.src_mask6[2];
-		a[3] = p->key.saddr[3] & ig_cfg.src_mask6[3];
+		a[0] = p->key.saddr[0] & r->src_mask6[0];
+		a[1] = p->key.saddr[1] & r->src_mask6[1];
+		a[2] = p->key.saddr[2] & r->src_mask6[2];
+		a[3] = p->key.saddr[3] & r->src_mask6[3];
 	}
 }
 
@@ -182,17 +202,33 @@ static __always_inline __u32 ig_overload_level(void)
 	return rt ? rt->overload_level : 0;
 }
 
+/* The rules in force, and their entry (handed to the global subprograms, so that one packet is
+ * judged by one entry even when a reload flips rules_slot meanwhile). */
+static __always_inline const struct ig_config *ig_rules_get(__u32 *slot)
+{
+	struct ig_runtime *rt = ig_runtime_get();
+	__u32 s = rt ? rt->rules_slot & 1 : 0;
+	*slot = s;
+	return bpf_map_lookup_elem(&ig_rules, &s);
+}
+
+static __always_inline const struct ig_config *ig_rules_at(__u32 slot)
+{
+	__u32 s = slot & 1;
+	return bpf_map_lookup_elem(&ig_rules, &s);
+}
+
 /* One token from this CPU's RST budget. */
-static __always_inline int ig_rst_ok(void)
+static __always_inline int ig_rst_ok(const struct ig_config *r)
 {
 	__u32 zero = 0;
 	struct ig_rst_bucket *b;
-	if (ig_cfg.rst_rate == 0)
+	if (r->rst_rate == 0)
 		return 1;
 	b = bpf_map_lookup_elem(&ig_rst_tokens, &zero);
 	if (!b)
 		return 1;
-	return ig_take(&b->tokens, &b->last_ns, bpf_ktime_get_ns(), ig_cfg.rst_rate, ig_cfg.rst_burst);
+	return ig_take(&b->tokens, &b->last_ns, bpf_ktime_get_ns(), r->rst_rate, r->rst_burst);
 }
 
 static __always_inline int ig_admitted(__u8 cls, __u32 level)
@@ -201,16 +237,17 @@ static __always_inline int ig_admitted(__u8 cls, __u32 level)
 }
 
 /* Returns 1 if the source may go on (syn: a SYN; otherwise a request start). */
-static __always_inline int ig_rate_ok(const struct ig_parse *p, __u64 now, int syn)
+static __always_inline int ig_rate_ok(const struct ig_config *r, const struct ig_parse *p,
+				      __u64 now, int syn)
 {
 	struct ig_bucket *b, fresh = {};
 	__u32 a[4];
-	__u64 rate = syn ? ig_cfg.syn_rate : ig_cfg.req_rate;
-	__u64 burst = syn ? ig_cfg.syn_burst : ig_cfg.req_burst;
+	__u64 rate = syn ? r->syn_rate : r->req_rate;
+	__u64 burst = syn ? r->syn_burst : r->req_burst;
 
 	if (rate == 0)
 		return 1;
-	ig_src_key(p, a);
+	ig_src_key(r, p, a);
 	b = bpf_map_lookup_elem(&ig_buckets, a);
 	if (!b) {
 		bpf_map_update_elem(&ig_buckets, a, &fresh, BPF_NOEXIST);
@@ -246,17 +283,19 @@ static __always_inline void ig_count_class(__u8 cls, __u8 verdict)
 
 /* Stages 2 and 3 of the HTTP/1 check run as global subprograms: the verifier checks each once
  * with its arguments unknown, instead of once per path through stage 1. */
-__attribute__((noinline)) int ig_target_end_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 i)
+__attribute__((noinline)) int ig_target_end_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 i,
+					   __u32 slot)
 {
 	const __u8 *data = (const __u8 *)(long)ctx->data;
 	const __u8 *end = (const __u8 *)(long)ctx->data_end;
-	if (!p)
+	const struct ig_config *r = ig_rules_at(slot);
+	if (!p || !r)
 		return 0;
-	ig_check_target_end(data, end, &ig_cfg, p, i);
+	ig_check_target_end(data, end, r, p, i);
 	return 0;
 }
 
-__attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_parse *p)
+__attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 slot)
 {
 	const __u8 *data = (const __u8 *)(long)ctx->data;
 	const __u8 *end = (const __u8 *)(long)ctx->data_end;
@@ -264,7 +303,40 @@ __attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_p
 		return 0;
 	/* = ig_scan_target(); the call resets what the verifier knows about i, so the rest is
 	 * checked once rather than once per word count */
-	return ig_target_end_sub(ctx, p, ig_scan_target_words(data, end, p));
+	return ig_target_end_sub(ctx, p, ig_scan_target_words(data, end, p), slot);
+}
+
+__attribute__((noinline)) int ig_match_prefixes_sub(const struct ig_config *cfg,
+						    const struct ig_target_words *t)
+{
+	if (!cfg || !t)
+		return IG_CLASS_NONE;
+	return ig_match_prefixes(cfg, t);
+}
+
+/* Ethernet, VLAN, IP and TCP headers (a global subprogram: verified once; the main program
+ * goes on from one state, whatever the headers were). */
+__attribute__((noinline)) int ig_parse_sub(struct xdp_md *ctx, struct ig_parse *p,
+					   const struct ig_config *r)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	if (!p || !r)
+		return 0;
+	return ig_parse_l2l4(data, end, r, p);
+}
+
+/* Stage 1 (method, target start, path prefixes and classes; the HTTP/2 preface) as a global
+ * subprogram: the rules are run-time values, so its loops are verified once here rather than
+ * once per path through the main program. */
+__attribute__((noinline)) int ig_classify_start_sub(struct xdp_md *ctx, struct ig_parse *p,
+						    int known_first, const struct ig_config *r)
+{
+	const __u8 *data = (const __u8 *)(long)ctx->data;
+	const __u8 *end = (const __u8 *)(long)ctx->data_end;
+	if (!p || !r)
+		return 0;
+	return ig_classify_start(data, end, r, p, known_first);
 }
 
 __attribute__((noinline)) int ig_find_priority_sub(struct xdp_md *ctx, __u32 off, __u32 len)
@@ -373,9 +445,10 @@ static __always_inline struct ig_flow_val *ig_flow_slot(const struct ig_parse *p
 }
 
 /* A REJECTED slot still counts (its reject_ttl_ns has not passed). */
-static __always_inline int ig_reject_live(const struct ig_flow_val *fv, __u64 now)
+static __always_inline int ig_reject_live(const struct ig_config *r, const struct ig_flow_val *fv,
+					  __u64 now)
 {
-	return now - fv->tag.rx_ns < ig_cfg.reject_ttl_ns;
+	return now - fv->tag.rx_ns < r->reject_ttl_ns;
 }
 
 SEC("xdp")
@@ -388,8 +461,14 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 	struct ig_tag tag = {};
 	int have_tag = 0;
 	int cookie_flow = 0; /* the ack is our cookie and the stack never saw the SYN */
+	__u32 slot = 0;
+	const struct ig_config *rules = ig_rules_get(&slot);
 
-	if (ig_parse_l2l4(data, end, &ig_cfg, &p)) {
+	if (!rules) { /* cannot happen (an array entry below max_entries) */
+		ig_count(XDP_PASS, IG_R_NONE, frame_len);
+		return XDP_PASS;
+	}
+	if (ig_parse_sub(ctx, &p, rules)) {
 		struct ig_flow_val *fv = 0;
 		__u32 check = 0;
 		int known_first = 0, proven = 0;
@@ -397,10 +476,10 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 		if (p.reason == IG_R_SYN) {
 			__u8 cls = IG_CLASS_NONE, exempt = 0, trusted = 0;
 			struct ig_runtime *rt = ig_runtime_get();
-			if (ig_cfg.cidr_classes) /* trust alone does not matter to a SYN */
+			if (rules->cidr_classes) /* trust alone does not matter to a SYN */
 				ig_cidr_lookup(&p, &cls, &exempt, &trusted);
 			if (cls >= IG_NUM_CLASSES)
-				cls = ig_cfg.default_cls;
+				cls = rules->default_cls;
 			if (!ig_admitted(cls, rt ? rt->overload_level : 0)) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_OVERLOAD;
@@ -413,10 +492,10 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				if (act >= 0)
 					return act;
 			}
-			if (ig_cfg.syn_rate && !exempt && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
+			if (rules->syn_rate && !exempt && !ig_rate_ok(rules, &p, bpf_ktime_get_ns(), 1)) {
 				p.action = XDP_DROP;
 				p.reason = IG_R_SYN_RATE_LIMITED;
-			} else if (ig_cfg.track_flows) {
+			} else if (rules->track_flows) {
 				fv = ig_flow_slot(&p, &check);
 				if (fv) {
 					__u32 st = (__u32)(*(volatile __u64 *)fv >> 32);
@@ -425,7 +504,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					 * REJECTED one only once its time has passed */
 					if ((st & ~3u) != check ||
 					    (st == (check | IG_FLOW_REJECTED) &&
-					     !ig_reject_live(fv, bpf_ktime_get_ns())))
+					     !ig_reject_live(rules, fv, bpf_ktime_get_ns())))
 						/* one 8-byte store: first_seq and check */
 						*(__u64 *)fv = ((__u64)(check | IG_FLOW_SYN_SEEN) << 32) |
 							       (p.seq + 1);
@@ -445,7 +524,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			 * reaches the kernel socket and frees it. */
 			if (!p.pl_len && !cookie_on)
 				goto out;
-			if (ig_cfg.track_flows) {
+			if (rules->track_flows) {
 				fv = ig_flow_slot(&p, &check);
 				if (fv) {
 					__u64 w = *(volatile __u64 *)fv;
@@ -457,7 +536,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 							 * only for a while: a later incarnation (or the
 							 * victim of a spoofed reject) has another seq */
 							if (p.seq - (__u32)w < IG_REJECT_WINDOW &&
-							    ig_reject_live(fv, bpf_ktime_get_ns())) {
+							    ig_reject_live(rules, fv, bpf_ktime_get_ns())) {
 								if (p.pl_len) {
 									p.action = XDP_DROP;
 									p.reason = IG_R_REJECTED_FLOW;
@@ -491,13 +570,13 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					known_first = 1;
 					proven = 1;
 					p.tag_flags |= IG_TF_COOKIE | IG_TF_PROVEN;
-					if (ig_cfg.syn_rate) {
+					if (rules->syn_rate) {
 						/* the connection token its SYN was not charged */
 						__u8 c2 = IG_CLASS_NONE, ex = 0, tr = 0;
-						if (ig_cfg.cidr_classes)
+						if (rules->cidr_classes)
 							ig_cidr_lookup(&p, &c2, &ex, &tr);
-						if (!ex && !ig_rate_ok(&p, bpf_ktime_get_ns(), 1)) {
-							ig_reject(&ig_cfg, &p, IG_R_SYN_RATE_LIMITED);
+						if (!ex && !ig_rate_ok(rules, &p, bpf_ktime_get_ns(), 1)) {
+							ig_reject(rules, &p, IG_R_SYN_RATE_LIMITED);
 							goto rejected;
 						}
 					}
@@ -508,7 +587,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			}
 			if (!p.pl_len)
 				goto out;
-			if (ig_cfg.prove_handshake && known_first && !cookie_flow && ig_cfg.req_rate &&
+			if (ig_cfg.prove_handshake && known_first && !cookie_flow && rules->req_rate &&
 			    ig_cookie_valid_sub(&p)) {
 				/* the stack's ISNs are cookies too: the first data segment acking one
 				 * proves the handshake */
@@ -523,17 +602,17 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			 * from all, when configured so). */
 			__u8 src_cls = IG_CLASS_NONE, src_exempt = 0, src_trusted = 0, src_done = 0;
 			/* = ig_classify_payload(), stage by stage */
-			if (ig_classify_start(data, end, &ig_cfg, &p, known_first)) {
-				ig_scan_target_sub(ctx, &p);
-				if (p.reason == IG_R_REQUEST && ig_cfg.cidr_rules &&
-				    (ig_cfg.cidr_classes || (p.hdr_len && p.cls == IG_CLASS_NONE))) {
+			if (ig_classify_start_sub(ctx, &p, known_first, rules)) {
+				ig_scan_target_sub(ctx, &p, slot);
+				if (p.reason == IG_R_REQUEST && rules->cidr_rules &&
+				    (rules->cidr_classes || (p.hdr_len && p.cls == IG_CLASS_NONE))) {
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
 					src_done = 1;
 				}
 				if (p.reason == IG_R_REQUEST && p.hdr_len && p.cls == IG_CLASS_NONE &&
 				    src_cls >= IG_NUM_CLASSES &&
-				    (ig_cfg.priority_header == IG_PRIO_HDR_ALL ||
-				     (ig_cfg.priority_header == IG_PRIO_HDR_TRUSTED && src_trusted)))
+				    (rules->priority_header == IG_PRIO_HDR_ALL ||
+				     (rules->priority_header == IG_PRIO_HDR_TRUSTED && src_trusted)))
 					p.cls = (__u8)ig_find_priority_sub(ctx, p.hdr_off, p.hdr_len);
 				/* packet pointers do not survive a call: reload them */
 				data = (__u8 *)(long)ctx->data;
@@ -541,22 +620,22 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			}
 			if (p.reason == IG_R_REQUEST) {
 				__u8 verdict = IG_TV_ADMIT;
-				if (ig_cfg.cidr_classes && !src_done)
+				if (rules->cidr_classes && !src_done)
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
 				__u8 cls = src_cls, exempt = src_exempt;
-				if (ig_cfg.track_flows || ig_cfg.write_meta || ig_cfg.req_rate)
+				if (rules->track_flows || ig_cfg.write_meta || rules->req_rate)
 					tag.rx_ns = bpf_ktime_get_ns();
 				if (cls >= IG_NUM_CLASSES)
 					cls = p.cls;
 				if (cls >= IG_NUM_CLASSES)
-					cls = ig_cfg.default_cls;
+					cls = rules->default_cls;
 				if (cls >= IG_NUM_CLASSES)
 					cls = IG_NUM_CLASSES - 1;
 				if (!ig_admitted(cls, ig_overload_level()))
 					verdict = IG_TV_OVERLOAD;
-				else if (ig_cfg.req_rate && !exempt &&
+				else if (rules->req_rate && !exempt &&
 					 (!ig_cfg.prove_handshake || proven) &&
-					 !ig_rate_ok(&p, tag.rx_ns, 0))
+					 !ig_rate_ok(rules, &p, tag.rx_ns, 0))
 					/* afxdp: only a proven source is charged; a spoofed request
 					 * start cannot drain a victim's bucket */
 					verdict = IG_TV_RATE_LIMITED;
@@ -571,7 +650,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 					fv->tag = tag;
 					fv->check = check | IG_FLOW_TAGGED;
 				}
-			} else if (p.action != XDP_PASS && !known_first && !ig_cfg.reject_mid_stream &&
+			} else if (p.action != XDP_PASS && !known_first && !rules->reject_mid_stream &&
 				   p.reason >= IG_R_BAD_REQUEST_LINE && p.reason <= IG_R_BAD_H2_FRAME) {
 				/* One frame cannot prove that mid-stream bytes start a request: they may
 				 * be a binary body that happens to begin like one. */
@@ -618,7 +697,7 @@ out:
 				/* no room for the flag: the stack could not tell; answer here */
 			}
 		}
-		if (!ig_rst_ok()) {
+		if (!ig_rst_ok(rules)) {
 			ig_count(XDP_DROP, IG_R_RST_RATE_LIMITED, frame_len);
 			return XDP_DROP;
 		}

@@ -214,6 +214,10 @@ struct ig_runtime {
 	__u32 cookie_mode;    /* enum ig_cookie_mode */
 	__u64 cookie_check_until_ns; /* with cookie_mode off: keep validating cookie ACKs until
 	                              * this CLOCK_MONOTONIC time (handshakes still in flight) */
+	__u32 rules_slot;     /* the entry of ig_rules in force (0 or 1): a reload writes the other
+	                       * entry, then flips this word (one aligned 4-byte store), so a packet
+	                       * reads either the old rules or the new ones, never a mix */
+	__u32 pad;
 };
 
 /* A global RST budget, one bucket per CPU (ig_rst_bucket); units as in ig_bucket. */
@@ -239,7 +243,15 @@ struct ig_prefix {
 	__u8 pad[5];
 };
 
-/* Load-time configuration (the program's read-only data: the verifier prunes what is off). */
+/* The program's configuration. Two copies of the same struct:
+ *  - the rules, in the two-entry ig_rules map (the entry ig_runtime.rules_slot names): what a
+ *    configuration reload changes in place, with no new program and no privilege (ports,
+ *    methods, path prefixes and classes, rate limits, priority header, RSTs, flows, fragments,
+ *    source prefixes). The classifier (classifier.h) reads these;
+ *  - the load-time part, in the program's read-only data (ig_cfg): only the fields marked
+ *    "load time" below, the rest zero (XdpFilter's loadTimePart()); the verifier prunes the
+ *    code they switch off (the afxdp paths, SYN cookies). Changing them needs a new program.
+ * Hosts (the DPDK mode's FilteringDevice, tests) use one struct with every field. */
 struct ig_config {
 	__u16 ports[IG_MAX_PORTS]; /* network byte order */
 	__u64 method_key[IG_MAX_METHODS]; /* method token, little-endian packed, <= 8 bytes */
@@ -256,18 +268,18 @@ struct ig_config {
 	__u8 send_rst;        /* answer rejected request starts with a RST (XDP_TX) */
 	__u8 priority_header; /* look for x-infergate-priority in the first segment:
 	                       * IG_PRIO_HDR_OFF, _TRUSTED (sources marked trusted in ig_cidrs), _ALL */
-	__u8 write_meta;      /* write struct ig_tag into XDP metadata */
+	__u8 write_meta;      /* load time: write struct ig_tag into XDP metadata */
 	__u8 track_flows;     /* flow map: first segment, rejected flows, tags */
 	__u8 cidr_rules;      /* look up source CIDR rules */
-	__u8 redirect_xsk;    /* afxdp: redirect admitted service segments to the XSKMAP */
-	__u8 tx_redirect;     /* send RSTs with bpf_redirect(ingress ifindex) instead of XDP_TX:
+	__u8 redirect_xsk;    /* load time, afxdp: redirect admitted service segments to the XSKMAP */
+	__u8 tx_redirect;     /* load time: send RSTs with bpf_redirect(ingress ifindex) instead of XDP_TX:
 	                       * a veth's XDP_TX does not wake a peer that runs no XDP program */
-	__u32 flow_mask;      /* ig_flows has flow_mask + 1 slots (a power of two) */
+	__u32 flow_mask;      /* load time: ig_flows has flow_mask + 1 slots (a power of two) */
 	__u8 reject_mid_stream; /* 0: a malformed request start that is not the connection's first
 	                         * data segment is passed as a continuation (it may be body bytes
 	                         * of a keep-alive request; userspace validates) instead of reset */
-	__u8 syn_cookies;     /* afxdp: the cookie code is there (cookie_mode says when it runs) */
-	__u8 prove_handshake; /* afxdp: charge request starts only to flows whose first data
+	__u8 syn_cookies;     /* load time, afxdp: the cookie code is there (cookie_mode says when it runs) */
+	__u8 prove_handshake; /* load time, afxdp: charge request starts only to flows whose first data
 	                       * segment acked one of our cookies (the stack's ISNs are cookies) */
 	__u8 frag_policy;     /* enum ig_frag_policy */
 	__u64 rst_rate;       /* RSTs per second per CPU; 0 = unlimited */
@@ -275,8 +287,8 @@ struct ig_config {
 	__u64 reject_ttl_ns;  /* how long a REJECTED flow slot drops data */
 	__u32 src_mask4;      /* per-source buckets key IPv4 sources by this prefix (network order) */
 	__u32 src_mask6[4];   /* ... and IPv6 sources by this one (network order, default /64) */
-	__u16 synack_mss;     /* MSS in our cookie SYN-ACKs over IPv4 (IPv6: 20 less) */
-	__u8 synack_wscale;   /* our window scale in cookie SYN-ACKs (the stack's rcv_wscale) */
+	__u16 synack_mss;     /* load time: MSS in our cookie SYN-ACKs over IPv4 (IPv6: 20 less) */
+	__u8 synack_wscale;   /* load time: our window scale in cookie SYN-ACKs (the stack's rcv_wscale) */
 	__u8 cidr_classes;    /* some ig_cidrs entry may carry a class or an exemption (xdp.cidr_rules
 	                       * set); 0: the entries only say who is trusted, so SYNs are not looked
 	                       * up and a request start only when a priority header could count */
@@ -318,8 +330,9 @@ static_assert(offsetof(struct ig_config, nports) == 80 + 72 * IG_MAX_PREFIXES, "
 static_assert(offsetof(struct ig_config, rst_rate) == 80 + 72 * IG_MAX_PREFIXES + 64,
               "ig_config layout");
 static_assert(sizeof(struct ig_config) == 80 + 72 * IG_MAX_PREFIXES + 64 + 56, "ig_config layout");
-static_assert(sizeof(struct ig_runtime) == 16 && offsetof(struct ig_runtime, cookie_mode) == 4 &&
-              offsetof(struct ig_runtime, cookie_check_until_ns) == 8,
+static_assert(sizeof(struct ig_runtime) == 24 && offsetof(struct ig_runtime, cookie_mode) == 4 &&
+              offsetof(struct ig_runtime, cookie_check_until_ns) == 8 &&
+              offsetof(struct ig_runtime, rules_slot) == 16,
               "ig_runtime layout");
 static_assert(sizeof(struct ig_rst_bucket) == 16, "ig_rst_bucket layout");
 static_assert(sizeof(struct ig_cookie_keys) == 40, "ig_cookie_keys layout");

@@ -20,7 +20,9 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstring>
+#include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -318,6 +320,20 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
   return absl::OkStatus();
 }
 
+ig_config loadTimePart(const ig_config& c) {
+  ig_config l;
+  std::memset(&l, 0, sizeof(l));
+  l.write_meta = c.write_meta;
+  l.redirect_xsk = c.redirect_xsk;
+  l.tx_redirect = c.tx_redirect;
+  l.flow_mask = c.flow_mask;
+  l.syn_cookies = c.syn_cookies;
+  l.prove_handshake = c.prove_handshake;
+  l.synack_mss = c.synack_mss;
+  l.synack_wscale = c.synack_wscale;
+  return l;
+}
+
 FlowTuple FlowTuple::fromSockaddrs(const sockaddr* peer, const sockaddr* local) {
   FlowTuple f;
   auto fill = [&f](const sockaddr* sa, std::array<uint8_t, 16>& addr, uint16_t& port) {
@@ -409,6 +425,11 @@ absl::Status XdpFilter::loadProgram() {
     maps_.xsks = own(skel_->maps.ig_xsks);
     maps_.rst_tokens = own(skel_->maps.ig_rst_tokens);
   }
+  // The rules of the program in force (this one, until attach adopts another).
+  cidrs_fd_ = fcntl(bpf_map__fd(skel_->maps.ig_cidrs), F_DUPFD_CLOEXEC, 3);
+  rules_fd_ = fcntl(bpf_map__fd(skel_->maps.ig_rules), F_DUPFD_CLOEXEC, 3);
+  if (cidrs_fd_ < 0 || rules_fd_ < 0)
+    return absl::InternalError(fmt::format("xdp: duplicating the rule maps: {}", errnoText(errno)));
   return absl::OkStatus();
 }
 
@@ -432,7 +453,8 @@ absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
     if (mtu >= 576 + 40) cfg.synack_mss = static_cast<uint16_t>(std::min(mtu - 40, 65495));
   }
   flow_mask_ = cfg.flow_mask;
-  std::memcpy(&skel->rodata->ig_cfg, &cfg, sizeof(cfg));
+  const ig_config load_time = loadTimePart(cfg);
+  std::memcpy(&skel->rodata->ig_cfg, &load_time, sizeof(load_time));
   if (!have_secret_) {
     flow_secret_ = common::randomSipKey();
     have_secret_ = true;
@@ -478,6 +500,12 @@ absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
     if (bpf_map__update_elem(skel->maps.ig_state, &zero, sizeof(zero), &runtime_,
                              sizeof(runtime_), BPF_ANY))
       return absl::InternalError(fmt::format("xdp: writing ig_state: {}", errnoText(errno)));
+  }
+  // Both entries of a new program's ig_rules hold its rules: whichever rules_slot the (maybe
+  // shared) ig_state names, they are in force.
+  for (uint32_t slot = 0; slot < 2; ++slot) {
+    if (bpf_map__update_elem(skel->maps.ig_rules, &slot, sizeof(slot), &cfg, sizeof(cfg), BPF_ANY))
+      return absl::InternalError(fmt::format("xdp: writing ig_rules: {}", errnoText(errno)));
   }
   absl::StatusOr<std::vector<CidrEntry>> entries = cidrEntries(o);
   if (!entries.ok()) return entries.status();
@@ -570,6 +598,14 @@ void XdpFilter::reusePinned() {
       have_secret_ = true;
     }
     if (fd >= 0) close(fd);
+  }
+  // The run-time state goes on as the previous process left it (overload level, cookie mode,
+  // the ig_rules entry in force) until this process sets it.
+  {
+    std::lock_guard<std::mutex> lock(runtime_mu_);
+    uint32_t zero = 0;
+    ig_runtime rt{};
+    if (bpf_map_lookup_elem(maps_.state, &zero, &rt) == 0) runtime_ = rt;
   }
   spdlog::info("xdp: reusing the maps pinned under {} (xdp.keep_attached){}", opts_.pin_path,
                have_secret_ ? ", and the flow secret of the attached program" : "");
@@ -673,7 +709,8 @@ absl::Status XdpFilter::attachProgram() {
         differs = "its read-only data cannot be read (another build?)";
       } else if (std::memcmp(&ro.ig_cfg, const_cast<const ig_config*>(&skel_->rodata->ig_cfg),
                              sizeof(ro.ig_cfg)) != 0) {
-        differs = "its rules differ from xdp: in the configuration";
+        // (the load-time part only: the rules are map entries, rewritten below)
+        differs = "its load-time options (ports, afxdp, RST transmit, flow table) differ";
       } else if (std::memcmp(&ro.ig_flow_secret, &flow_secret_, sizeof(flow_secret_)) != 0 ||
                  std::find(ids.begin(), ids.end(), mapId(maps_.flows)) == ids.end()) {
         differs = "its maps are not the ones pinned under xdp.pin_path";
@@ -685,25 +722,53 @@ absl::Status XdpFilter::attachProgram() {
         spdlog::info("xdp: the program left on {} (id {}) is not kept: {}", opts_.interface,
                      old_id, differs);
       } else {
-        attached_ = true;
-        adopted_ = true;
-        attach_flags_ = mode_flag;
-        attached_prog_fd_ = old_fd;
-        for (uint32_t map_id : ids) {  // its CIDR map, for live rule changes
+        // Its rule maps: this configuration's rules go there (in place, as a reload does).
+        int cidrs = -1, rules = -1;
+        for (uint32_t map_id : ids) {
           int fd = bpf_map_get_fd_by_id(map_id);
           bpf_map_info mi{};
           uint32_t mlen = sizeof(mi);
-          if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0 &&
-              std::string_view(mi.name) == "ig_cidrs") {
-            cidrs_fd_ = fd;
-            break;
+          if (fd >= 0 && bpf_obj_get_info_by_fd(fd, &mi, &mlen) == 0) {
+            const std::string_view name(mi.name);
+            if (name == "ig_cidrs" && cidrs < 0) {
+              cidrs = fd;
+              continue;
+            }
+            if (name == "ig_rules" && rules < 0) {
+              rules = fd;
+              continue;
+            }
           }
           if (fd >= 0) close(fd);
         }
-        spdlog::info("xdp: kept program id {} on {} (left attached by a previous infergate: "
-                     "the same program and rules over the pinned maps)",
-                     old_id, opts_.interface);
-        return absl::OkStatus();
+        absl::Status applied =
+            cidrs >= 0 && rules >= 0
+                ? absl::OkStatus()
+                : absl::FailedPreconditionError("its rule maps cannot be opened");
+        if (applied.ok()) {
+          std::swap(cidrs_fd_, cidrs);
+          std::swap(rules_fd_, rules);
+          applied = applyRules(opts_);
+          if (!applied.ok()) {  // back to the loaded program's maps: it replaces the old one
+            std::swap(cidrs_fd_, cidrs);
+            std::swap(rules_fd_, rules);
+          }
+        }
+        if (cidrs >= 0) close(cidrs);
+        if (rules >= 0) close(rules);
+        if (applied.ok()) {
+          attached_ = true;
+          adopted_ = true;
+          attach_flags_ = mode_flag;
+          attached_prog_fd_ = old_fd;
+          spdlog::info("xdp: kept program id {} on {} (left attached by a previous infergate: "
+                       "the same program over the pinned maps; this configuration's rules "
+                       "written into its rule maps)",
+                       old_id, opts_.interface);
+          return absl::OkStatus();
+        }
+        spdlog::info("xdp: the program left on {} (id {}) is not kept: {}", opts_.interface,
+                     old_id, std::string(applied.message()));
       }
     }
     spdlog::info("xdp: replacing infergate program id {} on {}", old_id, opts_.interface);
@@ -718,10 +783,7 @@ absl::Status XdpFilter::attachProgram() {
   }
   int err = bpf_xdp_attach(ifindex_, prog_fd, flags, &aopts);
   if (old_fd >= 0) close(old_fd);
-  if (!err) {
-    attached_prog_fd_ = fcntl(prog_fd, F_DUPFD_CLOEXEC, 3);
-    cidrs_fd_ = fcntl(bpf_map__fd(skel_->maps.ig_cidrs), F_DUPFD_CLOEXEC, 3);
-  }
+  if (!err) attached_prog_fd_ = fcntl(prog_fd, F_DUPFD_CLOEXEC, 3);
   if (err) {
     switch (-err) {
       case EPERM:
@@ -817,100 +879,117 @@ absl::Status XdpFilter::reconfigure(const XdpOptions& next) {
     return absl::FailedPreconditionError(
         fmt::format("xdp.{} cannot change without a restart", key));
   };
+  // The load-time part (the program's read-only data, the maps' sizes, the attachment).
   if (next.interface != opts_.interface) return refuse("interface");
   if (next.attach != opts_.attach) return refuse("attach");
   if (next.pin_path != opts_.pin_path) return refuse("pin_path");
   if (next.keep_attached != opts_.keep_attached) return refuse("keep_attached");
   if (next.flow_entries != opts_.flow_entries) return refuse("flow_entries");
   if (next.bucket_entries != opts_.bucket_entries) return refuse("bucket_entries");
+  if (next.rst_tx != opts_.rst_tx) return refuse("rst_tx");
+  if (next.synack_mss != opts_.synack_mss) return refuse("synack_mss");
   if (next.redirect_xsk != opts_.redirect_xsk || next.write_metadata != opts_.write_metadata ||
-      next.syn_cookies != opts_.syn_cookies)
+      next.syn_cookies != opts_.syn_cookies || next.synack_wscale != opts_.synack_wscale)
     return refuse("syn_cookies");
-  if (!skel_) return absl::FailedPreconditionError("xdp: no program loaded");
-  // The rules compiled into the program unchanged (only the CIDR rules differ): the running
-  // program's CIDR map is rewritten in place, entry by entry (new and changed prefixes first,
-  // then the ones that went away), which needs no privilege beyond the open map.
-  ig_config now_cfg, next_cfg;
-  if (auto st = buildConfig(opts_, &now_cfg); !st.ok()) return st;
-  if (auto st = buildConfig(next, &next_cfg); !st.ok()) return st;
-  if (std::memcmp(&now_cfg, &next_cfg, sizeof(now_cfg)) == 0 && cidrs_fd_ >= 0) {
-    absl::StatusOr<std::vector<CidrEntry>> before = cidrEntries(opts_);
-    absl::StatusOr<std::vector<CidrEntry>> after = cidrEntries(next);
-    if (!before.ok()) return before.status();
-    if (!after.ok()) return after.status();
-    auto key = [](const CidrEntry& e) {
-      ig_cidr_key k{};
-      k.prefixlen = e.cidr.prefix;
-      std::memcpy(k.addr, e.cidr.addr.data(), 16);
-      return k;
-    };
-    for (const CidrEntry& e : *after) {
-      ig_cidr_key k = key(e);
-      ig_cidr_val v{};
-      v.cls = e.cls;
-      v.exempt = e.exempt;
-      v.trusted = e.trusted;
-      if (bpf_map_update_elem(cidrs_fd_, &k, &v, BPF_ANY) != 0)
-        return absl::InternalError(fmt::format("xdp: CIDR map update for {}: {}",
-                                               e.cidr.toString(), errnoText(errno)));
-    }
-    for (const CidrEntry& e : *before) {
-      bool kept = false;
-      for (const CidrEntry& a : *after) kept = kept || a.cidr == e.cidr;
-      if (kept) continue;
-      ig_cidr_key k = key(e);
-      if (bpf_map_delete_elem(cidrs_fd_, &k) != 0 && errno != ENOENT)
-        return absl::InternalError(fmt::format("xdp: CIDR map delete for {}: {}",
-                                               e.cidr.toString(), errnoText(errno)));
-    }
-    const int level = opts_.overload_level;
-    opts_ = next;
-    opts_.overload_level = level;
-    spdlog::info("xdp: CIDR rules reloaded in place on {} ({} prefix(es), program id {} kept)",
-                 opts_.interface, after->size(), attachedProgramId());
-    return absl::OkStatus();
-  }
-  if (!replace_allowed_)
-    return absl::FailedPreconditionError(
-        "these xdp rules are compiled into the XDP program: changing them live loads a new "
-        "program, which privileges dropped at start-up no longer allow (security."
-        "drop_privileges: false allows it; or restart, xdp.keep_attached keeps traffic flowing)");
-  absl::StatusOr<ig_ingress*> loaded = loadSkeleton(next);
-  if (!loaded.ok()) return loaded.status();
-  ig_ingress* skel = *loaded;
-  const int new_fd = bpf_program__fd(skel->progs.ig_xdp_ingress);
-  const uint32_t old_id = attachedProgramId();
-  if (attached_) {
-    LIBBPF_OPTS(bpf_xdp_attach_opts, aopts);
-    aopts.old_prog_fd = attached_prog_fd_;
-    if (int err = bpf_xdp_attach(ifindex_, new_fd, attach_flags_ | XDP_FLAGS_REPLACE, &aopts);
-        err) {
-      ig_ingress__destroy(skel);
-      return absl::InternalError(fmt::format(
-          "xdp: replacing the program on {} failed: {} (the old rules stay)", opts_.interface,
-          errnoText(err)));
-    }
-    close(attached_prog_fd_);
-    attached_prog_fd_ = fcntl(new_fd, F_DUPFD_CLOEXEC, 3);
-    if (cidrs_fd_ >= 0) close(cidrs_fd_);
-    cidrs_fd_ = fcntl(bpf_map__fd(skel->maps.ig_cidrs), F_DUPFD_CLOEXEC, 3);
-  }
-  ig_ingress__destroy(skel_);
-  skel_ = skel;
+  if (next.service_ports != opts_.service_ports)
+    return absl::FailedPreconditionError("the service ports (listeners) cannot change without a "
+                                         "restart");
+  if (rules_fd_ < 0 || cidrs_fd_ < 0) return absl::FailedPreconditionError("xdp: no program loaded");
+  if (absl::Status st = applyRules(next); !st.ok()) return st;
   const int level = opts_.overload_level;
   opts_ = next;
   opts_.overload_level = level;
-  adopted_ = false;
-  spdlog::info("xdp: rules reloaded on {}: program id {} replaced by id {} atomically (maps kept)",
-               opts_.interface, old_id, attachedProgramId());
+  spdlog::info("xdp: rules reloaded in place on {} (program id {} kept, rules entry {})",
+               opts_.interface.empty() ? "(not attached)" : opts_.interface, attachedProgramId(),
+               rulesSlot());
   return absl::OkStatus();
+}
+
+absl::Status XdpFilter::applyRules(const XdpOptions& o) {
+  ig_config rules;
+  if (absl::Status st = buildConfig(o, &rules); !st.ok()) return st;
+  absl::StatusOr<std::vector<CidrEntry>> entries = cidrEntries(o);
+  if (!entries.ok()) return entries.status();
+  auto key = [](const common::Cidr& c) {
+    ig_cidr_key k{};
+    k.prefixlen = c.prefix;
+    std::memcpy(k.addr, c.addr.data(), 16);
+    return k;
+  };
+  // 1. New and changed prefixes (an entry is written at once; the old rules do not look up
+  //    entries they did not have, or treat them as the new rules do).
+  for (const CidrEntry& e : *entries) {
+    ig_cidr_key k = key(e.cidr);
+    ig_cidr_val v{};
+    v.cls = e.cls;
+    v.exempt = e.exempt;
+    v.trusted = e.trusted;
+    if (bpf_map_update_elem(cidrs_fd_, &k, &v, BPF_ANY) != 0)
+      return absl::InternalError(
+          fmt::format("xdp: CIDR map update for {}: {}", e.cidr.toString(), errnoText(errno)));
+  }
+  // 2. The rules into the entry not in force, then the switch: one aligned 4-byte word of
+  //    ig_state (rules_slot), so every packet is judged by the old rules or the new ones. The
+  //    entry written here went out of force at the previous switch; a program run that read
+  //    it then has long finished (runs last microseconds; kRulesGraceNs keeps two switches
+  //    apart).
+  {
+    std::lock_guard<std::mutex> lock(runtime_mu_);
+    const uint64_t now = common::monotonicNs();
+    if (last_switch_ns_ != 0 && now - last_switch_ns_ < kRulesGraceNs)
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kRulesGraceNs - (now - last_switch_ns_)));
+    const uint32_t next_slot = (runtime_.rules_slot & 1) ^ 1;
+    if (bpf_map_update_elem(rules_fd_, &next_slot, &rules, BPF_ANY) != 0)
+      return absl::InternalError(fmt::format("xdp: writing ig_rules: {}", errnoText(errno)));
+    const uint32_t before = runtime_.rules_slot;
+    runtime_.rules_slot = next_slot;
+    if (absl::Status st = writeRuntime(); !st.ok()) {
+      runtime_.rules_slot = before;
+      return st;
+    }
+    last_switch_ns_ = common::monotonicNs();
+  }
+  // 3. Prefixes that went away (the new rules are in force: nothing they need is removed).
+  std::vector<ig_cidr_key> gone;
+  ig_cidr_key cur{}, nxt{};
+  const void* prev = nullptr;
+  for (size_t n = 0; n <= kMaxCidrEntries && bpf_map_get_next_key(cidrs_fd_, prev, &nxt) == 0;
+       ++n) {
+    bool kept = false;
+    for (const CidrEntry& e : *entries) {
+      const ig_cidr_key k = key(e.cidr);
+      kept = kept || (k.prefixlen == nxt.prefixlen && std::memcmp(k.addr, nxt.addr, 16) == 0);
+    }
+    if (!kept) gone.push_back(nxt);
+    cur = nxt;
+    prev = &cur;
+  }
+  for (const ig_cidr_key& k : gone) {
+    if (bpf_map_delete_elem(cidrs_fd_, &k) != 0 && errno != ENOENT)
+      return absl::InternalError(fmt::format("xdp: CIDR map delete: {}", errnoText(errno)));
+  }
+  return absl::OkStatus();
+}
+
+uint32_t XdpFilter::rulesSlot() const {
+  std::lock_guard<std::mutex> lock(runtime_mu_);
+  return runtime_.rules_slot;
+}
+
+absl::StatusOr<ig_config> XdpFilter::rulesInForce() const {
+  const uint32_t slot = rulesSlot();
+  ig_config c{};
+  if (rules_fd_ < 0 || bpf_map_lookup_elem(rules_fd_, &slot, &c) != 0)
+    return absl::InternalError(fmt::format("xdp: reading ig_rules: {}", errnoText(errno)));
+  return c;
 }
 
 XdpFilter::~XdpFilter() {
   detach();
   if (skel_) ig_ingress__destroy(skel_);
   for (int fd : {maps_.counters, maps_.class_counters, maps_.flows, maps_.buckets, maps_.state,
-                 maps_.cookie, maps_.xsks, maps_.rst_tokens, attached_prog_fd_, cidrs_fd_}) {
+                 maps_.cookie, maps_.xsks, maps_.rst_tokens, attached_prog_fd_, cidrs_fd_,
+                 rules_fd_}) {
     if (fd >= 0) close(fd);
   }
 }

@@ -105,22 +105,27 @@ class XdpFilter {
   // program stays attached and the maps pinned, for the next process (logged).
   void detach();
 
-  // Configuration reload (xdp-filter mode): the rules of `next` take effect without a detach:
-  // a new program over the same maps (flows, buckets, counters, state, cookie keys, XSKMAP;
-  // the flow secret kept) with a CIDR map of its own, filled before it is swapped in
-  // atomically (XDP_FLAGS_REPLACE), so every packet sees either the old rules or the new ones.
-  // The interface, attach mode, pins, map sizes and afxdp knobs must be unchanged
-  // (FailedPrecondition naming the key). From one control thread (reloads are serialized);
-  // concurrent with readCounters/setOverloadLevel/lookupFlowTag, which use the maps only.
-  // When the compiled-in rules are the same and only the CIDR rules differ, the running
-  // program's CIDR map is rewritten in place instead (no new program, no privilege needed).
-  // A new program needs CAP_BPF: allowProgramReplace(false) (privileges dropped) refuses that
-  // case with FailedPrecondition, before any bpf() call seccomp would refuse.
+  // Configuration reload: the rules of `next` (everything in struct ig_config but its
+  // load-time part, and the CIDR map) take effect in place, without a new program or a detach:
+  // new and changed CIDR prefixes first, then the rules go into the ig_rules entry not in
+  // force and ig_state.rules_slot switches to it (one 4-byte store: each packet is judged by
+  // the old rules or the new ones), then the prefixes that went away are deleted. Map writes
+  // on descriptors this filter holds: no capability needed, so it works after the privilege
+  // drop. The load-time options (interface, attach mode, pins, map sizes, service ports, RST
+  // transmit, the afxdp knobs) must be unchanged (FailedPrecondition naming the key). From one
+  // control thread (reloads are serialized); concurrent with readCounters/setOverloadLevel/
+  // lookupFlowTag.
   absl::Status reconfigure(const XdpOptions& next);
-  void allowProgramReplace(bool allowed) { replace_allowed_ = allowed; }
+  // Two switches at least this far apart: the entry a switch takes out of force is rewritten
+  // by the next one, after every program run that read it has finished.
+  static constexpr uint64_t kRulesGraceNs = 1'000'000;
+  // The ig_rules entry in force, and its contents (tests, `infergate` logs).
+  uint32_t rulesSlot() const;
+  absl::StatusOr<ig_config> rulesInForce() const;
 
   // keep_attached: attach() found the program a previous infergate left on the interface
-  // with the same code and rules, over the pinned maps it reused, and kept it (no re-attach).
+  // with the same code and load-time options, over the pinned maps it reused, and kept it (no
+  // re-attach); this configuration's rules were written into its rule maps, as a reload does.
   bool adopted() const { return adopted_; }
   // The id of the program attached on the interface by (or for) this filter; 0 when none.
   uint32_t attachedProgramId() const;
@@ -179,6 +184,8 @@ class XdpFilter {
   // infergate program attached to the interface, when there are both.
   void reusePinned();
   absl::Status writeRuntime();  // runtime_ -> ig_state; holds runtime_mu_
+  // The rules of `o` into cidrs_fd_ / rules_fd_ and the switch (reconfigure()).
+  absl::Status applyRules(const XdpOptions& o);
 
   // The maps every program of this filter shares, as descriptors of our own (dup'd from the
   // first skeleton, or the pins of a previous process): the runtime calls use these, so a
@@ -191,10 +198,11 @@ class XdpFilter {
   bool have_secret_ = false;
   bool adopted_ = false;
   int attached_prog_fd_ = -1;  // the program on the interface (ours, or adopted); owned
-  int cidrs_fd_ = -1;          // that program's CIDR map; owned
-  bool replace_allowed_ = true;
+  int cidrs_fd_ = -1;          // the CIDR map of the program in force (loaded or adopted); owned
+  int rules_fd_ = -1;          // its ig_rules map; owned
+  uint64_t last_switch_ns_ = 0;  // applyRules' last rules_slot switch; under runtime_mu_
 
-  mutable std::mutex runtime_mu_;  // runtime_ (setOverloadLevel vs setCookieMode)
+  mutable std::mutex runtime_mu_;  // runtime_ (setOverloadLevel, setCookieMode, applyRules)
   ig_runtime runtime_{};
   ig_sipkey flow_secret_{};
   XdpOptions opts_;
@@ -219,8 +227,12 @@ std::string renderPrometheus(const XdpCounters& c);
 // Prints the counters of a running gateway from its pinned maps (`infergate stats`).
 absl::Status printPinnedStats(const std::string& pin_path, std::FILE* out);
 
-// Fills the ig_config read-only data from options (exposed for host tests and benchmarks).
+// Fills an ig_config (the rules and the load-time part) from options (exposed for host tests
+// and benchmarks).
 absl::Status buildConfig(const XdpOptions& opts, ig_config* out);
+// The fields of `c` the program reads from its read-only data (marked "load time" in
+// ingress_shared.h), the rest zero: what the program is loaded with.
+ig_config loadTimePart(const ig_config& c);
 // buildConfig's checks alone: OK when attach() would accept `opts` (start-up checks the
 // options before it sets anything else up). The message names the config key at fault.
 absl::Status checkOptions(const XdpOptions& opts);

@@ -123,9 +123,10 @@ struct XdpOptions {
   std::string pin_path;                            // bpffs dir for the maps; empty = no pinning
   // Restart without a drop (docs/OPERATIONS.md "Restart without drops"; needs pin_path): the
   // program stays attached and its maps pinned when infergate stops, and the next infergate
-  // takes them over: the same program and rules are kept as they are (same program id), other
-  // rules or another build replace the program atomically over the same maps. Never detached
-  // by infergate (ip link set dev IF xdp off, and rm -r pin_path, remove it).
+  // takes them over: the same program is kept (same program id) and the new configuration's
+  // rules are written into its rule maps, as a reload does; other load-time options or another
+  // build replace the program atomically over the same maps. Never detached by infergate (ip
+  // link set dev IF xdp off, and rm -r pin_path, remove it).
   bool keep_attached = false;
 };
 

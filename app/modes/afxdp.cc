@@ -21,6 +21,13 @@ class AfXdpServingMode final : public ServingMode {
     if (mode_) mode_->stop(drain_ms);
   }
   bool attachesXdp() const override { return true; }
+  absl::Status reconfigureXdp(const xdp::XdpOptions& next) override {
+    if (!mode_) return absl::FailedPreconditionError("the XDP program is not attached");
+    return mode_->reconfigureXdp(next);
+  }
+  void modelsChanged(const backends::ModelRegistry& models) override {
+    if (mode_) mode_->modelsChanged(models);
+  }
 
  private:
   std::unique_ptr<AfXdpMode> mode_;

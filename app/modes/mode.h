@@ -53,11 +53,11 @@ class ServingMode {
   virtual bool attachesXdp() const { return false; }
 
   // Configuration reload (app/reload.h), from the thread that reloads (serialized by Server):
-  // the XDP program's rules changed (xdp-filter mode: a new program over the same maps,
-  // replaced atomically, or the CIDR map alone; never a detach). Other modes: UNIMPLEMENTED
-  // (the reload planner refuses the keys before asking).
+  // the XDP program's rules changed (xdp-filter and afxdp modes: written into the program's
+  // rule maps in place, XdpFilter::reconfigure; no new program, no detach, no privilege).
+  // Other modes: UNIMPLEMENTED (the reload planner refuses the keys before asking).
   virtual absl::Status reconfigureXdp(const xdp::XdpOptions& /*next*/) {
-    return absl::UnimplementedError("live XDP rule changes need xdp-filter mode");
+    return absl::UnimplementedError("live XDP rule changes need xdp-filter or afxdp mode");
   }
   // The served models changed (added, removed, replaced): the XDP modes publish the overload
   // levels of the new set.

@@ -59,8 +59,6 @@ class XdpFilterMode final : public SocketMode {
     absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(opts);
     if (!filter.ok()) return filter.status();
     filter_ = std::move(*filter);
-    // A reload that changes compiled-in rules loads a new program: not after the drop.
-    filter_->allowProgramReplace(!c.security.drop_privileges);
     filter_->registerMetrics(ctx.registry);
     if (auto warning = xdp::kernelSynCookiesWarning()) spdlog::warn("{}", *warning);
     // Overload publishing (docs/BATCHING.md "Overload level"): the NIC sheds the lowest classes

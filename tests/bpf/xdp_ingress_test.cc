@@ -5,6 +5,10 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
+#include <linux/capability.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <cerrno>
@@ -13,6 +17,7 @@
 #include <optional>
 
 #include "xdp/ingress_shared.h"
+#include "ig_ingress.skel.h"  // after ingress_shared.h: it uses its structs
 #include "xdp/testing/fixtures.h"
 #include "xdp/testing/load_or_skip.h"
 #include "xdp/testing/prog_run.h"
@@ -437,6 +442,199 @@ TEST(XdpPriority, TrustEntriesGiveSynsNoExemption) {
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(runXdp(g->programFd(), buildPacket(flow(static_cast<uint16_t>(41340 + i), kSyn))).retval,
               static_cast<uint32_t>(XDP_PASS));
+}
+
+
+// Configuration reload (XdpFilter::reconfigure): the rules are map entries, rewritten in place.
+
+// The tag verdict and class of one request start on a fresh flow.
+ig_tag requestTag(int fd, uint16_t sport, const char* payload = kGood) {
+  return tagOf(runXdp(fd, buildPacket(flow(sport, kAck | kPsh, payload))));
+}
+
+TEST(XdpReload, RulesChangeInPlaceWithTheSameProgram) {
+  XdpOptions o = fixtureOptions();
+  LOAD_OR_SKIP(f, o);
+  const int fd = f->programFd();
+  const uint32_t slot = f->rulesSlot();
+  const char* kModel = "POST /v2/models/m/infer HTTP/1.1\r\n\r\n";
+  RunResult r = runXdp(fd, buildPacket(flow(48000, kAck | kPsh, kModel)));
+  ASSERT_EQ(r.retval, static_cast<uint32_t>(XDP_PASS));
+  EXPECT_EQ(tagOf(r).cls, 1);
+  // Another path list, a path class, a method and a default class, all at once.
+  XdpOptions next = o;
+  next.path_prefixes = {"/v1/models/"};
+  next.path_classes = {{"/v1/models/gold", 0}};
+  next.methods = {"GET"};
+  next.default_class = 2;
+  ASSERT_TRUE(f->reconfigure(next).ok());
+  EXPECT_EQ(f->programFd(), fd) << "no new program";
+  EXPECT_EQ(f->rulesSlot(), slot ^ 1u) << "the other entry is in force";
+  r = runXdp(fd, buildPacket(flow(48001, kAck | kPsh, kModel)));
+  EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_TX)) << "POST is no longer a method";
+  r = runXdp(fd, buildPacket(flow(48002, kAck | kPsh, kGood)));
+  EXPECT_EQ(r.retval, static_cast<uint32_t>(XDP_TX)) << "/v2/ is no longer a path";
+  EXPECT_EQ(requestTag(fd, 48003, "GET /v1/models/gold HTTP/1.1\r\n\r\n").cls, 0);
+  EXPECT_EQ(requestTag(fd, 48004, "GET /v1/models/x HTTP/1.1\r\n\r\n").cls, 2);
+  auto c = f->readCounters();
+  EXPECT_EQ(c.packets[XDP_TX][IG_R_BAD_METHOD], 1u);
+  EXPECT_EQ(c.packets[XDP_TX][IG_R_BAD_PATH], 1u);
+  // And back: the first entry again.
+  ASSERT_TRUE(f->reconfigure(o).ok());
+  EXPECT_EQ(f->rulesSlot(), slot);
+  EXPECT_EQ(requestTag(fd, 48005, kModel).cls, 1);
+}
+
+// The entry a switch took out of force keeps the old rules (a program run that read it before
+// the switch finishes with them); the one in force holds the new rules exactly.
+// The rule fields of a config (the load-time ones zero: the program reads those from its
+// read-only data, and attach adjusts some of them to the interface).
+ig_config rulesOnly(ig_config c) {
+  c.write_meta = c.redirect_xsk = c.tx_redirect = c.syn_cookies = c.prove_handshake = 0;
+  c.synack_wscale = 0;
+  c.synack_mss = 0;
+  c.flow_mask = 0;
+  return c;
+}
+
+TEST(XdpReload, TheOldEntryStaysIntactUntilTheNextSwitch) {
+  XdpOptions o = fixtureOptions();
+  LOAD_OR_SKIP(f, o);
+  absl::StatusOr<ig_config> first = f->rulesInForce();
+  ASSERT_TRUE(first.ok()) << first.status();
+  XdpOptions next = o;
+  next.request_rate_per_sec = 5;
+  next.http2_max_frame_size = 32768;
+  ASSERT_TRUE(f->reconfigure(next).ok());
+  ig_config want_new{};
+  ASSERT_TRUE(buildConfig(next, &want_new).ok());
+  absl::StatusOr<ig_config> now = f->rulesInForce();
+  ASSERT_TRUE(now.ok()) << now.status();
+  ig_config a = rulesOnly(*now), b = rulesOnly(want_new);
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof(a)), 0);
+  EXPECT_EQ(now->req_rate, 5u);
+  ig_config old{};
+  const uint32_t other = f->rulesSlot() ^ 1u;
+  ASSERT_EQ(bpf_map__lookup_elem(f->skeleton()->maps.ig_rules, &other, sizeof(other), &old,
+                                 sizeof(old), 0),
+            0);
+  EXPECT_EQ(std::memcmp(&old, &*first, sizeof(old)), 0) << "the old entry is untouched";
+  EXPECT_EQ(old.req_rate, 0u);
+  // The program's read-only data holds the load-time part only: no rule lives there.
+  ig_config ro{};
+  std::memcpy(&ro, const_cast<const ig_config*>(&f->skeleton()->rodata->ig_cfg), sizeof(ro));
+  EXPECT_EQ(ro.nprefixes, 0u);
+  EXPECT_EQ(ro.nmethods, 0u);
+  EXPECT_EQ(ro.nports, 0u);
+  EXPECT_EQ(ro.flow_mask, want_new.flow_mask);
+}
+
+TEST(XdpReload, RateLimitsApplyOnReload) {
+  XdpOptions o = fixtureOptions();
+  LOAD_OR_SKIP(f, o);
+  const int fd = f->programFd();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(requestTag(fd, 48100).verdict, IG_TV_ADMIT);
+  XdpOptions next = o;
+  next.request_rate_per_sec = 1;
+  next.request_burst = 2;
+  next.syn_rate_per_sec = 1;
+  next.syn_burst = 1;
+  ASSERT_TRUE(f->reconfigure(next).ok());
+  std::vector<int> verdicts;
+  for (int i = 0; i < 3; ++i) verdicts.push_back(requestTag(fd, 48101).verdict);
+  EXPECT_EQ(verdicts, (std::vector<int>{IG_TV_ADMIT, IG_TV_ADMIT, IG_TV_RATE_LIMITED}));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(48102, kSyn))).retval, static_cast<uint32_t>(XDP_PASS));
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(48103, kSyn))).retval, static_cast<uint32_t>(XDP_DROP));
+  ASSERT_TRUE(f->reconfigure(o).ok());  // off again
+  EXPECT_EQ(requestTag(fd, 48104).verdict, IG_TV_ADMIT);
+  EXPECT_EQ(runXdp(fd, buildPacket(flow(48105, kSyn))).retval, static_cast<uint32_t>(XDP_PASS));
+}
+
+// Priority rules and CIDR rules together: the trusted entries and the header rule change, the
+// prefixes that went away are deleted from the trie.
+TEST(XdpReload, PriorityAndCidrRulesFollowTheReload) {
+  XdpOptions o = fixtureOptions();
+  o.priority_from = XdpOptions::PriorityFrom::kTrusted;
+  o.trusted_sources = {"192.0.2.0/24"};
+  LOAD_OR_SKIP(f, o);
+  const int fd = f->programFd();
+  EXPECT_EQ(requestTag(fd, 48200, kPriority2).cls, 1) << "10.0.0.2 is not trusted";
+  XdpOptions next = o;
+  next.trusted_sources = {"10.0.0.0/24"};
+  next.cidr_rules = {{"10.9.0.0/16", 3, false}};
+  ASSERT_TRUE(f->reconfigure(next).ok());
+  EXPECT_EQ(requestTag(fd, 48201, kPriority2).cls, 2) << "trusted now: its header counts";
+  EXPECT_EQ(tagOf(runXdp(fd, buildPacket(flow(48202, kAck | kPsh, kGood, "10.9.1.1")))).cls, 3);
+  auto keys = [&] {
+    int n = 0;
+    ig_cidr_key k{}, prev{};
+    const void* p = nullptr;
+    while (bpf_map__get_next_key(f->skeleton()->maps.ig_cidrs, p, &k, sizeof(k)) == 0 && n < 100) {
+      ++n;
+      prev = k;
+      p = &prev;
+    }
+    return n;
+  };
+  EXPECT_EQ(keys(), 2) << "192.0.2.0/24 went away";
+  next.priority_from = XdpOptions::PriorityFrom::kOff;
+  next.cidr_rules = {};
+  ASSERT_TRUE(f->reconfigure(next).ok());
+  EXPECT_EQ(requestTag(fd, 48203, kPriority2).cls, 1) << "no header counts";
+  EXPECT_EQ(tagOf(runXdp(fd, buildPacket(flow(48204, kAck | kPsh, kGood, "10.9.1.1")))).cls, 1);
+  EXPECT_EQ(keys(), 0);
+}
+
+// What the program is loaded with cannot change in place: refused, naming the key, and the
+// rules in force stay.
+TEST(XdpReload, LoadTimeOptionsAreRefused) {
+  XdpOptions o = fixtureOptions();
+  LOAD_OR_SKIP(f, o);
+  const uint32_t slot = f->rulesSlot();
+  XdpOptions next = o;
+  next.rst_tx = RstTx::kRedirect;
+  absl::Status st = f->reconfigure(next);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("rst_tx"), std::string::npos) << st;
+  next = o;
+  next.flow_entries = 1024;
+  EXPECT_NE(std::string(f->reconfigure(next).message()).find("flow_entries"), std::string::npos);
+  next = o;
+  next.service_ports = {9000};
+  EXPECT_EQ(f->reconfigure(next).code(), absl::StatusCode::kFailedPrecondition);
+  next = o;
+  next.methods = {"lower"};  // invalid: nothing applied
+  EXPECT_EQ(f->reconfigure(next).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f->rulesSlot(), slot);
+}
+
+// The point of keeping the rules in maps: a reload needs no capability (the gateway has dropped
+// them by then). A child process without any capability rewrites the rules of the program this
+// process loaded; loading a program would fail there with EPERM.
+TEST(XdpReload, NeedsNoCapability) {
+  XdpOptions o = fixtureOptions();
+  LOAD_OR_SKIP(f, o);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    __user_cap_header_struct h{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct d[2] = {};
+    if (syscall(SYS_capset, &h, d) != 0) _exit(2);
+    XdpOptions next = o;
+    next.path_prefixes = {"/v1/models/"};
+    // (a program load here is refused: shows the child really has no capability)
+    if (XdpFilter::load(o).ok()) _exit(3);
+    _exit(f->reconfigure(next).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "1: reconfigure failed, 2: capset, 3: load succeeded";
+  // The child's switch is the program's (the maps are shared; this process's copy of
+  // rules_slot is stale, so read the entry the program uses from ig_state).
+  EXPECT_EQ(runXdp(f->programFd(), buildPacket(flow(48300, kAck | kPsh, kGood))).retval,
+            static_cast<uint32_t>(XDP_TX))
+      << "/v2/ is no longer a path";
 }
 
 }  // namespace

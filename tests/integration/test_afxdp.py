@@ -310,9 +310,24 @@ class AfXdpTest(netns.VethTestCase):
         # The program tags each request start (rate over the source's budget: verdict
         # rate-limited) in the frame's metadata; our TCP carries the request start's tag to
         # Transport::ingressTag() and the KServe handler answers 429 without doing the work.
+        # The limit arrives by a configuration reload (the program's rule maps rewritten in
+        # place: the same program id, after the privilege drop).
         net = self.net
         limit = "  request_rate_limit: {rate_per_sec: 5, burst: 5}\n"
-        with self.gateway(config(net, xdp_extra=limit), name="rl") as (p, log):
+        with self.gateway(config(net), name="rl") as (p, log):
+            prog = re.search(r"prog/xdp id (\d+)",
+                             net.run_gw(["ip", "link", "show", "dev", net.gw_if]).stdout)
+            self.assertIsNotNone(prog)
+            for _ in range(3):
+                self.assertEqual(self.curl_infer().returncode, 0)
+            with open(os.path.join(net.tmp, "rl.yaml"), "w") as f:
+                f.write(config(net, xdp_extra=limit))
+            answer = json.loads(net.run_gw(["curl", "-s", "-d", "",
+                                            "http://127.0.0.1:8002/admin/reload"]).stdout)
+            self.assertEqual(answer.get("result"), "ok", answer)
+            self.assertEqual(answer["applied"], ["xdp.request_rate_limit"])
+            self.assertIn("prog/xdp id %s " % prog.group(1),
+                          net.run_gw(["ip", "link", "show", "dev", net.gw_if]).stdout)
             r = net.run_client(["/usr/bin/python3", "-c", BURST_CLIENT, net.gw_ip, "30", BODY],
                                timeout=60, check=False)
             self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
@@ -329,9 +344,11 @@ class AfXdpTest(netns.VethTestCase):
                 if c == 200:
                     self.assertEqual(json.loads(b)["outputs"][0]["data"], list(range(16)))
             self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="429"), limited)
-            self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="200"), ok)
-            # All on one keep-alive connection: the 429s did not cost the connection.
-            self.assertEqual(metric(net, "infergate_tcp_accepted_total"), 1)
+            self.assertEqual(metric(net, "infergate_requests_total", model="identity", code="200"),
+                             ok + 3)
+            # All on one keep-alive connection (after the 3 before the reload): the 429s did
+            # not cost the connection.
+            self.assertEqual(metric(net, "infergate_tcp_accepted_total"), 1 + 3)
 
     def test_rejected_request_start_is_reset_by_our_stack(self):
         # The program rejects a malformed request start on a new connection: in afxdp mode it

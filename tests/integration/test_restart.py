@@ -94,101 +94,164 @@ class RestartTest(netns.VethTestCase):
             self.assertNotIn("XDP program detached", a_text)
             self.assertEqual(program_id(net), prog_before)  # B left it too
 
-    def test_xdp_rules_reload_in_place(self):
-        """POST /admin/reload with new xdp.cidr_rules: the running program's CIDR map is
-        rewritten (same program id, no detach) and requests from the client are tagged with
-        the new class; a compiled-in rule (request_rate_limit) is refused after the privilege
-        drop, naming the key."""
+    def infer_codes(self, n, body):
         net = self.net
-        text = CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if) +
-                             "  cidr_rules: [{cidr: 192.0.2.0/24, class: 0}]\n")
-        with self.gateway(text, name="gw") as (p, log):
-            prog = program_id(net)
+        return [net.run_client(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                "-X", "POST", "--data-binary", "@" + body,
+                                "http://%s:8000/v2/models/identity/infer" % net.gw_ip]).stdout
+                for _ in range(n)]
 
-            def infer(n):
-                for _ in range(n):
-                    r = net.run_client(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
-                                        "-X", "POST", "--data-binary", "@" + body,
-                                        "http://%s:8000/v2/models/identity/infer" % net.gw_ip])
-                    self.assertEqual(r.stdout, "200")
-
-            body = os.path.join(net.tmp, "body.json")
-            with open(body, "w") as f:
-                f.write(json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16],
-                                                "datatype": "FP32", "data": [0.0] * 16}]}))
-            def background():
-                return netns.gateway_metric(net, "infergate_xdp_requests_total",
-                                            **{"class": "background"})
-            infer(3)
-            self.assertEqual(background(), 0)
-            cfg = os.path.join(net.tmp, "gw.yaml")
-            new_text = text.replace("class: 0}]", "class: 0}, {cidr: %s/32, class: 3}]"
-                                    % net.client_ip)
-            with open(cfg, "w") as f:
-                f.write(new_text)
-            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
-            answer = json.loads(r.stdout)
-            self.assertEqual(answer.get("result"), "ok", r.stdout)
-            self.assertEqual(answer["applied"], ["xdp.cidr_rules"])
-            self.assertEqual(program_id(net), prog)
-            infer(3)
-            self.assertEqual(background(), 3)
-            # A rule compiled into the program: refused (privileges dropped), nothing applied.
-            with open(cfg, "w") as f:
-                f.write(new_text.replace("  keep_attached: true\n", "  keep_attached: true\n"
-                                         "  request_rate_limit: {rate_per_sec: 1}\n"))
-            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
-            answer = json.loads(r.stdout)
-            self.assertEqual(answer["result"], "refused", answer)
-            self.assertEqual([x["key"] for x in answer["refused"]], ["xdp.request_rate_limit"])
-            infer(3)  # no rate limit in effect
-            self.assertEqual(program_id(net), prog)
-        with open(log) as f:
-            self.assertIn("CIDR rules reloaded in place", f.read())
-
-    def test_xdp_compiled_rules_reload_replaces_program(self):
-        """Without the privilege drop, a rule compiled into the program (request_rate_limit)
-        reloads by an atomic replace over the same maps: a new program id, never a detach,
-        the counters carry on, and the new limit answers 429."""
-        net = self.net
-        text = ("security: {drop_privileges: false, seccomp: false}\n" +
-                CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if)))
-        body = os.path.join(net.tmp, "body.json")
+    def body_file(self):
+        body = os.path.join(self.net.tmp, "body.json")
         with open(body, "w") as f:
             f.write(json.dumps({"inputs": [{"name": "INPUT0", "shape": [1, 16],
                                             "datatype": "FP32", "data": [0.0] * 16}]}))
+        return body
 
-        def infer(n):
-            codes = []
-            for _ in range(n):
-                codes.append(net.run_client(
-                    ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", "POST",
-                     "--data-binary", "@" + body,
-                     "http://%s:8000/v2/models/identity/infer" % net.gw_ip]).stdout)
-            return codes
+    def reload(self):
+        r = self.net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
+        return json.loads(r.stdout)
+
+    def test_xdp_rules_reload_in_place(self):
+        """POST /admin/reload after the privilege drop (the default): CIDR rules, a request
+        rate limit, path prefixes and the priority rules are written into the running
+        program's rule maps: the same program id, no detach, and each new rule in effect."""
+        net = self.net
+        text = CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if) +
+                             "  cidr_rules: [{cidr: 192.0.2.0/24, class: 0}]\n")
+        body = self.body_file()
+        cfg = os.path.join(net.tmp, "gw.yaml")
+
+        def metric(name, **labels):
+            return netns.gateway_metric(net, name, **labels)
 
         with self.gateway(text, name="gw") as (p, log):
             prog = program_id(net)
-            self.assertEqual(infer(5), ["200"] * 5)
-            passed = netns.gateway_metric(net, "infergate_xdp_packets_total", verdict="pass")
-            with open(os.path.join(net.tmp, "gw.yaml"), "w") as f:
-                f.write(text.replace("  keep_attached: true\n", "  keep_attached: true\n"
-                                     "  request_rate_limit: {rate_per_sec: 1, burst: 2}\n"))
-            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
-            answer = json.loads(r.stdout)
-            self.assertEqual(answer.get("result"), "ok", r.stdout)
-            self.assertEqual(answer["applied"], ["xdp.request_rate_limit"])
-            new_prog = program_id(net)
-            self.assertNotEqual(new_prog, prog)
-            self.assertIsNotNone(new_prog)
-            codes = infer(6)
+            self.assertEqual(self.infer_codes(3, body), ["200"] * 3)
+            self.assertEqual(metric("infergate_xdp_requests_total", **{"class": "background"}), 0)
+            # 1. A CIDR class for the client.
+            text = text.replace("class: 0}]", "class: 0}, {cidr: %s/32, class: 3}]"
+                                % net.client_ip)
+            with open(cfg, "w") as f:
+                f.write(text)
+            answer = self.reload()
+            self.assertEqual(answer.get("result"), "ok", answer)
+            self.assertEqual(answer["applied"], ["xdp.cidr_rules"])
+            self.assertEqual(program_id(net), prog)
+            self.assertEqual(self.infer_codes(3, body), ["200"] * 3)
+            self.assertEqual(metric("infergate_xdp_requests_total", **{"class": "background"}), 3)
+            # 2. A request rate limit and a path list without /v2/health: once compiled into
+            #    the program (refused after the privilege drop), now map entries.
+            text = text.replace("  keep_attached: true\n", "  keep_attached: true\n"
+                                "  request_rate_limit: {rate_per_sec: 1, burst: 2}\n"
+                                "  path_prefixes: [/v2/models/]\n")
+            with open(cfg, "w") as f:
+                f.write(text)
+            answer = self.reload()
+            self.assertEqual(answer.get("result"), "ok", answer)
+            self.assertEqual(sorted(answer["applied"]),
+                             ["xdp.path_prefixes", "xdp.request_rate_limit"])
+            self.assertEqual(program_id(net), prog)
+            codes = self.infer_codes(5, body)
             self.assertEqual(codes[:2], ["200", "200"], codes)  # the burst
             self.assertIn("429", codes[2:])
-            # The counters map is shared: the new program adds to the old program's counts.
-            self.assertGreater(netns.gateway_metric(net, "infergate_xdp_packets_total",
-                                                    verdict="pass"), passed)
+            rejected = metric("infergate_xdp_packets_total", verdict="tx", reason="bad_path")
+            r = net.run_client(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                "http://%s:8000/v2/health/ready" % net.gw_ip], check=False)
+            self.assertEqual(r.stdout, "000", "reset by the program: not under a prefix")
+            self.assertGreater(metric("infergate_xdp_packets_total", verdict="tx",
+                                      reason="bad_path"), rejected)
+            # 3. Priority rules (the program's header rule and trusted entries, and the
+            #    sessions' policy).
+            with open(cfg, "w") as f:
+                f.write(text + "priority: {from_client: all}\n")
+            answer = self.reload()
+            self.assertEqual(answer.get("result"), "ok", answer)
+            self.assertEqual(answer["applied"], ["priority"])
+            self.assertEqual(program_id(net), prog)
         with open(log) as f:
-            self.assertIn("replaced by id %d atomically" % new_prog, f.read())
+            self.assertEqual(f.read().count("rules reloaded in place"), 3)
+
+    def test_xdp_rules_reload_under_load(self):
+        """Six reloads of the XDP rules (CIDR classes, path classes, a generous request rate
+        limit, the priority rule) under the closed-loop load: zero failed requests, the same
+        program id, and the class the last rules give the client is the one its requests get."""
+        net = self.net
+        base = CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if))
+        variants = [
+            "  cidr_rules: [{cidr: %s/32, class: 3}]\n" % net.client_ip,
+            "  path_classes: [{prefix: /v2/models/identity, class: 0}]\n",
+            "  request_rate_limit: {rate_per_sec: 100000}\n"
+            "  cidr_rules: [{cidr: %s/32, class: 2}]\n" % net.client_ip,
+            "  methods: [POST, GET, PUT]\n",
+            "  cidr_rules: [{cidr: 10.0.0.0/8, class: 2}, {cidr: %s/32, class: 3}]\n"
+            % net.client_ip,
+        ]
+        cfg = os.path.join(net.tmp, "gw.yaml")
+        with self.gateway(base, name="gw") as (p, log):
+            prog = program_id(net)
+            stop_file = os.path.join(net.tmp, "stop")
+            load = subprocess.Popen(
+                ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
+                 os.path.join(HERE, "load_loop.py"), net.gw_ip, "8000", stop_file, "identity",
+                 "4"], stdout=subprocess.PIPE, text=True)
+            net.procs.append(load)
+            answers = []
+            try:
+                time.sleep(0.5)
+                for extra in variants + [""]:
+                    text = base.replace("  keep_attached: true\n",
+                                        "  keep_attached: true\n" + extra)
+                    if not extra:
+                        text += "priority: {from_client: all}\n"
+                    with open(cfg, "w") as f:
+                        f.write(text)
+                    answers.append(self.reload())
+                    time.sleep(0.4)
+                # The last rules: no CIDR class; before them, the client's was background.
+                before = netns.gateway_metric(net, "infergate_xdp_requests_total",
+                                              **{"class": "background"})
+                time.sleep(0.3)
+                after = netns.gateway_metric(net, "infergate_xdp_requests_total",
+                                             **{"class": "background"})
+            finally:
+                open(stop_file, "w").close()
+                out, _ = load.communicate(timeout=20)
+            result = json.loads(out)
+            print("xdp rules reloaded 6 times under load: %s, program id %s -> %s"
+                  % (json.dumps(result), prog, program_id(net)))
+            for a in answers:
+                self.assertEqual(a.get("result"), "ok", a)
+            self.assertEqual(program_id(net), prog)
+            self.assertEqual(result["failed"], 0, result)
+            self.assertGreater(result["ok"], 300, result)
+            self.assertGreater(before, 0, "the client was background under the 5th rules")
+            self.assertEqual(after, before, "and is not any more")
+
+    def test_restart_with_other_rules_keeps_the_program(self):
+        """xdp.keep_attached: a new process whose xdp rules differ (a request rate limit) keeps
+        the program the previous one left attached (the same id: its rules are map entries)
+        and writes its own rules there; the limit answers 429."""
+        net = self.net
+        text = CONFIG.format(mode="xdp-filter", xdp=XDP.format(ifname=net.gw_if))
+        body = self.body_file()
+        a, a_log = netns.start_gateway(net, text, name="a")
+        prog = program_id(net)
+        self.assertIsNotNone(prog)
+        self.assertEqual(self.infer_codes(3, body), ["200"] * 3)
+        self.assertEqual(netns.stop_gateway(a), 0)
+        self.assertEqual(program_id(net), prog, "left attached")
+        limited = text.replace("  keep_attached: true\n", "  keep_attached: true\n"
+                               "  request_rate_limit: {rate_per_sec: 1, burst: 2}\n")
+        with self.gateway(limited, name="b") as (p, b_log):
+            self.assertEqual(program_id(net), prog)
+            codes = self.infer_codes(5, body)
+            self.assertEqual(codes[:2], ["200", "200"], codes)
+            self.assertIn("429", codes[2:])
+        with open(b_log) as f:
+            b_text = f.read()
+        self.assertIn("kept program id %d" % prog, b_text)
+        self.assertIn("XDP program kept on " + net.gw_if, b_text)
 
     def test_socket_mode(self):
         self.restart_under_load("socket")

@@ -151,14 +151,27 @@ TEST(PlanReload, TenantsAndPriorityAreLive) {
   EXPECT_FALSE(p.priority);
 }
 
-TEST(PlanReload, PriorityNeedsARestartWhereAnXdpProgramAppliesIt) {
+TEST(PlanReload, PriorityIsLiveWhereAnXdpProgramAppliesItToo) {
+  for (const char* mode : {"xdp-filter", "afxdp"}) {
+    const std::string before = replace(
+        kBase, "mode: socket", std::string("mode: ") + mode + "\nxdp: {interface: lo}");
+    const std::string after = before + "priority: {trusted_sources: [10.1.0.0/16]}\n";
+    const ReloadPlan p = plan(before, after);
+    EXPECT_TRUE(p.ok()) << mode << ": " << p.refusalMessage();
+    EXPECT_THAT(p.applied, ElementsAre("priority"));
+    EXPECT_TRUE(p.priority) << "the sessions' policy";
+    EXPECT_TRUE(p.xdp_program) << "the program's header rule and trusted entries";
+  }
+}
+
+TEST(PlanReload, PriorityNeedsARestartInDpdkMode) {
   const std::string before =
-      replace(kBase, "mode: socket", "mode: xdp-filter\nxdp: {interface: lo}");
+      replace(kBase, "mode: socket", "mode: dpdk\ndpdk: {ipv4: 10.0.0.1}\nxdp: {interface: lo}");
   const std::string after = before + "priority: {trusted_sources: [10.1.0.0/16]}\n";
   const ReloadPlan p = plan(before, after);
   EXPECT_THAT(refusedKeys(p), ElementsAre("priority"));
-  EXPECT_THAT(p.applied, IsEmpty());
   EXPECT_FALSE(p.priority);
+  EXPECT_FALSE(p.xdp_program);
 }
 
 TEST(PlanReload, InvalidTenantsRefuseTheWholeFile) {
@@ -191,31 +204,23 @@ models:
     outputs: [{name: x, datatype: FP32, shape: [4]}]
 )";
 
-TEST(PlanReload, XdpRulesAreLiveInXdpFilterMode) {
-  const std::string before =
-      replace(kXdp, "mode: xdp-filter",
-              "mode: xdp-filter\nsecurity: {drop_privileges: false, seccomp: false}");
-  std::string after = replace(before, "rate_per_sec: 100", "rate_per_sec: 5");
-  after = replace(after, "class: 2", "class: 0");
-  const ReloadPlan p = plan(before, after);
-  EXPECT_TRUE(p.ok()) << p.refusalMessage();
-  EXPECT_THAT(p.applied, ElementsAre("xdp.request_rate_limit", "xdp.cidr_rules"));
-  EXPECT_TRUE(p.xdp_program);
-}
-
-TEST(PlanReload, CompiledXdpRulesNeedPrivilegesButCidrRulesDoNot) {
-  std::string after = replace(kXdp, "class: 2", "class: 0");
-  ReloadPlan p = plan(kXdp, after);
-  EXPECT_TRUE(p.ok()) << p.refusalMessage();
-  EXPECT_THAT(p.applied, ElementsAre("xdp.cidr_rules"));
-  EXPECT_TRUE(p.xdp_program);
-  after = replace(after, "rate_per_sec: 100", "rate_per_sec: 5");
-  p = plan(kXdp, after);
-  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.request_rate_limit"));
-  EXPECT_NE(p.refusalMessage().find("security.drop_privileges: false"), std::string::npos);
-  // From some CIDR rules to none switches the lookup compiled into the program.
-  p = plan(kXdp, replace(kXdp, "  cidr_rules: [{cidr: 10.0.0.0/8, class: 2}]\n", ""));
-  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.cidr_rules"));
+// The rules are map entries: live with privileges dropped (the default) in both XDP modes,
+// including from some CIDR rules to none.
+TEST(PlanReload, XdpRulesAreLiveInXdpFilterAndAfxdpModes) {
+  for (const char* mode : {"xdp-filter", "afxdp"}) {
+    const std::string before = replace(kXdp, "mode: xdp-filter", std::string("mode: ") + mode);
+    std::string after = replace(before, "rate_per_sec: 100", "rate_per_sec: 5");
+    after = replace(after, "class: 2", "class: 0");
+    after = replace(after, "  pin_path:", "  path_prefixes: [/v2/]\n  pin_path:");
+    ReloadPlan p = plan(before, after);
+    EXPECT_TRUE(p.ok()) << mode << ": " << p.refusalMessage();
+    EXPECT_THAT(p.applied,
+                ElementsAre("xdp.path_prefixes", "xdp.request_rate_limit", "xdp.cidr_rules"));
+    EXPECT_TRUE(p.xdp_program);
+    p = plan(before, replace(before, "  cidr_rules: [{cidr: 10.0.0.0/8, class: 2}]\n", ""));
+    EXPECT_TRUE(p.ok()) << mode << ": " << p.refusalMessage();
+    EXPECT_THAT(p.applied, ElementsAre("xdp.cidr_rules"));
+  }
 }
 
 TEST(PlanReload, XdpAttachmentKeysAreRefused) {
@@ -226,12 +231,13 @@ TEST(PlanReload, XdpAttachmentKeysAreRefused) {
   EXPECT_FALSE(p.xdp_program);
 }
 
-TEST(PlanReload, XdpRulesNeedARestartInAfxdpMode) {
-  const std::string before = replace(kXdp, "mode: xdp-filter", "mode: afxdp");
+TEST(PlanReload, XdpRulesNeedARestartInDpdkMode) {
+  const std::string before =
+      replace(kXdp, "mode: xdp-filter", "mode: dpdk\ndpdk: {ipv4: 10.0.0.1}");
   const std::string after = replace(before, "class: 2", "class: 0");
   const ReloadPlan p = plan(before, after);
   EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.cidr_rules"));
-  EXPECT_NE(p.refusalMessage().find("xdp-filter mode only"), std::string::npos);
+  EXPECT_NE(p.refusalMessage().find("dpdk mode's ingress filter"), std::string::npos);
 }
 
 constexpr const char* kRemote = R"(
