@@ -521,9 +521,21 @@ Server::ReloadResult Server::reload() {
     if (mode_) mode_->modelsChanged(models_);
   }
   if (plan->tenants) {
+    std::vector<std::string> before;  // tenant names whose series leave /metrics if they go
+    if (const frontend::TenantLimiter* t = tenants_.current()) {
+      for (size_t i = 0; i < t->tenants(); ++i) before.push_back(t->name(static_cast<int>(i)));
+    }
     // Checked above: cannot fail. Old limiters stay alive for their leases.
     if (absl::Status st = tenants_.publish(std::move(next_tenants)); !st.ok())
       spdlog::warn("config reload: {}", std::string(st.message()));
+    const frontend::TenantLimiter* now = tenants_.current();
+    for (const std::string& name : before) {
+      bool kept = false;
+      for (size_t i = 0; now != nullptr && i < now->tenants(); ++i)
+        kept = kept || now->name(static_cast<int>(i)) == name;
+      // (a tenant added back later registers, and so shows, its series again)
+      if (!kept) common::MetricsRegistry::global().hideSeries({{"tenant", name}});
+    }
   }
   if (next_priority) {
     if (absl::Status st = client_priority_.publish(std::move(*next_priority)); !st.ok())

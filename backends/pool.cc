@@ -509,6 +509,15 @@ void Pool::reap() {
         ++it;
       }
     }
+    // The series of an endpoint that left the set leave /metrics with it (hidden in the same
+    // critical section as the erase: an address added back later registers, and so shows,
+    // its series again after this).
+    for (const auto& e : closed) {
+      const std::string& a = e->client->address();
+      const bool again = std::any_of(endpoints_.begin(), endpoints_.end(),
+                                     [&a](const auto& o) { return o->client->address() == a; });
+      if (metrics_ != nullptr && !again) metrics_->hideSeries({{"model", model_}, {"endpoint", a}});
+    }
   }
   for (auto& e : closed) {
     e->client->shutdown();

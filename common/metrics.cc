@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <set>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -312,6 +313,7 @@ struct MetricsRegistry::Family {
   std::map<std::string, std::unique_ptr<Counter>> counters;
   std::map<std::string, std::unique_ptr<Gauge>> gauges;
   std::map<std::string, std::unique_ptr<Histogram>> histograms;
+  std::set<std::string> hidden;  // canonical label strings not rendered (hideSeries)
 };
 
 namespace {
@@ -348,7 +350,9 @@ Counter& MetricsRegistry::counter(std::string_view name, std::string_view help,
                                   const Labels& labels) {
   std::lock_guard lock(mu_);
   Family& f = familyFor(families_, name, help, MetricType::kCounter);
-  auto& slot = f.counters[canonicalLabels(name, labels, false)];
+  std::string key = canonicalLabels(name, labels, false);
+  f.hidden.erase(key);
+  auto& slot = f.counters[std::move(key)];
   if (!slot) slot = std::make_unique<Counter>();
   return *slot;
 }
@@ -357,7 +361,9 @@ Gauge& MetricsRegistry::gauge(std::string_view name, std::string_view help,
                               const Labels& labels) {
   std::lock_guard lock(mu_);
   Family& f = familyFor(families_, name, help, MetricType::kGauge);
-  auto& slot = f.gauges[canonicalLabels(name, labels, false)];
+  std::string key = canonicalLabels(name, labels, false);
+  f.hidden.erase(key);
+  auto& slot = f.gauges[std::move(key)];
   if (!slot) slot = std::make_unique<Gauge>();
   return *slot;
 }
@@ -367,7 +373,9 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
                                       double scale) {
   std::lock_guard lock(mu_);
   Family& f = familyFor(families_, name, help, MetricType::kHistogram);
-  auto& slot = f.histograms[canonicalLabels(name, labels, true)];
+  std::string key = canonicalLabels(name, labels, true);
+  f.hidden.erase(key);
+  auto& slot = f.histograms[std::move(key)];
   if (!slot) {
     slot = std::make_unique<Histogram>(std::move(upper_bounds), scale);
   } else {
@@ -379,6 +387,43 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
     }
   }
   return *slot;
+}
+
+size_t MetricsRegistry::hideSeries(const Labels& match) {
+  if (match.empty()) return 0;
+  // Each pair as it appears in a canonical key (`k="escaped v"`), delimited by ',' or an end:
+  // escaping leaves no bare '"' inside a value, so a fragment cannot match across pairs.
+  std::vector<std::string> frags;
+  for (const auto& [k, v] : match) {
+    std::string f = k + "=\"";
+    appendEscaped(f, v, true);
+    f += '"';
+    frags.push_back(std::move(f));
+  }
+  auto matches = [&frags](const std::string& key) {
+    for (const std::string& f : frags) {
+      bool found = false;
+      for (size_t pos = key.find(f); pos != std::string::npos && !found;
+           pos = key.find(f, pos + 1)) {
+        found = (pos == 0 || key[pos - 1] == ',') &&
+                (pos + f.size() == key.size() || key[pos + f.size()] == ',');
+      }
+      if (!found) return false;
+    }
+    return true;
+  };
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (auto& [name, fp] : families_) {
+    Family& f = *fp;
+    auto hide = [&](const std::string& key) {
+      if (matches(key) && f.hidden.insert(key).second) ++n;
+    };
+    for (const auto& [key, c] : f.counters) hide(key);
+    for (const auto& [key, g] : f.gauges) hide(key);
+    for (const auto& [key, h] : f.histograms) hide(key);
+  }
+  return n;
 }
 
 void MetricsRegistry::addCollector(Collector c) {
@@ -405,6 +450,7 @@ std::string MetricsRegistry::renderPrometheus() const {
       switch (f.type) {
         case MetricType::kCounter:
           for (const auto& [labels, c] : f.counters) {
+            if (f.hidden.count(labels)) continue;
             appendSeriesName(out, name, "", labels);
             out += ' ';
             appendUint(out, c->value());
@@ -413,6 +459,7 @@ std::string MetricsRegistry::renderPrometheus() const {
           break;
         case MetricType::kGauge:
           for (const auto& [labels, g] : f.gauges) {
+            if (f.hidden.count(labels)) continue;
             appendSeriesName(out, name, "", labels);
             out += ' ';
             appendInt(out, g->value());
@@ -421,6 +468,7 @@ std::string MetricsRegistry::renderPrometheus() const {
           break;
         case MetricType::kHistogram:
           for (const auto& [labels, h] : f.histograms) {
+            if (f.hidden.count(labels)) continue;
             const LogLinearHistogram snap = h->snapshot();
             // Each log-linear bucket is attributed to the first exposition bound whose limit
             // (floor(bound * scale)) is >= the bucket's upper value. Counts are exact where

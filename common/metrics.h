@@ -126,6 +126,12 @@ class MetricsRegistry {
   Histogram& histogram(std::string_view name, std::string_view help, const Labels& labels,
                        std::vector<double> upper_bounds, double scale);
 
+  // Hides every series (of any family) whose labels include all of `match` from the
+  // exposition: what a removed endpoint or tenant leaves behind. The objects stay (references
+  // handed out stay valid, and may still be written); registering the same (name, labels)
+  // again shows the series again, with its value. Returns the number of series hidden now.
+  size_t hideSeries(const Labels& match);
+
   // A value computed at scrape time (e.g. XDP per-CPU counters read from a BPF map).
   using Collector = std::function<void(std::string& out)>;  // appends exposition lines
   void addCollector(Collector c);

@@ -69,6 +69,11 @@ class ReloadEndpointsTest(bf.BackendTestCase):
         self.assertEqual(c2["ready_calls"], c1["ready_calls"])
         self.assertGreaterEqual(b2["ready_calls"], b1["ready_calls"] + 5)
         self.assertEqual(gw.metric("infergate_backend_endpoints", model="remote"), 1)
+        # A's series left /metrics with it (closed after draining); B's are there.
+        _, _, text = harness.http_request(gw.admin_port, "GET", "/metrics")
+        text = text.decode()
+        self.assertNotIn('endpoint="%s"' % a.address, text)
+        self.assertIn('infergate_backend_healthy{endpoint="%s",model="remote"} 1' % b.address, text)
         log = gw.read_log()
         self.assertIn("model 'gone': retired: every triton endpoint closed", log)
         self.assertIn("endpoint %s drained and closed" % a.address, log)

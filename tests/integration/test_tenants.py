@@ -21,7 +21,8 @@ queue of one). Shown:
     (0.2 requests per second, burst 2: its third request 429 Retry-After 5) gets a full bucket
     at its new rate (0.5 per second, burst 3): exactly three more admitted, the fourth 429 with
     Retry-After 2; the lab tenant's requests running meanwhile all succeed (none fails), and
-    delta's metrics series continue (5 admitted, 2 rate_limited).
+    delta's metrics series continue (5 admitted, 2 rate_limited); a reload without delta takes
+    its series out of /metrics, one with it again brings them back with their counts.
 """
 import json
 import os
@@ -267,6 +268,19 @@ class TenantsTest(unittest.TestCase):
             # One series per name across the reload.
             self.assertEqual(self.count("delta", "admitted"), 5)
             self.assertEqual(self.count("delta", "rate_limited"), 2)
+            # A reload without delta: its series leave /metrics; back: they are there again,
+            # with their counts.
+            with open(GW.config_path, "w") as f:
+                f.write(original.replace(
+                    "    - {name: delta, api_keys: [delta-key-0b6e], rate: 0.2, burst: 2}\n", ""))
+            status, _, resp = harness.http_request(GW.admin_port, "POST", "/admin/reload")
+            self.assertEqual(status, 200, resp)
+            self.assertNotIn('tenant="delta"', GW.metrics())
+            with open(GW.config_path, "w") as f:
+                f.write(original)
+            status, _, resp = harness.http_request(GW.admin_port, "POST", "/admin/reload")
+            self.assertEqual(status, 200, resp)
+            self.assertEqual(self.count("delta", "admitted"), 5)
         finally:
             stop.set()
             worker.join(20)

@@ -535,3 +535,37 @@ TEST(MetricsRegistry, CollectorsAppendedAfterFamilies) {
 
 }  // namespace
 }  // namespace infergate::common
+
+namespace infergate::common {
+namespace {
+
+// What a removed endpoint or tenant leaves behind leaves the exposition (hideSeries), and
+// comes back with its value when registered again.
+TEST(MetricsRegistryHide, HidesEverySeriesWithTheLabelsAndShowsThemAgainOnRegistration) {
+  MetricsRegistry r;
+  r.counter("t_batches_total", "b", {{"model", "m"}, {"endpoint", "a:1"}}).inc(3);
+  r.gauge("t_healthy", "h", {{"endpoint", "a:1"}, {"model", "m"}}).set(1);
+  r.histogram("t_seconds", "s", {{"model", "m"}, {"endpoint", "a:1"}, {"path", "shm"}}, {0.1}, 1e6)
+      .record(5);
+  r.counter("t_batches_total", "b", {{"model", "m"}, {"endpoint", "b:1"}}).inc(7);
+  r.counter("t_batches_total", "b", {{"model", "other"}, {"endpoint", "a:1"}}).inc(9);
+  // A value that contains what a pair looks like must not match across pairs.
+  r.counter("t_batches_total", "b", {{"model", "m\",endpoint=\"a:1"}, {"endpoint", "c:1"}}).inc(1);
+  EXPECT_EQ(r.hideSeries({{"model", "m"}, {"endpoint", "a:1"}}), 3u);
+  EXPECT_EQ(r.hideSeries({{"model", "m"}, {"endpoint", "a:1"}}), 0u) << "already hidden";
+  std::string text = r.renderPrometheus();
+  EXPECT_EQ(text.find("endpoint=\"a:1\",model=\"m\""), std::string::npos) << text;
+  EXPECT_NE(text.find("t_batches_total{endpoint=\"b:1\",model=\"m\"} 7"), std::string::npos);
+  EXPECT_NE(text.find("t_batches_total{endpoint=\"a:1\",model=\"other\"} 9"), std::string::npos);
+  EXPECT_NE(text.find("endpoint=\"c:1\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("t_seconds_bucket"), std::string::npos);
+  // Registered again (the endpoint came back): shown, with the value it kept.
+  r.counter("t_batches_total", "b", {{"endpoint", "a:1"}, {"model", "m"}}).inc();
+  text = r.renderPrometheus();
+  EXPECT_NE(text.find("t_batches_total{endpoint=\"a:1\",model=\"m\"} 4"), std::string::npos);
+  EXPECT_EQ(text.find("t_healthy{endpoint=\"a:1\""), std::string::npos) << "only what registered";
+  EXPECT_EQ(r.hideSeries({}), 0u) << "an empty match hides nothing";
+}
+
+}  // namespace
+}  // namespace infergate::common
