@@ -318,6 +318,21 @@ void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
   }
   const backends::ModelConfig& cfg = model->config();
   if (absl::Status st = backends::validateRequest(cfg, req); !st.ok()) return respond(fail(st));
+  // Sequence affinity by metadata, as the REST path by header: the model's sequence_id_header
+  // carries a (string) sequence id; the sequence_id parameter wins.
+  if (const std::string_view name = backends::sequenceIdHeader(cfg);
+      !name.empty() && !req.sequence.active()) {
+    std::string lower(name);
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (const std::string* v = call.customMetadata(lower); v != nullptr && !v->empty()) {
+      if (v->size() > 256) {
+        return respond(fail(absl::InvalidArgumentError(
+            lower + " must be at most 256 bytes (a sequence id)")));
+      }
+      req.sequence.id = *v;
+      req.sequence.id_is_string = true;
+    }
+  }
   {
     // As the REST path: parameter, then x-infergate-priority metadata, then the ingress tag.
     absl::StatusOr<int64_t> prio =

@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "backends/tensor.h"
@@ -59,6 +61,19 @@ struct GrpcCall {
   // The ingress tag's priority class 0..3 (net::Transport::ingressTag() when the call's headers
   // arrived: xdp-filter and afxdp modes); nullopt without a tag.
   std::optional<int> priority_class;
+  // Custom metadata ("x-" names other than the ones above and the tenants' API key header),
+  // as sent: at most kMaxCustomMetadata entries, names up to 64 bytes, values up to 4 KiB (the
+  // rest is not kept). What the service reads by a configured name: a model's
+  // sequence_id_header (docs/BACKENDS.md "Sequences").
+  static constexpr size_t kMaxCustomMetadata = 4;
+  std::vector<std::pair<std::string, std::string>> custom_metadata;
+  // The value of custom metadata `name` (lower case), or nullptr.
+  const std::string* customMetadata(std::string_view name) const {
+    for (const auto& [n, v] : custom_metadata) {
+      if (n == name) return &v;
+    }
+    return nullptr;
+  }
   // The connection's source may choose the call's priority (ClientPriorityPolicy): the
   // metadata above and the ModelInfer priority parameter count only when true.
   bool priority_trusted = true;

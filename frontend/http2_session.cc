@@ -171,6 +171,9 @@ struct Http2Session::Callbacks {
                    h.options_.tenants != nullptr ? h.options_.tenants->current() : nullptr;
                t != nullptr && n == t->apiKeyHeader()) {
       s->api_key = v;  // within max_header_list_bytes; dropped at admission
+    } else if (n.size() > 2 && n.size() <= 64 && n.substr(0, 2) == "x-" && v.size() <= 4096 &&
+               s->call.custom_metadata.size() < GrpcCall::kMaxCustomMetadata) {
+      s->call.custom_metadata.emplace_back(n, v);  // HTTP/2 names are lower case (RFC 9113 8.2)
     }
     return 0;
   }

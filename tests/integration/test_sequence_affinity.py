@@ -8,8 +8,9 @@ on the first, end on the last), each sequence request goes alone (batch size 1);
 killed mid-sequence -> each of its sequences' next request gets 400 (FAILED_PRECONDITION)
 naming the endpoint, the one after that 400 "not bound" (never moved to another server), while
 the other sequences keep going on their own servers to their end; the bindings gauge ends at 0;
-a sequence identified by the configured header (sequence_id_header) and one sent over gRPC
-(string id, bool flags) stay on one server each, their flags forwarded.
+a sequence identified by the configured header (sequence_id_header), one sent over gRPC
+(string id, bool flags) and one identified by that header as gRPC metadata stay on one server
+each, their flags forwarded; a metadata id over 256 bytes gets INVALID_ARGUMENT.
 """
 import json
 import os
@@ -163,8 +164,27 @@ class SequenceAffinityTest(bf.BackendTestCase):
                 req.raw_input_contents.append(struct.pack("<16f", *([float(k)] * 16)))
                 resp = call(req, timeout=10)
                 self.assertEqual(resp.raw_output_contents[0], req.raw_input_contents[0])
+            # gRPC metadata: the configured header name carries the id (as in REST).
+            for k in range(4):
+                req = pb.ModelInferRequest(model_name="remote")
+                if k == 0:
+                    req.parameters["sequence_start"].bool_param = True
+                req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+                req.raw_input_contents.append(struct.pack("<16f", *([float(k)] * 16)))
+                resp = call(req, timeout=10, metadata=(("x-session-id", "grpc-meta"),))
+                self.assertEqual(resp.raw_output_contents[0], req.raw_input_contents[0])
+            req = pb.ModelInferRequest(model_name="remote")
+            req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 16])
+            req.raw_input_contents.append(struct.pack("<16f", *([0.0] * 16)))
+            with self.assertRaises(bf.grpc.RpcError) as too_long:
+                call(req, timeout=10, metadata=(("x-session-id", "s" * 300),))
+            self.assertEqual(too_long.exception.code(), bf.grpc.StatusCode.INVALID_ARGUMENT)
         finally:
             ch.close()
+        meta = [s for s in servers if s is not victim and
+                "grpc-meta" in [x[0] for x in s.control("Stats").get("sequences", [])]]
+        self.assertEqual(len(meta), 1)
+        self.assertEqual([x[0] for x in meta[0].control("Stats")["sequences"]].count("grpc-meta"), 4)
         seen = [[x for x in s.control("Stats").get("sequences", []) if x[0] == "grpc-1"]
                 for s in servers if s is not victim]
         seen = [x for x in seen if x]
