@@ -348,7 +348,10 @@ class DeployManifestsTest(unittest.TestCase):
         src = harness.ARGS.source
         with open(os.path.join(src, "Containerfile")) as f:
             text = f.read()
-        stages = re.findall(r"^FROM (\S+)(?: AS (\w+))?", text, re.M)
+        # The stages start from build args (BASE, RUNTIME_BASE) whose defaults are Debian 12.
+        args = dict(re.findall(r"^ARG (\w+)=(\S+)$", text, re.M))
+        stages = [(re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), img), name)
+                  for img, name in re.findall(r"^FROM (\S+)(?: AS (\w+))?", text, re.M)]
         self.assertEqual([img.split(":")[0].split("/")[-1] for img, _ in stages], ["debian", "debian"])
         self.assertTrue(all("bookworm" in img for img, _ in stages), stages)
         self.assertRegex(text, r"RUN .*bash scripts/build\.sh")
