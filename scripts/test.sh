@@ -25,11 +25,15 @@ if [ -d /usr/local/cuda/include ]; then
   ./build-cuda/tests/unit_backends_device_region_test --gtest_brief=1
 fi
 
-(cd build && ctest --output-on-failure --timeout 600 -j1)
+# Everything but the unit tests through ctest (one process per case); the unit tests one process
+# per binary (scripts/run-unit-binaries.py: the same cases, without a process start per case).
+(cd build && ctest --output-on-failure --timeout 600 -j1 -LE '^unit$')
+/usr/bin/python3 scripts/run-unit-binaries.py build -L '^unit$'
 
 # Sanitizers and fuzzing (docs/FUZZING.md), in one clang build directory, build-fuzz, where
 # everything is compiled with ASan + UBSan (every report fatal) and libFuzzer's coverage:
-#  - the unit tests (ctest -L unit: not the BPF or integration tests) run under the sanitizers;
+#  - the unit tests (label unit: not the BPF or integration tests) run under the sanitizers,
+#    one process per binary (scripts/run-unit-binaries.py);
 #  - every fuzz target replays tests/fuzz/regressions/, then fuzzes its seed corpus for
 #    INFERGATE_FUZZ_SECONDS (default 8; 14 targets, about 2.5 minutes in all: docs/FUZZING.md
 #    has the CI time budget).
@@ -47,8 +51,8 @@ if command -v clang++ >/dev/null; then
   # Not there: the tests that install the seccomp filter in a child (app/privileges). The filter
   # allows the gateway's system calls only, and the sanitizer runtimes make others on every new
   # thread (sigaltstack, sched_getaffinity, open of /proc/self/maps): they run in build/ above.
-  (cd build-fuzz && UBSAN_OPTIONS=print_stacktrace=1 ctest -L unit --output-on-failure \
-     --timeout 600 -j1 -E '^(SeccompFilter\.|DropPrivileges\.EveryThreadEndsWithNothingButWhatIsKept$)')
+  UBSAN_OPTIONS=print_stacktrace=1 /usr/bin/python3 scripts/run-unit-binaries.py build-fuzz \
+    -L '^unit$' -E '^(SeccompFilter\.|DropPrivileges\.EveryThreadEndsWithNothingButWhatIsKept$)'
   bash tests/fuzz/run.sh build-fuzz "${INFERGATE_FUZZ_SECONDS:-8}"
 else
   echo "fuzz and sanitized unit tests: skipped: clang++ not installed (scripts/install-deps.sh installs it)"
