@@ -17,26 +17,11 @@
 
 #include "backends/batched_model.h"
 #include "net/burst.h"
+#include "tests/unit/backends/tiny_model.h"
 
 namespace infergate::backends {
 namespace {
 
-ModelConfig modelConfig(int max_batch) {
-  ModelConfig c;
-  c.name = "m";
-  c.version = "1";
-  c.max_batch_size = max_batch;
-  c.inputs = {{"IN", DataType::kFp32, {1}}};
-  c.outputs = {{"OUT", DataType::kFp32, {1}}};
-  return c;
-}
-
-InferRequest request() {
-  InferRequest r;
-  r.model_name = "m";
-  r.inputs.push_back(Tensor{"IN", DataType::kFp32, {1, 1}, std::vector<uint8_t>(4, 7)});
-  return r;
-}
 
 // The threads of this process (/proc/self/task).
 int threadCount() {
@@ -118,13 +103,13 @@ struct Fixture {
   Fixture(int max_batch, BatchingConfig cfg) {
     auto b = std::make_unique<HeldBackend>();
     backend = b.get();
-    auto m = BatchedModel::create(modelConfig(max_batch), cfg, std::move(b), nullptr, nullptr);
+    auto m = BatchedModel::create(test_util::tinyModelConfig(max_batch), cfg, std::move(b), nullptr, nullptr);
     EXPECT_TRUE(m.ok()) << m.status();
     if (m.ok()) model = std::move(*m);
     threads_with_model = threadCount();  // the backend's worker and the dispatcher included
   }
   void submit() {
-    model->infer(request(), [this](absl::StatusOr<InferResponse> res) {
+    model->infer(test_util::tinyRequest(), [this](absl::StatusOr<InferResponse> res) {
       std::lock_guard<std::mutex> lock(mu);
       if (res.ok()) {
         ++ok;

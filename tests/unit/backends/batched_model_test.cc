@@ -15,26 +15,11 @@
 
 #include "backends/identity_model.h"
 #include "net/burst.h"
+#include "tests/unit/backends/tiny_model.h"
 
 namespace infergate::backends {
 namespace {
 
-ModelConfig modelConfig(int max_batch) {
-  ModelConfig c;
-  c.name = "m";
-  c.version = "1";
-  c.max_batch_size = max_batch;
-  c.inputs = {{"IN", DataType::kFp32, {1}}};
-  c.outputs = {{"OUT", DataType::kFp32, {1}}};
-  return c;
-}
-
-InferRequest request() {
-  InferRequest r;
-  r.model_name = "m";
-  r.inputs.push_back(Tensor{"IN", DataType::kFp32, {1, 1}, std::vector<uint8_t>(4, 7)});
-  return r;
-}
 
 // Records the batches it runs (size, thread, answers seen so far) and completes them inline
 // (on the caller's thread) or, with `async`, on its own worker thread in order.
@@ -124,12 +109,12 @@ struct Fixture {
   Fixture(int max_batch, BatchingConfig cfg, bool async) {
     auto b = std::make_unique<RecordingBackend>(async, &answered);
     backend = b.get();
-    auto m = BatchedModel::create(modelConfig(max_batch), cfg, std::move(b), nullptr, nullptr);
+    auto m = BatchedModel::create(test_util::tinyModelConfig(max_batch), cfg, std::move(b), nullptr, nullptr);
     EXPECT_TRUE(m.ok()) << m.status();
     if (m.ok()) model = std::move(*m);
   }
   void submit() {
-    model->infer(request(), [this](absl::StatusOr<InferResponse> res) {
+    model->infer(test_util::tinyRequest(), [this](absl::StatusOr<InferResponse> res) {
       if (res.ok()) ok.fetch_add(1);
       answered.fetch_add(1);
     });
