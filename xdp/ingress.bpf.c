@@ -202,19 +202,13 @@ static __always_inline __u32 ig_overload_level(void)
 	return rt ? rt->overload_level : 0;
 }
 
-/* The rules in force, and their entry (handed to the global subprograms, so that one packet is
- * judged by one entry even when a reload flips rules_slot meanwhile). */
-static __always_inline const struct ig_config *ig_rules_get(__u32 *slot)
+/* The rules in force, looked up once per packet; the pointer is handed to the global
+ * subprograms, so one packet is judged by one entry even when a reload flips rules_slot
+ * meanwhile. */
+static __always_inline const struct ig_config *ig_rules_get(void)
 {
 	struct ig_runtime *rt = ig_runtime_get();
 	__u32 s = rt ? rt->rules_slot & 1 : 0;
-	*slot = s;
-	return bpf_map_lookup_elem(&ig_rules, &s);
-}
-
-static __always_inline const struct ig_config *ig_rules_at(__u32 slot)
-{
-	__u32 s = slot & 1;
 	return bpf_map_lookup_elem(&ig_rules, &s);
 }
 
@@ -284,18 +278,18 @@ static __always_inline void ig_count_class(__u8 cls, __u8 verdict)
 /* Stages 2 and 3 of the HTTP/1 check run as global subprograms: the verifier checks each once
  * with its arguments unknown, instead of once per path through stage 1. */
 __attribute__((noinline)) int ig_target_end_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 i,
-					   __u32 slot)
+					   const struct ig_config *r)
 {
 	const __u8 *data = (const __u8 *)(long)ctx->data;
 	const __u8 *end = (const __u8 *)(long)ctx->data_end;
-	const struct ig_config *r = ig_rules_at(slot);
 	if (!p || !r)
 		return 0;
 	ig_check_target_end(data, end, r, p, i);
 	return 0;
 }
 
-__attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_parse *p, __u32 slot)
+__attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_parse *p,
+					    const struct ig_config *r)
 {
 	const __u8 *data = (const __u8 *)(long)ctx->data;
 	const __u8 *end = (const __u8 *)(long)ctx->data_end;
@@ -303,7 +297,7 @@ __attribute__((noinline)) int ig_scan_target_sub(struct xdp_md *ctx, struct ig_p
 		return 0;
 	/* = ig_scan_target(); the call resets what the verifier knows about i, so the rest is
 	 * checked once rather than once per word count */
-	return ig_target_end_sub(ctx, p, ig_scan_target_words(data, end, p), slot);
+	return ig_target_end_sub(ctx, p, ig_scan_target_words(data, end, p), r);
 }
 
 __attribute__((noinline)) int ig_match_prefixes_sub(const struct ig_config *cfg,
@@ -461,8 +455,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 	struct ig_tag tag = {};
 	int have_tag = 0;
 	int cookie_flow = 0; /* the ack is our cookie and the stack never saw the SYN */
-	__u32 slot = 0;
-	const struct ig_config *rules = ig_rules_get(&slot);
+	const struct ig_config *rules = ig_rules_get();
 
 	if (!rules) { /* cannot happen (an array entry below max_entries) */
 		ig_count(XDP_PASS, IG_R_NONE, frame_len);
@@ -603,7 +596,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 			__u8 src_cls = IG_CLASS_NONE, src_exempt = 0, src_trusted = 0, src_done = 0;
 			/* = ig_classify_payload(), stage by stage */
 			if (ig_classify_start_sub(ctx, &p, known_first, rules)) {
-				ig_scan_target_sub(ctx, &p, slot);
+				ig_scan_target_sub(ctx, &p, rules);
 				if (p.reason == IG_R_REQUEST && rules->cidr_rules &&
 				    (rules->cidr_classes || (p.hdr_len && p.cls == IG_CLASS_NONE))) {
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
