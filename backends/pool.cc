@@ -410,7 +410,7 @@ void Pool::retire(std::function<bool()> upstream_idle) {
 
 bool Pool::retiredAndClosed() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return closed_ && endpoints_.empty();
+  return shut_down_;
 }
 
 void Pool::retiredLoop(std::unique_lock<std::mutex>& lock) {
@@ -453,6 +453,9 @@ void Pool::retiredLoop(std::unique_lock<std::mutex>& lock) {
     cv_.wait_for(lock, kPoll, [this] { return stopping_; });
   }
   if (closed_ && endpoints_.empty()) {
+    // Only now: reap() erased the endpoints under the lock but called their shutdown() after
+    // releasing it, so "endpoints_ is empty" alone was true before the last one was closed.
+    shut_down_ = true;
     spdlog::info("model '{}': retired: every {} endpoint closed, background threads stopped",
                  model_, kind_);
   }

@@ -197,7 +197,7 @@ class Pool : public BatchBackend {
   // first), drops the sequence bindings and exits. A batch after that: UNAVAILABLE.
   static constexpr uint64_t kRetireGraceMs = 200;
   void retire(std::function<bool()> upstream_idle) override;
-  // retire() has closed every endpoint (tests).
+  // retire() has closed every endpoint: each one's shutdown() has returned (tests).
   bool retiredAndClosed() const;
 
   // Probes every endpoint until one is healthy or startup_timeout_ms passes, then starts the
@@ -343,6 +343,7 @@ class Pool : public BatchBackend {
   bool started_ = false;
   bool retired_ = false;                 // retire() called
   bool closed_ = false;                  // retired and every endpoint closed (or closing)
+  bool shut_down_ = false;               // retired, and every endpoint's shutdown() returned
   std::function<bool()> upstream_idle_;  // retire()'s predicate
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;
