@@ -57,8 +57,8 @@ void waitUntil(std::chrono::steady_clock::time_point until) {
 }  // namespace
 
 SimulatedDevice::SimulatedDevice(uint64_t fixed_us, uint64_t per_item_us)
-    : fixed_us_(fixed_us), per_item_us_(per_item_us) {
-  if (fixed_us_ + per_item_us_ > 0) worker_ = std::thread([this] { loop(); });
+    : fixed_us_(fixed_us), per_item_us_(per_item_us), has_cost_(fixed_us + per_item_us > 0) {
+  if (has_cost_) worker_ = std::thread([this] { loop(/*set_timer_slack=*/true); });
 }
 
 SimulatedDevice::~SimulatedDevice() {
@@ -70,27 +70,71 @@ SimulatedDevice::~SimulatedDevice() {
   if (worker_.joinable()) worker_.join();
 }
 
+void SimulatedDevice::ensureWorkerLocked() {
+  if (!exited_) return;
+  // The thread set exited_ under mu_ and returned without taking it again: the join is short.
+  worker_.join();
+  exited_ = false;
+  // No prctl on this thread: it may start after the seccomp filter is in force (its kill
+  // action would end the process); a late job to a retired model runs with the default slack.
+  worker_ = std::thread([this] { loop(/*set_timer_slack=*/false); });
+}
+
 void SimulatedDevice::run(uint64_t items, std::function<void()> job) {
-  if (!worker_.joinable()) {
+  if (!has_cost_) {
     job();
     return;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    ensureWorkerLocked();
     jobs_.push_back(Job{items, std::move(job), std::chrono::steady_clock::now()});
   }
   cv_.notify_one();
 }
 
-void SimulatedDevice::loop() {
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // see waitUntil
+void SimulatedDevice::retire(std::function<bool()> upstream_idle) {
+  if (!has_cost_) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_ = true;
+    upstream_idle_ = std::move(upstream_idle);
+  }
+  cv_.notify_all();
+}
+
+bool SimulatedDevice::hostThreadRunning() const {
+  if (!has_cost_) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  return !exited_;
+}
+
+void SimulatedDevice::loop(bool set_timer_slack) {
+  if (set_timer_slack) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // see waitUntil
   // When the device finishes the job before (it is busy until then).
   std::chrono::steady_clock::time_point device_free{};
   for (;;) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      const auto has_work = [this] { return stopping_ || !jobs_.empty(); };
+      if (retired_) {
+        // Retired: wait for a job at most the grace, then leave if nothing more is coming.
+        if (!cv_.wait_for(lock, std::chrono::milliseconds(kRetireGraceMs), has_work)) {
+          std::function<bool()> idle = upstream_idle_;
+          lock.unlock();  // the predicate may take the batcher's locks
+          const bool upstream_idle = !idle || idle();
+          lock.lock();
+          if (upstream_idle && jobs_.empty() && !stopping_) {
+            exited_ = true;
+            return;
+          }
+          continue;
+        }
+      } else {
+        cv_.wait(lock, [&] { return has_work() || retired_; });
+        if (jobs_.empty() && !stopping_) continue;  // retired: wait with the grace above
+      }
       if (jobs_.empty()) return;  // stopping and drained
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -158,9 +202,9 @@ absl::StatusOr<std::unique_ptr<Model>> createRemoteModel(const ModelConfig& conf
   if (batching != nullptr && batching->enabled) {
     bc = *batching;
   } else {
-    bc.max_inflight_batches = static_cast<uint32_t>(
-        std::max<size_t>(1, config.remote->endpoints.size() *
-                                std::max<uint32_t>(config.remote->max_concurrency, 1)));
+    bc.max_inflight_batches = static_cast<uint32_t>(std::max<size_t>(
+        1,
+        config.remote->endpoints.size() * std::max<uint32_t>(config.remote->max_concurrency, 1)));
   }
   absl::StatusOr<std::unique_ptr<BatchBackend>> backend =
       config.backend == "triton" ? createTritonBackend(config, bc.max_inflight_batches, metrics)
@@ -169,16 +213,15 @@ absl::StatusOr<std::unique_ptr<Model>> createRemoteModel(const ModelConfig& conf
   // With Triton system shared memory, the batch buffers themselves are the shared regions
   // (registered with the endpoints by the pool): a batch's inputs reach Triton with no copy.
   PinnedOptions shared;
-  if (config.backend == "triton" &&
-      config.remote->shared_memory == SharedMemoryKind::kSystem) {
+  if (config.backend == "triton" && config.remote->shared_memory == SharedMemoryKind::kSystem) {
     if (pinned != nullptr) {
       shared = *pinned;
     } else {
       shared.try_cuda = shared.try_huge_pages = shared.try_mlock = false;
     }
     static std::atomic<uint32_t> counter{0};
-    shared.shared_key = fmt::format("/infergate.{}.{}.buf{}", ::getpid(), config.name,
-                                    counter.fetch_add(1));
+    shared.shared_key =
+        fmt::format("/infergate.{}.{}.buf{}", ::getpid(), config.name, counter.fetch_add(1));
     pinned = &shared;
   }
   absl::StatusOr<std::unique_ptr<BatchedModel>> m =

@@ -27,14 +27,25 @@ namespace infergate::backends {
 // on the device when it was queued, not when the callback returns. With no cost there is no
 // thread and jobs run inline on the caller's thread. The destructor runs every accepted job
 // first.
+//
+// Retirement (the model left the registry): the host thread exits once it has had no job for
+// kRetireGraceMs and `upstream_idle()` says nothing more is coming; a job that arrives anyway
+// starts it again. A retired model keeps no idle thread for the process's life.
 class SimulatedDevice {
  public:
+  static constexpr uint64_t kRetireGraceMs = 200;
+
   SimulatedDevice(uint64_t fixed_us, uint64_t per_item_us);
   ~SimulatedDevice();
   SimulatedDevice(const SimulatedDevice&) = delete;
   SimulatedDevice& operator=(const SimulatedDevice&) = delete;
 
   void run(uint64_t items, std::function<void()> job);
+  // Never blocks. `upstream_idle` (nullptr: always idle) must stay callable for the device's
+  // lifetime; it is called without the device's lock held.
+  void retire(std::function<bool()> upstream_idle);
+  // The host thread is running (tests). Any thread.
+  bool hostThreadRunning() const;
 
  private:
   struct Job {
@@ -42,13 +53,19 @@ class SimulatedDevice {
     std::function<void()> fn;
     std::chrono::steady_clock::time_point queued;
   };
-  void loop();
+  void loop(bool set_timer_slack);
+  // With mu_ held: (re)starts the host thread if it exited after retirement.
+  void ensureWorkerLocked();
 
   const uint64_t fixed_us_, per_item_us_;
-  std::mutex mu_;
+  const bool has_cost_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
+  bool retired_ = false;
+  bool exited_ = false;  // the host thread returned (retired and idle); joined on restart
+  std::function<bool()> upstream_idle_;
   std::thread worker_;
 };
 
@@ -60,6 +77,7 @@ class IdentityModel : public Model {
   const ModelConfig& config() const override { return config_; }
   bool ready() const override { return true; }
   void infer(InferRequest request, InferCallback done) override;
+  void retire() override { device_.retire(nullptr); }
 
   // The response for `request` (no cost applied). Exposed for tests.
   InferResponse compute(InferRequest&& request) const;
@@ -78,6 +96,11 @@ class IdentityBatchBackend : public BatchBackend {
   explicit IdentityBatchBackend(ModelConfig config);
   ~IdentityBatchBackend() override;  // completes every accepted batch first
   void execute(const Batch& batch, BatchDone done) override;
+  // The device's host thread exits once the batcher is drained (SimulatedDevice::retire).
+  void retire(std::function<bool()> upstream_idle) override {
+    device_.retire(std::move(upstream_idle));
+  }
+  bool deviceThreadRunning() const { return device_.hostThreadRunning(); }  // tests
 
  private:
   BatchOutputs outputs(const Batch& batch) const;

@@ -1,7 +1,8 @@
 // A retired BatchedModel (Model::retire, ModelRegistry::update) finishes what it accepted and
 // then its dispatcher thread exits: requests queued at retirement are all served (due at once,
 // after a queue delay, or behind a full in-flight limit), later ones are refused with a clear
-// UNAVAILABLE, and the process has one thread fewer.
+// UNAVAILABLE, and the process has one thread fewer (and none of an identity model's simulated
+// device once it is idle).
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -16,12 +17,12 @@
 #include <vector>
 
 #include "backends/batched_model.h"
+#include "backends/identity_model.h"
 #include "net/burst.h"
 #include "tests/unit/backends/tiny_model.h"
 
 namespace infergate::backends {
 namespace {
-
 
 // The threads of this process (/proc/self/task).
 int threadCount() {
@@ -103,7 +104,8 @@ struct Fixture {
   Fixture(int max_batch, BatchingConfig cfg) {
     auto b = std::make_unique<HeldBackend>();
     backend = b.get();
-    auto m = BatchedModel::create(test_util::tinyModelConfig(max_batch), cfg, std::move(b), nullptr, nullptr);
+    auto m = BatchedModel::create(test_util::tinyModelConfig(max_batch), cfg, std::move(b), nullptr,
+                                  nullptr);
     EXPECT_TRUE(m.ok()) << m.status();
     if (m.ok()) model = std::move(*m);
     threads_with_model = threadCount();  // the backend's worker and the dispatcher included
@@ -251,6 +253,72 @@ TEST(BatchedModelRetire, ABurstQueuedBeforeRetirementIsServed) {
   }
   EXPECT_EQ(f.backend->batches(), 3);
   ASSERT_TRUE(f.waitFor([&] { return f.model->dispatcherStopped(); }));
+}
+
+// Waits up to 5 s for `cond`.
+bool eventually(const std::function<bool()>& cond) {
+  for (int i = 0; i < 5000; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cond();
+}
+
+// A retired simulated device keeps its host thread while its upstream says more may come, lets
+// it go once the upstream is idle and it has had no job for the grace, and starts it again for
+// a job that arrives after that (served, not dropped), then lets it go again.
+TEST(SimulatedDeviceRetire, TheHostThreadExitsOnceIdleAndComesBackForALateJob) {
+  SimulatedDevice device(1000, 0);
+  std::atomic<int> done{0};
+  device.run(1, [&] { done.fetch_add(1); });
+  ASSERT_TRUE(eventually([&] { return done.load() == 1; }));
+  const int threads = threadCount();
+  ASSERT_TRUE(device.hostThreadRunning());
+
+  std::atomic<bool> upstream_idle{false};
+  device.retire([&] { return upstream_idle.load(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(3 * SimulatedDevice::kRetireGraceMs));
+  EXPECT_TRUE(device.hostThreadRunning()) << "left while its upstream still had work";
+
+  upstream_idle.store(true);
+  ASSERT_TRUE(eventually([&] { return !device.hostThreadRunning(); }));
+  ASSERT_TRUE(eventually([&] { return threadCount() == threads - 1; }))
+      << threadCount() << " threads, expected " << threads - 1;
+
+  device.run(1, [&] { done.fetch_add(1); });  // late: the thread comes back for it
+  ASSERT_TRUE(eventually([&] { return done.load() == 2; }));
+  ASSERT_TRUE(eventually([&] { return !device.hostThreadRunning(); }));
+  ASSERT_TRUE(eventually([&] { return threadCount() == threads - 1; }));
+}
+
+// The identity model with a cost, batched (IdentityBatchBackend) and not (IdentityModel): once
+// retired and drained, the process has neither its dispatcher nor its device thread; what was
+// queued at retirement is served first.
+TEST(SimulatedDeviceRetire, ARetiredIdentityModelLeavesNoThreadBehind) {
+  ModelConfig config = test_util::tinyModelConfig(4);
+  config.backend = "identity";
+  config.cost_fixed_us = 20000;
+  const int before = threadCount();
+  BatchingConfig batching;
+  auto batched = createModel(config, &batching, nullptr, nullptr);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  auto plain = createModel(config);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(threadCount(), before + 3);  // dispatcher + two devices
+
+  std::atomic<int> ok{0};
+  for (Model* m : {batched->get(), plain->get()}) {
+    for (int i = 0; i < 3; ++i) {
+      m->infer(test_util::tinyRequest(), [&](absl::StatusOr<InferResponse> r) {
+        if (r.ok()) ok.fetch_add(1);
+      });
+    }
+  }
+  (*batched)->retire();
+  (*plain)->retire();
+  ASSERT_TRUE(eventually([&] { return ok.load() == 6; }));
+  ASSERT_TRUE(eventually([&] { return threadCount() == before; }))
+      << threadCount() << " threads, expected " << before;
 }
 
 }  // namespace
