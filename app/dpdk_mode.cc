@@ -195,6 +195,7 @@ struct DpdkMode::State {
   std::unique_ptr<DpdkPort> port;
   std::shared_ptr<MetricsView> view = std::make_shared<MetricsView>();
   const backends::ModelRegistry* models = nullptr;  // overload listeners set (cleared at stop)
+  xdp::XdpOptions xo;  // the filter's options in force (start, then each reload)
   bool stopped = false;
 };
 
@@ -273,6 +274,7 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
 
   std::unique_ptr<DpdkMode> mode(new DpdkMode());
   State& st = *mode->state_;
+  st.xo = xo;
   st.port = std::move(*port);
   const dataplane::dpdk::PortCaps& caps = st.port->caps();
   std::memcpy(fo.l2.mac.data(), caps.mac, 6);
@@ -320,13 +322,7 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
     st.view->caps = caps;
   }
   registry.addCollector([view = st.view](std::string& out) { renderMetrics(*view, out); });
-  if (models != nullptr) {
-    st.models = models;
-    publishOverloadLevels(*models, [queues = st.queues](int level) {
-      for (FilteredQueue* q : queues) q->filter().setOverloadLevel(static_cast<uint32_t>(level));
-      return absl::OkStatus();
-    });
-  }
+  if (models != nullptr) mode->modelsChanged(*models);
   for (const config::ListenerConfig& l : c.listeners) {
     spdlog::info(
         "listener '{}' on DPDK port {} ({}) {} port {} protocol {} ({} queue(s), "
@@ -365,6 +361,55 @@ void DpdkMode::stop(uint64_t drain_ms) {
   const bool had_port = st.port != nullptr;
   st.port.reset();
   if (had_port) spdlog::info("dpdk: stopped; port stopped and its pools freed");
+}
+
+absl::Status DpdkMode::reconfigureXdp(const xdp::XdpOptions& next) {
+  State& st = *state_;
+  if (st.stopped || st.reactors.empty())
+    return absl::FailedPreconditionError("dpdk mode is not serving");
+  xdp::XdpOptions o = next;
+  o.service_ports = st.xo.service_ports;  // what start() set: the listeners and the dpdk knobs
+  o.redirect_xsk = st.xo.redirect_xsk;
+  o.write_metadata = st.xo.write_metadata;
+  o.reject_mid_stream = st.xo.reject_mid_stream;
+  // The tables' sizes (the reload planner refuses these keys before asking; kept as a guard).
+  if (o.flow_entries != st.xo.flow_entries)
+    return absl::FailedPreconditionError("xdp.flow_entries cannot change without a restart");
+  if (o.bucket_entries != st.xo.bucket_entries)
+    return absl::FailedPreconditionError("xdp.bucket_entries cannot change without a restart");
+  ig_config cfg{};
+  if (absl::Status s = xdp::buildConfig(o, &cfg); !s.ok()) return s;
+  absl::StatusOr<std::vector<xdp::CidrEntry>> entries = xdp::cidrEntries(o);
+  if (!entries.ok()) return entries.status();
+  std::vector<dataplane::ingress_filter::CidrRule> cidrs;
+  cidrs.reserve(entries->size());
+  for (const xdp::CidrEntry& e : *entries) cidrs.push_back({e.cidr, e.cls, e.exempt, e.trusted});
+  absl::StatusOr<std::shared_ptr<const FilteringDevice::Rules>> rules =
+      FilteringDevice::prepareRules(cfg, cidrs);
+  if (!rules.ok()) return rules.status();
+  // Each reactor puts them in force on its own thread, between two bursts (setRules checks
+  // only the flow table's size, equal here).
+  for (size_t q = 0; q < st.reactors.size(); ++q) {
+    st.reactors[q]->post([fq = st.queues[q], rules = *rules, q] {
+      if (absl::Status s = fq->filter().setRules(rules); !s.ok())
+        spdlog::error("dpdk: queue {}: ingress filter rules not reloaded: {}", q,
+                      std::string(s.message()));
+    });
+  }
+  st.xo = o;
+  spdlog::info("dpdk: ingress filter rules reloaded on {} queue(s) ({} CIDR entries)",
+               st.reactors.size(), cidrs.size());
+  return absl::OkStatus();
+}
+
+void DpdkMode::modelsChanged(const backends::ModelRegistry& models) {
+  State& st = *state_;
+  if (st.stopped) return;
+  st.models = &models;
+  publishOverloadLevels(models, [queues = st.queues](int level) {
+    for (FilteredQueue* q : queues) q->filter().setOverloadLevel(static_cast<uint32_t>(level));
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace infergate::app

@@ -18,7 +18,11 @@
 // Nothing is served before serve().
 //
 // Overload publishing: with `models`, every model's overload level goes to every
-// FilteringDevice (setOverloadLevel); the listeners are cleared at stop.
+// FilteringDevice (setOverloadLevel), again for the new set after a reload (modelsChanged); the
+// listeners are cleared at stop.
+//
+// Reload (reconfigureXdp): the xdp: rules that xdp-filter and afxdp modes rewrite in the
+// program's maps are rewritten here in every queue's filter, on its reactor thread.
 //
 // Metrics (/metrics): the filters' counters summed over the queues as infergate_xdp_* (the same
 // rules and names as the XDP program's, counted in userspace), infergate_tcp_* per queue (the
@@ -29,7 +33,8 @@
 // devices go (the held mbufs back to their pools), then the port is stopped and its pools freed.
 // EAL itself stays up until the process exits (it cannot be initialised twice).
 //
-// Threading: start/serve/stop from the main thread.
+// Threading: start/serve/stop from the main thread; reconfigureXdp/modelsChanged from the
+// thread that reloads (Server serializes reloads with stop).
 
 #include <cstdint>
 #include <memory>
@@ -60,6 +65,14 @@ class DpdkMode {
   // Drains for up to drain_ms, resets the connections, closes the devices, stops the port.
   // Idempotent.
   void stop(uint64_t drain_ms);
+
+  // Configuration reload (ServingMode::reconfigureXdp): the xdp: rules of `next` prepared here
+  // (validated; nothing changes on an error) and put in force by each reactor between two
+  // bursts (FilteringDevice::setRules). Table sizes and what start() derived from the
+  // listeners stay. From the reloading thread, never concurrent with stop().
+  absl::Status reconfigureXdp(const xdp::XdpOptions& next);
+  // The served models changed: their overload levels reach every queue's filter.
+  void modelsChanged(const backends::ModelRegistry& models);
 
  private:
   struct State;

@@ -247,25 +247,13 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
       plan.tenants = true;
       plan.applied.push_back("tenants");
     } else if (section == "priority") {
-      // from_client and trusted_sources as one new policy (ClientPriorityPolicies). An XDP
-      // program applies the same rule to the header it reads (its rules' priority_header and
-      // the trusted entries of its CIDR map): rewritten in place with the other XDP rules.
-      if (running.mode == config::Mode::kSocket) {
-        plan.priority = true;
-        plan.applied.push_back("priority");
-      } else if (running.mode == config::Mode::kXdpFilter ||
-                 running.mode == config::Mode::kAfXdp) {
-        plan.priority = true;
-        plan.xdp_program = true;
-        plan.applied.push_back("priority");
-      } else {
-        plan.refused.push_back(
-            {"priority", fmt::format("the ingress filter applies priority.from_client and "
-                                     "trusted_sources to the header it reads; a live change is "
-                                     "implemented in socket, xdp-filter and afxdp modes (mode {} "
-                                     "needs a restart)",
-                                     config::modeName(running.mode))});
-      }
+      // from_client and trusted_sources as one new policy (ClientPriorityPolicies). In the
+      // other modes an ingress filter (the XDP program; dpdk mode's userspace filter) applies
+      // the same rule to the header it reads (its rules' priority_header and the trusted
+      // entries of its CIDR rules): rewritten in place with the other XDP rules.
+      plan.priority = true;
+      plan.xdp_program = running.mode != config::Mode::kSocket;
+      plan.applied.push_back("priority");
     } else if (section == "logging") {
       for (const std::string& k : unionKeys(os, ns)) {
         if (canonical(child(os, k)) == canonical(child(ns, k))) continue;
@@ -288,11 +276,6 @@ absl::StatusOr<ReloadPlan> planReload(const config::Config& running, std::string
         } else if (!xdpLive(k)) {
           plan.refused.push_back(
               {key, "the XDP program's attachment and its maps' sizes are set at start-up"});
-        } else if (running.mode == config::Mode::kDpdk) {
-          // The userspace filter (dataplane/ingress_filter) takes its configuration at start.
-          plan.refused.push_back(
-              {key, "dpdk mode's ingress filter takes its rules at start-up (restart to change "
-                    "them); live XDP rule changes are implemented in xdp-filter and afxdp modes"});
         } else {
           plan.xdp_program = true;
           plan.applied.push_back(key);

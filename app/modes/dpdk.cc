@@ -26,6 +26,13 @@ class DpdkServingMode final : public ServingMode {
   void stop(uint64_t drain_ms) override {
     if (mode_) mode_->stop(drain_ms);
   }
+  absl::Status reconfigureXdp(const xdp::XdpOptions& next) override {
+    if (!mode_) return absl::FailedPreconditionError("dpdk mode is not serving");
+    return mode_->reconfigureXdp(next);
+  }
+  void modelsChanged(const backends::ModelRegistry& models) override {
+    if (mode_) mode_->modelsChanged(models);
+  }
 
  private:
   std::unique_ptr<DpdkMode> mode_;

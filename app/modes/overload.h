@@ -9,7 +9,7 @@
 
 namespace infergate::app {
 
-// Overload publishing (docs/BATCHING.md "Overload level"), shared by xdp-filter and afxdp mode:
+// Overload publishing (docs/BATCHING.md "Overload level"), shared by xdp-filter, afxdp and dpdk:
 // every model in `models` gets an overload listener; on any change the highest level
 // over the models is passed to `publish` (XdpFilter::setOverloadLevel: the NIC sheds the
 // lowest classes while a model's queues are full). A failed publish is logged. Called from

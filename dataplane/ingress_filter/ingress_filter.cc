@@ -84,9 +84,13 @@ IngressCounters& IngressCounters::operator+=(const IngressCounters& o) {
   return *this;
 }
 
-absl::StatusOr<std::unique_ptr<FilteringDevice>> FilteringDevice::create(
-    PacketDevice& inner, const FilterOptions& o, const common::Clock& clock) {
-  const ig_config& c = o.config;
+struct FilteringDevice::Rules {
+  ig_config config{};
+  std::vector<CidrSlot> cidrs;  // longest prefix first
+};
+
+absl::StatusOr<std::shared_ptr<const FilteringDevice::Rules>> FilteringDevice::prepareRules(
+    const ig_config& c, const std::vector<CidrRule>& cidrs) {
   if (c.nports == 0 || c.nports > IG_MAX_PORTS || c.nmethods > IG_MAX_METHODS ||
       c.nprefixes > IG_MAX_PREFIXES)
     return absl::InvalidArgumentError(
@@ -96,36 +100,17 @@ absl::StatusOr<std::unique_ptr<FilteringDevice>> FilteringDevice::create(
     return absl::InvalidArgumentError("dpdk ingress filter: xdp.flow_entries gives flow_mask " +
                                       std::to_string(c.flow_mask) +
                                       " (expected 2^n - 1, below 2^24)");
-  if (o.bucket_entries < kBucketWays || o.bucket_entries > kMaxSlots)
-    return absl::InvalidArgumentError("dpdk ingress filter: xdp.bucket_entries " +
-                                      std::to_string(o.bucket_entries) + " (expected " +
-                                      std::to_string(kBucketWays) + "..2^24)");
-  if (o.cidrs.size() > kMaxCidrs)
-    return absl::InvalidArgumentError("dpdk ingress filter: " + std::to_string(o.cidrs.size()) +
+  if (cidrs.size() > kMaxCidrs)
+    return absl::InvalidArgumentError("dpdk ingress filter: " + std::to_string(cidrs.size()) +
                                       " CIDR entries (at most 1024)");
-  for (const CidrRule& r : o.cidrs)
+  for (const CidrRule& r : cidrs)
     if (r.cidr.prefix > 128)
       return absl::InvalidArgumentError("dpdk ingress filter: CIDR " + r.cidr.toString() +
                                         " has a prefix longer than 128 bits");
-  if (absl::Status s = L2Responder::check(o.l2); !s.ok()) return s;
-  if (o.initial_overload_level >= IG_NUM_CLASSES)
-    return absl::InvalidArgumentError("dpdk ingress filter: overload level " +
-                                      std::to_string(o.initial_overload_level) +
-                                      " (expected 0..3)");
-  return std::unique_ptr<FilteringDevice>(new FilteringDevice(inner, o, clock));
-}
-
-FilteringDevice::FilteringDevice(PacketDevice& inner, const FilterOptions& o,
-                                 const common::Clock& clock)
-    : inner_(inner), clock_(clock), cfg_(o.config), l2_(inner, o.l2) {
-  flow_secret_ = keySet(o.flow_secret) ? o.flow_secret : common::randomSipKey();
-  bucket_secret_ = common::randomSipKey();
-  overload_level_.store(o.initial_overload_level, std::memory_order_relaxed);
-  flows_.assign(static_cast<size_t>(cfg_.flow_mask) + 1, ig_flow_val{});
-  const uint32_t slots = roundUpPow2(o.bucket_entries);
-  buckets_.assign(slots, BucketSlot{});
-  bucket_set_mask_ = slots / kBucketWays - 1;
-  for (const CidrRule& r : o.cidrs) {
+  auto rules = std::make_shared<Rules>();
+  rules->config = c;
+  rules->cidrs.reserve(cidrs.size());
+  for (const CidrRule& r : cidrs) {
     CidrSlot s{};
     uint8_t mask[16] = {};
     for (uint32_t b = 0; b < r.cidr.prefix; ++b)
@@ -139,11 +124,56 @@ FilteringDevice::FilteringDevice(PacketDevice& inner, const FilterOptions& o,
     s.val.trusted = r.trusted;
     // the prefix length rides in pad, for the sort (longest first = the LPM answer)
     s.val.pad = static_cast<uint8_t>(r.cidr.prefix > 127 ? 128 : r.cidr.prefix);
-    cidrs_.push_back(s);
+    rules->cidrs.push_back(s);
   }
-  std::stable_sort(cidrs_.begin(), cidrs_.end(),
+  std::stable_sort(rules->cidrs.begin(), rules->cidrs.end(),
                    [](const CidrSlot& a, const CidrSlot& b) { return a.val.pad > b.val.pad; });
+  return std::shared_ptr<const Rules>(std::move(rules));
+}
+
+absl::StatusOr<std::unique_ptr<FilteringDevice>> FilteringDevice::create(
+    PacketDevice& inner, const FilterOptions& o, const common::Clock& clock) {
+  absl::StatusOr<std::shared_ptr<const Rules>> rules = prepareRules(o.config, o.cidrs);
+  if (!rules.ok()) return rules.status();
+  if (o.bucket_entries < kBucketWays || o.bucket_entries > kMaxSlots)
+    return absl::InvalidArgumentError("dpdk ingress filter: xdp.bucket_entries " +
+                                      std::to_string(o.bucket_entries) + " (expected " +
+                                      std::to_string(kBucketWays) + "..2^24)");
+  if (absl::Status s = L2Responder::check(o.l2); !s.ok()) return s;
+  if (o.initial_overload_level >= IG_NUM_CLASSES)
+    return absl::InvalidArgumentError("dpdk ingress filter: overload level " +
+                                      std::to_string(o.initial_overload_level) +
+                                      " (expected 0..3)");
+  return std::unique_ptr<FilteringDevice>(new FilteringDevice(inner, o, std::move(*rules), clock));
+}
+
+FilteringDevice::FilteringDevice(PacketDevice& inner, const FilterOptions& o,
+                                 std::shared_ptr<const Rules> rules, const common::Clock& clock)
+    : inner_(inner),
+      clock_(clock),
+      cfg_(rules->config),
+      rules_(std::move(rules)),
+      l2_(inner, o.l2) {
+  flow_secret_ = keySet(o.flow_secret) ? o.flow_secret : common::randomSipKey();
+  bucket_secret_ = common::randomSipKey();
+  overload_level_.store(o.initial_overload_level, std::memory_order_relaxed);
+  flows_.assign(static_cast<size_t>(cfg_.flow_mask) + 1, ig_flow_val{});
+  const uint32_t slots = roundUpPow2(o.bucket_entries);
+  buckets_.assign(slots, BucketSlot{});
+  bucket_set_mask_ = slots / kBucketWays - 1;
   drops_.resize(kMaxBurst);
+}
+
+absl::Status FilteringDevice::setRules(std::shared_ptr<const Rules> rules) {
+  if (rules == nullptr) return absl::InvalidArgumentError("dpdk ingress filter: no rules");
+  if (rules->config.flow_mask != cfg_.flow_mask)
+    return absl::FailedPreconditionError(
+        "dpdk ingress filter: xdp.flow_entries cannot change without a restart (the flow table "
+        "is sized at start-up)");
+  cfg_ = rules->config;
+  rules_ = std::move(rules);  // the previous rules are freed here if no other reactor holds them
+  rules_generation_.fetch_add(1, std::memory_order_relaxed);
+  return absl::OkStatus();
 }
 
 FilteringDevice::~FilteringDevice() = default;
@@ -167,7 +197,7 @@ void FilteringDevice::cidrLookup(const ig_parse& p, uint8_t* cls, uint8_t* exemp
   src16(p, a);
   uint64_t w[2];
   std::memcpy(w, a, 16);
-  for (const CidrSlot& s : cidrs_) {
+  for (const CidrSlot& s : rules_->cidrs) {
     if ((w[0] & s.mask[0]) == s.addr[0] && (w[1] & s.mask[1]) == s.addr[1]) {
       *cls = s.val.cls;
       *exempt = s.val.exempt;

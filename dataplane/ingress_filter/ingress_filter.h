@@ -46,9 +46,15 @@
 // Ownership: the wrapped device is referenced, not owned; it and the clock must outlive the
 // filter. Frames keep the wrapped device's ownership rules (packet_io.h): rxRelease, txAlloc,
 // txBurst and txFlush are forwarded unchanged.
-// Threading: the reactor thread (PacketDevice rules), except setOverloadLevel() and
-// counters()/l2Counters(), which any thread may call (relaxed atomics, written only by the
-// reactor thread: a scrape may see a burst half counted).
+// Threading: the reactor thread (PacketDevice rules, setRules), except setOverloadLevel(),
+// prepareRules() and counters()/l2Counters(), which any thread may call (relaxed atomics,
+// written only by the reactor thread: a scrape may see a burst half counted).
+//
+// Configuration reload (the XDP program's in-place rule reload, done here): prepareRules()
+// validates and builds the new rules on the reloading thread; setRules() on the reactor thread
+// (AfXdpReactor::post) puts them in force between two frames, so each frame is judged by the
+// old rules or the new ones. Flows, buckets, counters, the overload level, the cookie keys and
+// the L2 answers stay; the flow table's size (ig_config.flow_mask) cannot change.
 
 #include <array>
 #include <atomic>
@@ -113,6 +119,18 @@ class FilteringDevice final : public PacketDevice {
   FilteringDevice(const FilteringDevice&) = delete;
   FilteringDevice& operator=(const FilteringDevice&) = delete;
 
+  // The rules part of FilterOptions (its ig_config and CIDR rules), validated and prepared
+  // (CIDR entries masked, longest prefix first). Immutable; shared by the reactors.
+  struct Rules;
+  // Any thread. The errors create() gives for the same config and CIDR rules.
+  static absl::StatusOr<std::shared_ptr<const Rules>> prepareRules(
+      const ig_config& config, const std::vector<CidrRule>& cidrs);
+  // Reactor thread: `rules` are in force from the next frame judged. FAILED_PRECONDITION
+  // (nothing changed) when their flow_mask is not this filter's (xdp.flow_entries).
+  absl::Status setRules(std::shared_ptr<const Rules> rules);
+  // setRules calls that took effect (tests, logs). Any thread.
+  uint64_t rulesGeneration() const { return rules_generation_.load(std::memory_order_relaxed); }
+
   // Receives up to min(max, kMaxBurst) frames from the wrapped device, judges each, releases
   // the dropped ones and answers ARP / ICMP; returns the frames for the stack, in arrival
   // order, Frame::meta set. May return 0 while the wrapped device had frames (all dropped or
@@ -140,7 +158,8 @@ class FilteringDevice final : public PacketDevice {
   const ig_sipkey& flowSecret() const { return flow_secret_; }  // tests; never log it
 
  private:
-  FilteringDevice(PacketDevice& inner, const FilterOptions& options, const common::Clock& clock);
+  FilteringDevice(PacketDevice& inner, const FilterOptions& options,
+                  std::shared_ptr<const Rules> rules, const common::Clock& clock);
 
   enum class Verdict { kStack, kDrop, kL2 };
   // Judges one frame: sets `meta` and `action` / `reason` for the counters.
@@ -182,7 +201,9 @@ class FilteringDevice final : public PacketDevice {
 
   PacketDevice& inner_;
   const common::Clock& clock_;
-  ig_config cfg_;
+  ig_config cfg_;                       // rules_->config, copied for the per-frame reads
+  std::shared_ptr<const Rules> rules_;  // the CIDR entries read by cidrLookup
+  std::atomic<uint64_t> rules_generation_{0};
   ig_sipkey flow_secret_{};
   ig_sipkey bucket_secret_{};
   ig_cookie_keys cookie_keys_{};
@@ -190,7 +211,6 @@ class FilteringDevice final : public PacketDevice {
   std::vector<ig_flow_val> flows_;   // cfg_.flow_mask + 1 slots
   std::vector<BucketSlot> buckets_;  // sets of kBucketWays
   uint32_t bucket_set_mask_ = 0;
-  std::vector<CidrSlot> cidrs_;  // longest prefix first
   L2Responder l2_;
   std::vector<Frame> drops_;  // kMaxBurst: released at the end of the burst
   std::array<std::array<std::atomic<uint64_t>, IG_R_MAX>, IG_NUM_ACTIONS> packets_{};

@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -309,6 +310,77 @@ class DpdkTest(netns.VethTestCase):
         finally:
             rc = netns.stop_gateway(p)
         self.assertEqual(rc, 0, read(log)[-3000:])
+
+    def test_xdp_rules_reload_under_load(self):
+        # The xdp: rules reload live in dpdk mode too (docs/OPERATIONS.md "Reload"): each
+        # reactor puts the new rules into its queue's filter between two bursts. Under the
+        # closed-loop load (load_loop.py, 4 threads): a CIDR class for the client, a path list
+        # without /v2/health (that request start is rejected: the stack resets it), and back.
+        # Zero failed requests; each rule in effect once reloaded.
+        net = self.net
+        prepare(net)
+        base = self.config()
+        p, log = netns.start_gateway(net, base, name="reload", timeout=60)
+        cfg = os.path.join(net.tmp, "reload.yaml")
+
+        def reload(extra):
+            with open(cfg, "w") as f:
+                f.write(base + extra)
+            r = net.run_gw(["curl", "-s", "-d", "", "http://127.0.0.1:8002/admin/reload"])
+            return json.loads(r.stdout)
+
+        def health():
+            return net.run_client(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                                   "--max-time", "5", "http://%s:8000/v2/health/ready" % net.gw_ip],
+                                  check=False).stdout
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        stop_file = os.path.join(net.tmp, "stop")
+        load = subprocess.Popen(
+            ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
+             os.path.join(here, "load_loop.py"), net.gw_ip, "8000", stop_file, "identity", "4"],
+            stdout=subprocess.PIPE, text=True)
+        net.procs.append(load)
+        try:
+            time.sleep(0.5)
+            self.assertEqual(health(), "200")
+            bg = lambda: self.metric("infergate_xdp_requests_total", **{"class": "background"})
+            self.assertEqual(bg(), 0)
+            # 1. The client's source gets class 3 (background).
+            a = reload("xdp:\n  cidr_rules: [{cidr: %s/32, class: 3}]\n" % net.client_ip)
+            self.assertEqual((a.get("result"), a.get("applied")), ("ok", ["xdp.cidr_rules"]), a)
+            time.sleep(0.4)
+            self.assertGreater(bg(), 0, "the new CIDR class is in effect")
+            # 2. No /v2/health under the path prefixes: rejected by the filter, reset.
+            bad_path = self.metric("infergate_xdp_packets_total", verdict="redirect",
+                                   reason="bad_path")
+            a = reload("xdp:\n  path_prefixes: [/v2/models/]\n")
+            self.assertEqual(a.get("result"), "ok", a)
+            self.assertEqual(sorted(a["applied"]), ["xdp.cidr_rules", "xdp.path_prefixes"], a)
+            self.assertEqual(health(), "000", "reset: not under a prefix any more")
+            self.assertGreater(self.metric("infergate_xdp_packets_total", verdict="redirect",
+                                           reason="bad_path"), bad_path)
+            before = bg()
+            time.sleep(0.3)
+            self.assertEqual(bg(), before, "the CIDR class went with the rule")
+            # 3. Back to the start-up rules.
+            a = reload("")
+            self.assertEqual(a.get("result"), "ok", a)
+            self.assertEqual(health(), "200")
+        finally:
+            open(stop_file, "w").close()
+            out, _ = load.communicate(timeout=30)
+            rc = netns.stop_gateway(p)
+        text = read(log)
+        self.assertEqual(rc, 0, text[-3000:])
+        result = json.loads(out)
+        print("\n[dpdk] xdp rules reloaded 3 times under load: %s" % json.dumps(result),
+              file=sys.stderr)
+        self.assertEqual(result["failed"], 0, result)
+        self.assertGreater(result["ok"], 100, result)
+        self.assertEqual(text.count("dpdk: ingress filter rules reloaded"), 3, text[-3000:])
+        self.assertNotIn("rules not reloaded", text)
+
 
 if __name__ == "__main__":
     harness.main()

@@ -151,10 +151,10 @@ TEST(PlanReload, TenantsAndPriorityAreLive) {
   EXPECT_FALSE(p.priority);
 }
 
-TEST(PlanReload, PriorityIsLiveWhereAnXdpProgramAppliesItToo) {
-  for (const char* mode : {"xdp-filter", "afxdp"}) {
-    const std::string before = replace(
-        kBase, "mode: socket", std::string("mode: ") + mode + "\nxdp: {interface: lo}");
+TEST(PlanReload, PriorityIsLiveWhereAnIngressFilterAppliesItToo) {
+  for (const char* mode : {"xdp-filter", "afxdp", "dpdk\ndpdk: {ipv4: 10.0.0.1}"}) {
+    const std::string before =
+        replace(kBase, "mode: socket", std::string("mode: ") + mode + "\nxdp: {interface: lo}");
     const std::string after = before + "priority: {trusted_sources: [10.1.0.0/16]}\n";
     const ReloadPlan p = plan(before, after);
     EXPECT_TRUE(p.ok()) << mode << ": " << p.refusalMessage();
@@ -162,16 +162,6 @@ TEST(PlanReload, PriorityIsLiveWhereAnXdpProgramAppliesItToo) {
     EXPECT_TRUE(p.priority) << "the sessions' policy";
     EXPECT_TRUE(p.xdp_program) << "the program's header rule and trusted entries";
   }
-}
-
-TEST(PlanReload, PriorityNeedsARestartInDpdkMode) {
-  const std::string before =
-      replace(kBase, "mode: socket", "mode: dpdk\ndpdk: {ipv4: 10.0.0.1}\nxdp: {interface: lo}");
-  const std::string after = before + "priority: {trusted_sources: [10.1.0.0/16]}\n";
-  const ReloadPlan p = plan(before, after);
-  EXPECT_THAT(refusedKeys(p), ElementsAre("priority"));
-  EXPECT_FALSE(p.priority);
-  EXPECT_FALSE(p.xdp_program);
 }
 
 TEST(PlanReload, InvalidTenantsRefuseTheWholeFile) {
@@ -231,13 +221,16 @@ TEST(PlanReload, XdpAttachmentKeysAreRefused) {
   EXPECT_FALSE(p.xdp_program);
 }
 
-TEST(PlanReload, XdpRulesNeedARestartInDpdkMode) {
+TEST(PlanReload, XdpRulesAreLiveInDpdkModeButNotTheStartUpKeys) {
   const std::string before =
       replace(kXdp, "mode: xdp-filter", "mode: dpdk\ndpdk: {ipv4: 10.0.0.1}");
-  const std::string after = replace(before, "class: 2", "class: 0");
-  const ReloadPlan p = plan(before, after);
-  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.cidr_rules"));
-  EXPECT_NE(p.refusalMessage().find("dpdk mode's ingress filter"), std::string::npos);
+  ReloadPlan p = plan(before, replace(before, "class: 2", "class: 0"));
+  EXPECT_TRUE(p.ok()) << p.refusalMessage();
+  EXPECT_THAT(p.applied, ElementsAre("xdp.cidr_rules"));
+  EXPECT_TRUE(p.xdp_program) << "dpdk mode's ingress filter takes the rules";
+  p = plan(before, replace(before, "pin_path: /sys/fs/bpf/ig", "pin_path: /sys/fs/bpf/other"));
+  EXPECT_THAT(refusedKeys(p), ElementsAre("xdp.pin_path"));
+  EXPECT_FALSE(p.xdp_program);
 }
 
 constexpr const char* kRemote = R"(

@@ -9,6 +9,8 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "dataplane/tcp/frame_tag.h"
 #include "tests/unit/ingress_filter/test_rig.h"
@@ -97,8 +99,9 @@ TEST(FilteringDevice, EveryFixtureGetsTheProgramsVerdictTagAndCounter) {
           EXPECT_EQ(metaClass(f.meta), fx.reason == IG_R_REQUEST ? fx.cls : IG_CLASS_NONE);
         }
       }
-      if (fx.reason == IG_R_REQUEST)
+      if (fx.reason == IG_R_REQUEST) {
         EXPECT_EQ(after.requests[fx.cls][IG_TV_ADMIT] - before.requests[fx.cls][IG_TV_ADMIT], 1u);
+      }
     } else {
       ++dropped;
     }
@@ -362,6 +365,69 @@ TEST(FilteringDevice, CountersRenderWithTheXdpMetricNames) {
   EXPECT_NE(text.find("infergate_xdp_requests_total{class=\"normal\",verdict=\"admit\"} 2"),
             std::string::npos)
       << text;
+}
+
+// A configuration reload in dpdk mode: rules prepared on another thread replace the ones in
+// force between two frames (CIDR classes and exemptions, path prefixes), while the state the
+// filter keeps stays (a source whose SYN bucket was empty is still limited); a flow table of
+// another size is refused with nothing changed.
+TEST(FilteringDevice, SetRulesTakesEffectAtTheNextFrameAndKeepsTheState) {
+  xdp::XdpOptions a = fixtureOptions();
+  a.syn_rate_per_sec = 1;
+  a.syn_burst = 1;
+  a.cidr_rules = {{"10.9.0.0/16", 3, false}};
+  Rig rig(filterOptionsFor(a));
+  const char* v1 = "GET /v1/models/m HTTP/1.1\r\n\r\n";
+  EXPECT_EQ(metaClass(rig.run(buildPacket(flow(48000, kAck | kPsh, kGood, "10.9.1.1"))).meta.at(0)),
+            3);
+  Rig::Passed r = rig.run(buildPacket(flow(48001, kAck | kPsh, v1, "10.8.1.1")));
+  EXPECT_EQ(metaReason(r.meta.at(0)), IG_R_REQUEST);
+  EXPECT_EQ(rig.run(buildPacket(flow(48002, kSyn, "", "10.8.1.1"))).meta.size(), 1u);
+  EXPECT_EQ(rig.run(buildPacket(flow(48003, kSyn, "", "10.8.1.1"))).meta.size(), 0u);
+  EXPECT_EQ(rig.filter->rulesGeneration(), 0u);
+
+  xdp::XdpOptions b = a;
+  b.cidr_rules = {{"10.9.0.0/16", 0, true}};  // class 0 and exempt
+  b.path_prefixes = {"/v2/", "/metrics"};     // /v1/models/ goes
+  const FilterOptions bo = filterOptionsFor(b);
+  absl::StatusOr<std::shared_ptr<const FilteringDevice::Rules>> rules;
+  std::thread([&] { rules = FilteringDevice::prepareRules(bo.config, bo.cidrs); }).join();
+  ASSERT_TRUE(rules.ok()) << rules.status();
+  ASSERT_TRUE(rig.filter->setRules(*rules).ok());
+  EXPECT_EQ(rig.filter->rulesGeneration(), 1u);
+
+  EXPECT_EQ(metaClass(rig.run(buildPacket(flow(48100, kAck | kPsh, kGood, "10.9.1.1"))).meta.at(0)),
+            0);
+  r = rig.run(buildPacket(flow(48101, kAck | kPsh, v1, "10.8.1.1")));
+  EXPECT_EQ(metaReason(r.meta.at(0)), IG_R_BAD_PATH);
+  EXPECT_NE(metaFlags(r.meta.at(0)) & IG_TF_REJECTED, 0);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(rig.run(buildPacket(flow(static_cast<uint16_t>(48200 + i), kSyn, "", "10.9.1.1")))
+                  .meta.size(),
+              1u)
+        << "exempt now, SYN " << i;
+  EXPECT_EQ(rig.run(buildPacket(flow(48300, kSyn, "", "10.8.1.1"))).meta.size(), 0u)
+      << "the source's bucket survived the reload";
+
+  // The flow table's size is fixed at start-up: refused, the rules in force unchanged.
+  FilterOptions bigger = filterOptionsFor(b);
+  bigger.config.flow_mask = bigger.config.flow_mask * 2 + 1;
+  auto other = FilteringDevice::prepareRules(bigger.config, bigger.cidrs);
+  ASSERT_TRUE(other.ok()) << other.status();
+  const absl::Status st = rig.filter->setRules(*other);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(st.message()).find("flow_entries"), std::string::npos) << st;
+  EXPECT_EQ(rig.filter->rulesGeneration(), 1u);
+  r = rig.run(buildPacket(flow(48400, kAck | kPsh, v1, "10.8.1.1")));
+  EXPECT_EQ(metaReason(r.meta.at(0)), IG_R_BAD_PATH);
+
+  // prepareRules validates as create() does.
+  std::vector<CidrRule> many(1025, CidrRule{common::Cidr{}, 1, 0, 0});
+  EXPECT_EQ(FilteringDevice::prepareRules(bo.config, many).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ig_config none = bo.config;
+  none.nports = 0;
+  EXPECT_FALSE(FilteringDevice::prepareRules(none, bo.cidrs).ok());
 }
 
 }  // namespace
