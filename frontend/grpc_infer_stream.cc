@@ -294,54 +294,49 @@ void ModelInferStreamDecoder::gather(const char* p, size_t n) {
   gathered_ += n;
 }
 
-absl::Status ModelInferStreamDecoder::finish(backends::InferRequest& out, uint64_t* copied_bytes) {
-  if (phase_ != Phase::kDecided) {
-    if (off_ != size_) {
-      decide(absl::InternalError("gRPC message incomplete"));
-    } else {
-      switch (phase_) {
-        case Phase::kHead:
-          // No raw_input_contents: the whole message is in head_ (gathered when it came in
-          // more than one piece).
-          gathered_ += head_.size();
-          decodeWhole(head_, size_ > 0, false);
-          break;
-        case Phase::kKey:
-          if (vlen_ > 0) {  // a key cut by the end of the message: the whole decoder's error
-            fallback(std::string_view(reinterpret_cast<const char*>(vbuf_), vlen_));
-            decodeWhole(gather_, true, gather_copied_);
-          } else if (raw_ != expect_.size()) {
-            decide(absl::InvalidArgumentError(
-                "expected " + std::to_string(expect_.size()) +
-                " raw_input_contents (one per input), got " + std::to_string(raw_)));
-          } else {
-            req_.received_copy_bytes = received_copy_;
-            final_copied_ = copied_raw_;
-            ++streamed_;
-            decide(absl::OkStatus());
-          }
-          break;
-        case Phase::kRawLen:
-          decide(truncatedRaw());
-          break;
-        case Phase::kRawData:
-          decide(absl::InternalError("raw_input_contents incomplete"));  // lengths are checked
-          break;
-        case Phase::kGather:
-          decodeWhole(gather_, true, gather_copied_);
-          break;
-        case Phase::kDecided:
-          break;
+absl::Status ModelInferStreamDecoder::decideAtEnd() {
+  if (off_ != size_) return decide(absl::InternalError("gRPC message incomplete"));
+  switch (phase_) {
+    case Phase::kHead:
+      // No raw_input_contents: the whole message is in head_ (gathered when it came in more
+      // than one piece).
+      gathered_ += head_.size();
+      return decodeWhole(head_, size_ > 0, false);
+    case Phase::kKey:
+      if (vlen_ > 0) {  // a key cut by the end of the message: the whole decoder's error
+        fallback(std::string_view(reinterpret_cast<const char*>(vbuf_), vlen_));
+        return decodeWhole(gather_, true, gather_copied_);
       }
-    }
+      if (raw_ != expect_.size()) {
+        return decide(absl::InvalidArgumentError(
+            "expected " + std::to_string(expect_.size()) +
+            " raw_input_contents (one per input), got " + std::to_string(raw_)));
+      }
+      req_.received_copy_bytes = received_copy_;
+      final_copied_ = copied_raw_;
+      ++streamed_;
+      return decide(absl::OkStatus());
+    case Phase::kRawLen:
+      return decide(truncatedRaw());
+    case Phase::kRawData:
+      return decide(absl::InternalError("raw_input_contents incomplete"));  // lengths are checked
+    case Phase::kGather:
+      return decodeWhole(gather_, true, gather_copied_);
+    case Phase::kDecided:
+      break;
   }
-  if (final_.ok()) {
+  return final_;
+}
+
+absl::Status ModelInferStreamDecoder::finish(backends::InferRequest& out, uint64_t* copied_bytes) {
+  const absl::Status st = phase_ == Phase::kDecided ? final_ : decideAtEnd();
+  if (st.ok()) {
     out = std::move(req_);  // begin() gives the next message a fresh one
     if (copied_bytes != nullptr) *copied_bytes = final_copied_;
   }
   std::string().swap(head_);
   std::string().swap(gather_);
-  return final_;
+  return st;
 }
 
 }  // namespace infergate::frontend

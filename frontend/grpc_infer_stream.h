@@ -77,6 +77,8 @@ class ModelInferStreamDecoder {
   void gather(const char* p, size_t n);
   absl::Status decide(absl::Status st);
   absl::Status decodeWhole(std::string_view wire, bool gathered, bool copied);
+  // finish() before a decision: the message ended; decides from the phase it ended in.
+  absl::Status decideAtEnd();
 
   size_t max_head_;
   const HeaderHook* hook_ = nullptr;

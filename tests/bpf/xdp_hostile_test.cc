@@ -251,7 +251,9 @@ TEST(XdpHostile, FirstSegmentCutInsideTheMethodIsARequestStart) {
     ASSERT_EQ(run(*f, seg(port, kSyn, 999)), kPass);
     RunResult r = runXdp(f->programFd(), buildPacket(seg(port, kAck | kPsh, 1000, c.payload)));
     EXPECT_EQ(r.retval, c.verdict) << c.payload;
-    if (c.verdict == kPass) EXPECT_NE(tagOf(r).flags & IG_TF_REQUEST_START, 0) << c.payload;
+    if (c.verdict == kPass) {
+      EXPECT_NE(tagOf(r).flags & IG_TF_REQUEST_START, 0) << c.payload;
+    }
     ++port;
   }
 }

@@ -130,8 +130,9 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
     if (expectedWithSocket(fx) != XDP_REDIRECT) continue;
     RunResult r = runXdp((*f)->programFd(), fx.packet);
     EXPECT_EQ(static_cast<int>(r.retval), fx.action == XDP_TX ? XDP_TX : XDP_PASS) << fx.name;
-    if (fx.action == XDP_TX && !fx.expected_out.empty())
+    if (fx.action == XDP_TX && !fx.expected_out.empty()) {
       EXPECT_EQ(r.out, fx.expected_out) << fx.name << " (the RST)";
+    }
   }
 }
 

@@ -368,7 +368,9 @@ TEST_P(TcpEndToEnd, MultiMegabyteBodiesArriveByteExact) {
   }
   if (p.hold == 0) {
     EXPECT_EQ(c.ooo_frames_held_total, 0u);
-    if (p.loss > 0) EXPECT_GT(c.rx_copied_ooo_bytes, 0u);
+    if (p.loss > 0) {
+      EXPECT_GT(c.rx_copied_ooo_bytes, 0u);
+    }
   }
   if (p.loss > 0) {
     EXPECT_GT(c.retransmits, 0u);

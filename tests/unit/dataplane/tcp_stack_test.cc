@@ -253,10 +253,14 @@ TEST_P(HandshakeTest, NegotiatesOffered) {
   EXPECT_TRUE(sa.seg.opt.has_mss);
   EXPECT_EQ(sa.seg.opt.mss, 1460);
   EXPECT_EQ(sa.seg.opt.wscale >= 0, o.wscale >= 0);
-  if (o.wscale >= 0) EXPECT_EQ(sa.seg.opt.wscale, 5);  // 1 MiB needs shift 5
+  if (o.wscale >= 0) {
+    EXPECT_EQ(sa.seg.opt.wscale, 5);  // 1 MiB needs shift 5
+  }
   EXPECT_EQ(sa.seg.opt.sack_permitted, o.sack);
   EXPECT_EQ(sa.seg.opt.has_ts, o.ts);
-  if (o.ts) EXPECT_EQ(sa.seg.opt.ts_ecr, ts_val);
+  if (o.ts) {
+    EXPECT_EQ(sa.seg.opt.ts_ecr, ts_val);
+  }
   EXPECT_EQ(sa.seg.window, 65535);  // SYN windows are never scaled
   EXPECT_EQ(stack->counters().inState(TcpState::kSynReceived), 1u);
   siss = sa.seg.seq;

@@ -881,7 +881,9 @@ TEST(Http1ParserBodyHook, StreamsTheDechunkedBodyAtEverySplitAndKeepsPipelining)
     EXPECT_NE(reqs[2].body_reader, nullptr);
     EXPECT_EQ(reqs[2].body, "");
     EXPECT_EQ(reqs[3].path(), "/g");
-    if (split >= in.size()) EXPECT_EQ(hook.copied, 0u);
+    if (split >= in.size()) {
+      EXPECT_EQ(hook.copied, 0u);
+    }
   }
 }
 

@@ -760,9 +760,9 @@ TEST(TfPredictCodec, KeyAndLengthEncodingsAndGroupDepthAsLibprotobuf) {
 
 // The callgrind figure of docs (issue 16): one 1 MiB tensor_content Predict decoded the former
 // way (libprotobuf parse, then Tensor::data; the batcher staged it once more at dispatch) and
-// the wire way (into a placed slot). Run by hand:
-//   valgrind --tool=callgrind --toggle-collect='*decodeOld*' --toggle-collect='*decodeWire*' \
-//     build/tests/unit_frontend_tf_predict_codec_test --gtest_also_run_disabled_tests \
+// the wire way (into a placed slot). Run by hand, as one command line:
+//   valgrind --tool=callgrind --toggle-collect='*decodeOld*' --toggle-collect='*decodeWire*'
+//     build/tests/unit_frontend_tf_predict_codec_test --gtest_also_run_disabled_tests
 //     --gtest_filter='*DISABLED_OneMiBTensorContent*'
 __attribute__((noinline)) size_t decodeOld(const std::string& wire, const ModelConfig& cfg) {
   InferRequest r;
