@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <nghttp2/nghttp2.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -87,16 +88,18 @@ struct Arena {
       return true;
     };
   }
+  // memset and memcmp, not loops: the differential tests clear and check the arena once per
+  // split, and the test code compiles at -O0 (under ASan a byte loop took most of a minute).
   void clear() {
-    std::fill(bytes.begin(), bytes.end(), 0xEE);
+    std::memset(bytes.data(), 0xEE, bytes.size());
     placements = 0;
     used = 0;
   }
   bool untouchedOutside() const {
-    for (size_t i = 0; i < bytes.size(); ++i) {
-      if ((i < 64 || i >= used) && bytes[i] != 0xEE) return false;
-    }
-    return true;
+    static const std::vector<uint8_t> kFill(1 << 16, 0xEE);
+    const size_t end = std::min(used, bytes.size());
+    return std::memcmp(bytes.data(), kFill.data(), 64) == 0 &&
+           std::memcmp(bytes.data() + end, kFill.data(), bytes.size() - end) == 0;
   }
 };
 
