@@ -1,5 +1,5 @@
 """Dynamic batching end to end: many concurrent keep-alive clients at mixed priorities against
-the identity model with a cost model (2000 us + 100 us per item per batch, one stream).
+the identity model with a cost model (8000 us + 100 us per item per batch, one stream).
 
 Asserts: batches form (batch-size histogram from /metrics), priority level 1 waits less than
 level 2 under load, expired requests get 503 {"error": "Request timeout expired"}, and every
@@ -24,7 +24,7 @@ CONFIG = "\n" + harness.loopback_head(reactors=2) + """\
 logging: {level: info, access_log: false}
 models:
 """ + harness.model_yaml("batched", [16], 8, version="1", backend=True, extra="""\
-    identity: {fixed_us: 2000, per_item_us: 100}
+    identity: {fixed_us: 8000, per_item_us: 100}
     dynamic_batching:
       max_queue_delay_us: 500
       priority_levels: 2
@@ -140,7 +140,7 @@ class BatchingTest(unittest.TestCase):
         count, rows = self.hist("infergate_batcher_batch_size", model="batched")
         batches, rows = count - before_count, rows - before_sum
         self.assertEqual(rows, clients * per_client, "every request ran in exactly one batch")
-        # 24 closed-loop clients against a 2.9 ms / 8-item batch: batches should be mostly full.
+        # 24 closed-loop clients against an 8.8 ms / 8-item batch: batches should be mostly full.
         self.assertLess(batches, clients * per_client / 3.0,
                         "average batch size %.2f" % (rows / max(batches, 1)))
         singles = self.gw.metric("infergate_batcher_batch_size_bucket", model="batched", le="1")
@@ -154,7 +154,10 @@ class BatchingTest(unittest.TestCase):
     def check_level_1_waits_less(self, via_header):
         """32 clients, a quarter at priority 1 (the KServe parameter, or the header): offered
         load is above what one stream serves at max batch 8, so the level-2 queue stays long;
-        level 1 must wait less in the queue and at the client."""
+        level 1 must wait less in the queue and at the client. The batch costs 8.8 ms so that the
+        model, not the Python clients, is the bottleneck even on a busy machine: at 2.8 ms the
+        level-2 queue was only 2.4-3x level 1's (this asserts 2x; it failed under heavy contention),
+        at 8.8 ms it is 3.1-3.4x (6 runs beside a running CI)."""
         base = self.queue_times()
         lat, statuses = self.run_clients(32, 15, lambda c: 1 if c % 4 == 0 else 2,
                                          via_header=via_header)
