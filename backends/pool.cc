@@ -41,6 +41,9 @@ std::string_view Pool::stateName(State s) {
 }
 
 struct Pool::Endpoint {
+  // {model, endpoint}: the series below leave the registry with the last claim on them (the
+  // client holds one too). First member: dropped after the client and the metric pointers.
+  common::SeriesClaim claim;
   uint64_t id = 0;
   std::unique_ptr<EndpointClient> client;
   State state = State::kUnknown;
@@ -76,11 +79,37 @@ struct Pool::Endpoint {
   uint32_t sequences = 0;  // bindings to this endpoint
 };
 
+namespace {
+
+// Pools alive per (registry, model). A model that a reload rebuilt has two for a while (the new
+// one serving, the old one draining) and their model-level gauges are the same series: the
+// retiring pool zeroes them only when it is the last pool of its model.
+std::mutex g_live_pools_mu;
+std::map<std::pair<const common::MetricsRegistry*, std::string>, int> g_live_pools;
+
+void joinLivePools(const common::MetricsRegistry* r, const std::string& model) {
+  std::lock_guard<std::mutex> lock(g_live_pools_mu);
+  ++g_live_pools[{r, model}];
+}
+
+// The pools of `model` left alive after this one.
+int leaveLivePools(const common::MetricsRegistry* r, const std::string& model) {
+  std::lock_guard<std::mutex> lock(g_live_pools_mu);
+  auto it = g_live_pools.find({r, model});
+  if (it == g_live_pools.end()) return 0;
+  const int left = --it->second;
+  if (left <= 0) g_live_pools.erase(it);
+  return std::max(left, 0);
+}
+
+}  // namespace
+
 std::shared_ptr<Pool::Endpoint> Pool::makeEndpoint(std::unique_ptr<EndpointClient> client) {
   auto e = std::make_shared<Endpoint>();
   e->client = std::move(client);
   if (metrics_ != nullptr) {
     const common::Labels l = {{"model", model_}, {"endpoint", e->client->address()}};
+    e->claim = common::SeriesClaim(metrics_, l);
     e->inflight_gauge = &metrics_->gauge("infergate_backend_inflight",
                                          "Batches in flight at a backend endpoint", l);
     e->health_gauge = &metrics_->gauge(
@@ -111,6 +140,10 @@ Pool::Pool(std::string model, std::string kind, RemoteBackendConfig config,
       config_(std::move(config)),
       metrics_(metrics) {
   config_.metrics_interval_ms = std::max<uint64_t>(config_.metrics_interval_ms, 10);
+  if (metrics_ != nullptr) {
+    joinLivePools(metrics_, model_);
+    live_ = true;
+  }
   for (auto& c : clients) {
     auto e = makeEndpoint(std::move(c));
     e->id = next_id_++;
@@ -226,6 +259,7 @@ Pool::~Pool() {
     p.done(absl::UnavailableError(fmt::format("model '{}' is shutting down", model_)));
   }
   if (health_.joinable()) health_.join();
+  if (live_) leaveLivePools(metrics_, model_);
   if (metrics_thread_.joinable()) metrics_thread_.join();
   std::thread resolver;
   {
@@ -437,8 +471,15 @@ void Pool::retiredLoop(std::unique_lock<std::mutex>& lock) {
         e->sequences = 0;
       }
       sequences_.clear();
-      if (seq_gauge_ != nullptr) seq_gauge_->set(0);
-      if (endpoints_gauge_ != nullptr) endpoints_gauge_->set(0);
+      // The model's gauges go to 0, unless a pool that replaced this one (a reload rebuilt the
+      // model) shares them: they are its figures.
+      if (live_) {
+        live_ = false;
+        if (leaveLivePools(metrics_, model_) == 0) {
+          if (seq_gauge_ != nullptr) seq_gauge_->set(0);
+          if (endpoints_gauge_ != nullptr) endpoints_gauge_->set(0);
+        }
+      }
       break;
     }
     cv_.wait_for(lock, kPoll, [this] { return stopping_; });
@@ -512,23 +553,16 @@ void Pool::reap() {
         ++it;
       }
     }
-    // The series of an endpoint that left the set leave /metrics with it (hidden in the same
-    // critical section as the erase: an address added back later registers, and so shows,
-    // its series again after this).
-    for (const auto& e : closed) {
-      const std::string& a = e->client->address();
-      const bool again = std::any_of(endpoints_.begin(), endpoints_.end(),
-                                     [&a](const auto& o) { return o->client->address() == a; });
-      if (metrics_ != nullptr && !again) metrics_->hideSeries({{"model", model_}, {"endpoint", a}});
-    }
   }
   for (auto& e : closed) {
     e->client->shutdown();
-    if (e->health_gauge != nullptr) e->health_gauge->set(0);
     spdlog::info("model '{}': {} endpoint {} drained and closed ({} batches)", model_, kind_,
                  e->client->address(), e->batches);
   }
-  closed.clear();  // the clients are destroyed here, off the lock and off their own threads
+  // The clients are destroyed here, off the lock and off their own threads; with the last claim
+  // on an address (another pool of the same model may hold one: a model replaced by a reload),
+  // its series leave the registry.
+  closed.clear();
 }
 
 void Pool::setClientFactory(ClientFactory factory) { factory_ = std::move(factory); }

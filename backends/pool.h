@@ -344,6 +344,7 @@ class Pool : public BatchBackend {
   bool retired_ = false;                 // retire() called
   bool closed_ = false;                  // retired and every endpoint closed (or closing)
   bool shut_down_ = false;               // retired, and every endpoint's shutdown() returned
+  bool live_ = false;  // counted among its model's live pools (joinLivePools in pool.cc)
   std::function<bool()> upstream_idle_;  // retire()'s predicate
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;

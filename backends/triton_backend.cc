@@ -109,6 +109,7 @@ TritonClient::TritonClient(const ModelConfig& config, const RemoteBackendConfig&
             static_cast<int>(std::min<uint64_t>(remote.max_message_bytes, INT32_MAX))),
       shm_(std::move(shm)) {
   if (metrics != nullptr) {
+    claim_ = common::SeriesClaim(metrics, {{"model", config_.name}, {"endpoint", grpc_.address()}});
     grpc_bytes_ = &metrics->counter(
         "infergate_backend_tensor_bytes_total", "Tensor bytes sent to a backend endpoint, by path",
         {{"model", config_.name}, {"endpoint", grpc_.address()}, {"path", "grpc"}});

@@ -77,6 +77,9 @@ class TritonClient : public EndpointClient {
   absl::Status registerRegion(bool cuda, const std::string& name, const std::string& key,
                               size_t bytes);
 
+  // {model, endpoint}: this client's series go from the registry with the last claim on them
+  // (MetricsRegistry::claimSeries). First member: dropped after everything that counts.
+  common::SeriesClaim claim_;
   ModelConfig config_;
   std::string model_name_;
   std::string model_version_;

@@ -389,19 +389,23 @@ Histogram& MetricsRegistry::histogram(std::string_view name, std::string_view he
   return *slot;
 }
 
-size_t MetricsRegistry::hideSeries(const Labels& match) {
-  if (match.empty()) return 0;
-  // Each pair as it appears in a canonical key (`k="escaped v"`), delimited by ',' or an end:
-  // escaping leaves no bare '"' inside a value, so a fragment cannot match across pairs.
-  std::vector<std::string> frags;
-  for (const auto& [k, v] : match) {
-    std::string f = k + "=\"";
-    appendEscaped(f, v, true);
-    f += '"';
-    frags.push_back(std::move(f));
+namespace {
+
+// Whether a canonical label key (`k1="v1",k2="v2"`) includes every pair of `match`. Each pair
+// as it appears in a canonical key (`k="escaped v"`), delimited by ',' or an end: escaping
+// leaves no bare '"' inside a value, so a fragment cannot match across pairs.
+class LabelMatch {
+ public:
+  explicit LabelMatch(const Labels& match) {
+    for (const auto& [k, v] : match) {
+      std::string f = k + "=\"";
+      appendEscaped(f, v, true);
+      f += '"';
+      frags_.push_back(std::move(f));
+    }
   }
-  auto matches = [&frags](const std::string& key) {
-    for (const std::string& f : frags) {
+  bool operator()(const std::string& key) const {
+    for (const std::string& f : frags_) {
       bool found = false;
       for (size_t pos = key.find(f); pos != std::string::npos && !found;
            pos = key.find(f, pos + 1)) {
@@ -411,7 +415,28 @@ size_t MetricsRegistry::hideSeries(const Labels& match) {
       if (!found) return false;
     }
     return true;
-  };
+  }
+  // The canonical form of the match itself (the claims' key; the pairs' order does not count).
+  std::string key() const {
+    std::vector<std::string> sorted = frags_;
+    std::sort(sorted.begin(), sorted.end());
+    std::string k;
+    for (const std::string& f : sorted) {
+      if (!k.empty()) k += ',';
+      k += f;
+    }
+    return k;
+  }
+
+ private:
+  std::vector<std::string> frags_;
+};
+
+}  // namespace
+
+size_t MetricsRegistry::hideSeries(const Labels& match) {
+  if (match.empty()) return 0;
+  const LabelMatch matches(match);
   std::lock_guard lock(mu_);
   size_t n = 0;
   for (auto& [name, fp] : families_) {
@@ -424,6 +449,59 @@ size_t MetricsRegistry::hideSeries(const Labels& match) {
     for (const auto& [key, h] : f.histograms) hide(key);
   }
   return n;
+}
+
+void MetricsRegistry::claimSeries(const Labels& match) {
+  if (match.empty()) return;
+  const std::string key = LabelMatch(match).key();
+  std::lock_guard lock(mu_);
+  ++claims_[key];
+}
+
+size_t MetricsRegistry::unclaimSeries(const Labels& match) {
+  if (match.empty()) return 0;
+  const LabelMatch matches(match);
+  std::lock_guard lock(mu_);
+  auto it = claims_.find(matches.key());
+  if (it == claims_.end()) return 0;  // never claimed: nothing to remove
+  if (--it->second > 0) return 0;
+  claims_.erase(it);
+  size_t n = 0;
+  auto drop = [&](auto& series, Family& f) {
+    for (auto s = series.begin(); s != series.end();) {
+      if (matches(s->first)) {
+        f.hidden.erase(s->first);
+        s = series.erase(s);
+        ++n;
+      } else {
+        ++s;
+      }
+    }
+  };
+  for (auto& [name, fp] : families_) {
+    drop(fp->counters, *fp);
+    drop(fp->gauges, *fp);
+    drop(fp->histograms, *fp);
+  }
+  return n;
+}
+
+size_t MetricsRegistry::seriesCount() const {
+  std::lock_guard lock(mu_);
+  size_t n = 0;
+  for (const auto& [name, fp] : families_)
+    n += fp->counters.size() + fp->gauges.size() + fp->histograms.size();
+  return n;
+}
+
+SeriesClaim::SeriesClaim(MetricsRegistry* registry, Labels match)
+    : registry_(registry), match_(std::move(match)) {
+  if (registry_ != nullptr) registry_->claimSeries(match_);
+}
+
+void SeriesClaim::reset() {
+  if (registry_ != nullptr) registry_->unclaimSeries(match_);
+  registry_ = nullptr;
 }
 
 void MetricsRegistry::addCollector(Collector c) {

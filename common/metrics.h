@@ -127,10 +127,23 @@ class MetricsRegistry {
                        std::vector<double> upper_bounds, double scale);
 
   // Hides every series (of any family) whose labels include all of `match` from the
-  // exposition: what a removed endpoint or tenant leaves behind. The objects stay (references
+  // exposition: what a tenant removed by a reload leaves behind. The objects stay (references
   // handed out stay valid, and may still be written); registering the same (name, labels)
   // again shows the series again, with its value. Returns the number of series hidden now.
   size_t hideSeries(const Labels& match);
+
+  // Series owned by objects that come and go (a backend endpoint's {model, endpoint}): every
+  // object that registers series whose labels include `match` and keeps references to them
+  // claims `match` first and drops its claim (SeriesClaim) only after its references are gone.
+  // When the last claim on `match` is dropped, every series whose labels include it is removed
+  // from the registry, objects destroyed: endpoints that come and go (DNS discovery, new pod
+  // addresses at each rollout) leave nothing behind. Registering the same series later starts
+  // it afresh (a counter reset, which Prometheus handles). Returns the series removed.
+  void claimSeries(const Labels& match);
+  size_t unclaimSeries(const Labels& match);
+
+  // Series held (shown or hidden), over every family (tests: bounded growth).
+  size_t seriesCount() const;
 
   // A value computed at scrape time (e.g. XDP per-CPU counters read from a BPF map).
   using Collector = std::function<void(std::string& out)>;  // appends exposition lines
@@ -147,6 +160,34 @@ class MetricsRegistry {
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<Family>, std::less<>> families_;
   std::vector<Collector> collectors_;
+  std::map<std::string, size_t> claims_;  // canonical `match` -> claims held (claimSeries)
+};
+
+// RAII claim on a label set (MetricsRegistry::claimSeries): declare it before the members
+// holding the series' references, so it is dropped after them; the registry must outlive it
+// (the global one is never destroyed). Movable.
+class SeriesClaim {
+ public:
+  SeriesClaim() = default;
+  SeriesClaim(MetricsRegistry* registry, Labels match);  // registry nullptr: no claim
+  ~SeriesClaim() { reset(); }
+  SeriesClaim(SeriesClaim&& o) noexcept
+      : registry_(std::exchange(o.registry_, nullptr)), match_(std::move(o.match_)) {}
+  SeriesClaim& operator=(SeriesClaim&& o) noexcept {
+    if (this != &o) {
+      reset();
+      registry_ = std::exchange(o.registry_, nullptr);
+      match_ = std::move(o.match_);
+    }
+    return *this;
+  }
+  SeriesClaim(const SeriesClaim&) = delete;
+  SeriesClaim& operator=(const SeriesClaim&) = delete;
+  void reset();
+
+ private:
+  MetricsRegistry* registry_ = nullptr;
+  Labels match_;
 };
 
 }  // namespace infergate::common

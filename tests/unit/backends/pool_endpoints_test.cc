@@ -271,6 +271,68 @@ TEST(PoolEndpoints, ReAddedBeforeClosedIsKept) {
   f.release("a:1");
 }
 
+// Endpoints that come and go (new pod addresses at each rollout, found through DNS): a closed
+// endpoint's series leave the registry, so 30 replacements leave as many series as one.
+TEST(PoolEndpoints, ClosedEndpointsLeaveNothingInTheRegistry) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  Batch b;
+  auto replaceWith = [&](const std::string& a) {
+    ASSERT_TRUE(f.pool->setEndpoints({a}).ok());
+    f.pool->probeAll();
+    BatchResult r;
+    f.pool->execute(b, collect(r));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    // The previous address closes (once the health thread, which probes an added endpoint at
+    // once, no longer holds it).
+    ASSERT_TRUE(eventually([&] {
+      f.pool->reap();
+      return f.pool->status().size() == 1;
+    }));
+  };
+  replaceWith("x0:1");
+  const size_t one_set = f.metrics.seriesCount();
+  for (int i = 1; i < 30; ++i) replaceWith("x" + std::to_string(i) + ":1");
+  EXPECT_EQ(f.metrics.seriesCount(), one_set);
+  const std::string text = f.metrics.renderPrometheus();
+  EXPECT_EQ(text.find("endpoint=\"a:1\""), std::string::npos) << text;
+  EXPECT_EQ(text.find("endpoint=\"x28:1\""), std::string::npos);
+  EXPECT_NE(text.find("infergate_backend_batches_total{endpoint=\"x29:1\",model=\"m\"} 1"),
+            std::string::npos)
+      << text;
+}
+
+// A model that a reload rebuilt has a new pool on the same endpoints beside the old one until
+// the old one is retired and closed: that close leaves the new pool's series (the same
+// {model, endpoint}, and the model's gauges) in /metrics, counting.
+TEST(PoolEndpoints, ARetiredPoolLeavesTheSeriesOfItsSuccessor) {
+  Fixture f({"a:1"});
+  ASSERT_TRUE(f.pool->start(true).ok());
+  RemoteBackendConfig cfg;
+  cfg.endpoints = {"a:1"};
+  cfg.health_check_interval_ms = 3600 * 1000;
+  cfg.startup_timeout_ms = 0;
+  std::vector<std::unique_ptr<EndpointClient>> clients;
+  clients.push_back(std::make_unique<FakeEndpointClient>("a:1", f.state("a:1")));
+  Pool next("m", "triton", cfg, std::move(clients), &f.metrics);
+  ASSERT_TRUE(next.start(true).ok());
+  f.pool->retire(nullptr);
+  ASSERT_TRUE(eventually([&] { return f.pool->retiredAndClosed(); }));
+  Batch b;
+  BatchResult r;
+  next.execute(b, collect(r));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  const std::string text = f.metrics.renderPrometheus();
+  EXPECT_NE(text.find("infergate_backend_healthy{endpoint=\"a:1\",model=\"m\"} 1"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("infergate_backend_batches_total{endpoint=\"a:1\",model=\"m\"} 1"),
+            std::string::npos)
+      << text;
+  // The model-level gauges are the new pool's figures: the old one did not zero them.
+  EXPECT_NE(text.find("infergate_backend_endpoints{model=\"m\"} 1"), std::string::npos) << text;
+}
+
 TEST(PoolEndpoints, MalformedListChangesNothing) {
   Fixture f({"a:1"});
   EXPECT_EQ(f.pool->setEndpoints({"b:1", "nocolon"}).code(), absl::StatusCode::kInvalidArgument);

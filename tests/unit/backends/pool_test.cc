@@ -59,8 +59,8 @@ class FakeDepth : public QueueDepthSource {
 struct Fixture {
   std::vector<std::shared_ptr<FakeEndpointState>> st;
   std::vector<std::shared_ptr<FakeDepthState>> depth;  // with_depth: one per endpoint
+  common::MetricsRegistry metrics;  // outlives the pool: its endpoints drop their series claims
   std::unique_ptr<Pool> pool;
-  common::MetricsRegistry metrics;
   Fixture(int n, RemoteBackendConfig cfg = {}, bool with_depth = false) {
     std::vector<std::unique_ptr<QueueDepthSource>> sources;
     std::vector<std::unique_ptr<EndpointClient>> clients;

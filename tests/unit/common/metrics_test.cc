@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -565,6 +566,64 @@ TEST(MetricsRegistryHide, HidesEverySeriesWithTheLabelsAndShowsThemAgainOnRegist
   EXPECT_NE(text.find("t_batches_total{endpoint=\"a:1\",model=\"m\"} 4"), std::string::npos);
   EXPECT_EQ(text.find("t_healthy{endpoint=\"a:1\""), std::string::npos) << "only what registered";
   EXPECT_EQ(r.hideSeries({}), 0u) << "an empty match hides nothing";
+}
+
+// Series of objects that come and go (claimSeries): they stay while any claim on their labels
+// is held, and leave the registry, objects and all, with the last one; a series registered
+// again later starts afresh; other series, and hidden ones of other labels, stay.
+TEST(MetricsRegistryClaims, TheLastClaimRemovesTheSeries) {
+  MetricsRegistry r;
+  const Labels a = {{"model", "m"}, {"endpoint", "a:1"}};
+  auto claim1 = std::make_unique<SeriesClaim>(&r, a);
+  // The same pairs in another order are the same claim.
+  SeriesClaim claim2(&r, {{"endpoint", "a:1"}, {"model", "m"}});
+  r.counter("t_batches_total", "b", a).inc(3);
+  r.gauge("t_healthy", "h", a).set(1);
+  r.histogram("t_seconds", "s", {{"model", "m"}, {"endpoint", "a:1"}, {"path", "shm"}}, {0.1}, 1e6)
+      .record(5);
+  r.counter("t_batches_total", "b", {{"model", "m"}, {"endpoint", "b:1"}}).inc(7);
+  r.counter("t_batches_total", "b", {{"model", "m\",endpoint=\"a:1"}, {"endpoint", "c:1"}}).inc(1);
+  EXPECT_EQ(r.seriesCount(), 5u);
+
+  claim1.reset();  // one holder left: nothing goes
+  EXPECT_EQ(r.seriesCount(), 5u);
+  EXPECT_NE(r.renderPrometheus().find("t_batches_total{endpoint=\"a:1\",model=\"m\"} 3"),
+            std::string::npos);
+
+  SeriesClaim moved = std::move(claim2);  // a moved claim is still one claim
+  claim2.reset();                         // the moved-from one holds nothing
+  EXPECT_EQ(r.seriesCount(), 5u);
+  moved.reset();
+  EXPECT_EQ(r.seriesCount(), 2u) << "the three series of {m, a:1} are gone";
+  std::string text = r.renderPrometheus();
+  EXPECT_EQ(text.find("endpoint=\"a:1\",model=\"m\""), std::string::npos) << text;
+  EXPECT_NE(text.find("t_batches_total{endpoint=\"b:1\",model=\"m\"} 7"), std::string::npos);
+  EXPECT_NE(text.find("endpoint=\"c:1\""), std::string::npos) << text;
+
+  // Registered again later: a fresh series.
+  r.counter("t_batches_total", "b", a).inc();
+  EXPECT_NE(r.renderPrometheus().find("t_batches_total{endpoint=\"a:1\",model=\"m\"} 1"),
+            std::string::npos);
+  // Unclaiming what was never claimed removes nothing.
+  EXPECT_EQ(r.unclaimSeries({{"model", "m"}, {"endpoint", "b:1"}}), 0u);
+  EXPECT_EQ(r.seriesCount(), 3u);
+}
+
+// Addresses that come and go, each claimed, used and let go: the registry does not grow.
+TEST(MetricsRegistryClaims, ChurningLabelsDoNotAccumulate) {
+  MetricsRegistry r;
+  r.counter("t_other_total", "o").inc();
+  for (int i = 0; i < 1000; ++i) {
+    const Labels l = {
+        {"model", "m"},
+        {"endpoint", "10.0." + std::to_string(i / 250) + "." + std::to_string(i % 250) + ":8001"}};
+    SeriesClaim c(&r, l);
+    r.counter("t_batches_total", "b", l).inc();
+    r.gauge("t_healthy", "h", l).set(1);
+    r.histogram("t_seconds", "s", l, {0.1}, 1e6).record(1);
+    EXPECT_EQ(r.seriesCount(), 4u);
+  }
+  EXPECT_EQ(r.seriesCount(), 1u);
 }
 
 }  // namespace
