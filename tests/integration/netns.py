@@ -218,6 +218,27 @@ def start_gateway(net, config_text, name="gw", env=None, expect_start=True, time
         raise AssertionError("%s did not start:\n%s" % (what, f.read()))
 
 
+class ClientLoad:
+    """tests/integration/load_loop.py (closed-loop KServe requests, half keep-alive, half a new
+    connection each) run in net's client namespace against the gateway's address until stop(),
+    which returns its JSON results (ok, failed, retried, reasons, seconds)."""
+
+    def __init__(self, net, model="identity", threads=4, port=8000):
+        self.stop_file = os.path.join(net.tmp, "stop-load-%s" % uuid.uuid4().hex[:8])
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
+             os.path.join(os.path.dirname(os.path.abspath(__file__)), "load_loop.py"),
+             net.gw_ip, str(port), self.stop_file, model, str(threads)],
+            stdout=subprocess.PIPE, text=True)
+        net.procs.append(self.proc)
+
+    def stop(self, timeout=20):
+        import json
+        open(self.stop_file, "w").close()
+        out, _ = self.proc.communicate(timeout=timeout)
+        return json.loads(out)
+
+
 def stop_gateway(p, timeout=20):
     """SIGTERM and wait; returns the exit code. Kills it and raises AssertionError if it does
     not stop within `timeout` seconds."""

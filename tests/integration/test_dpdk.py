@@ -334,13 +334,7 @@ class DpdkTest(netns.VethTestCase):
                                    "--max-time", "5", "http://%s:8000/v2/health/ready" % net.gw_ip],
                                   check=False).stdout
 
-        here = os.path.dirname(os.path.abspath(__file__))
-        stop_file = os.path.join(net.tmp, "stop")
-        load = subprocess.Popen(
-            ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
-             os.path.join(here, "load_loop.py"), net.gw_ip, "8000", stop_file, "identity", "4"],
-            stdout=subprocess.PIPE, text=True)
-        net.procs.append(load)
+        load = netns.ClientLoad(net)
         try:
             time.sleep(0.5)
             self.assertEqual(health(), "200")
@@ -368,12 +362,10 @@ class DpdkTest(netns.VethTestCase):
             self.assertEqual(a.get("result"), "ok", a)
             self.assertEqual(health(), "200")
         finally:
-            open(stop_file, "w").close()
-            out, _ = load.communicate(timeout=30)
+            result = load.stop(timeout=30)
             rc = netns.stop_gateway(p)
         text = read(log)
         self.assertEqual(rc, 0, text[-3000:])
-        result = json.loads(out)
         print("\n[dpdk] xdp rules reloaded 3 times under load: %s" % json.dumps(result),
               file=sys.stderr)
         self.assertEqual(result["failed"], 0, result)

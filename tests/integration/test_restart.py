@@ -13,7 +13,6 @@ closed while draining are sent again on a new connection, as any HTTP client doe
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 import unittest
@@ -22,7 +21,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 import netns  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 CONFIG = """mode: {mode}
 reactors: 2
@@ -57,12 +55,7 @@ class RestartTest(netns.VethTestCase):
         prog_before = program_id(net)
         if mode == "xdp-filter":
             self.assertIsNotNone(prog_before)
-        stop_file = os.path.join(net.tmp, "stop")
-        load = subprocess.Popen(
-            ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
-             os.path.join(HERE, "load_loop.py"), net.gw_ip, "8000", stop_file, "identity", "4"],
-            stdout=subprocess.PIPE, text=True)
-        net.procs.append(load)
+        load = netns.ClientLoad(net)
         b = None
         try:
             time.sleep(1.0)
@@ -73,9 +66,7 @@ class RestartTest(netns.VethTestCase):
             b_served = netns.gateway_metric(net, "infergate_requests_total", code="200")
             prog_after = program_id(net)
         finally:
-            open(stop_file, "w").close()
-            out, _ = load.communicate(timeout=20)
-        result = json.loads(out)
+            result = load.stop()
         print("%s restart under load: %s, B served %d, program id %s -> %s"
               % (mode, json.dumps(result), b_served, prog_before, prog_after))
         with open(a_log) as f:
@@ -190,12 +181,7 @@ class RestartTest(netns.VethTestCase):
         cfg = os.path.join(net.tmp, "gw.yaml")
         with self.gateway(base, name="gw") as (p, log):
             prog = program_id(net)
-            stop_file = os.path.join(net.tmp, "stop")
-            load = subprocess.Popen(
-                ["ip", "netns", "exec", net.client_ns, "/usr/bin/python3",
-                 os.path.join(HERE, "load_loop.py"), net.gw_ip, "8000", stop_file, "identity",
-                 "4"], stdout=subprocess.PIPE, text=True)
-            net.procs.append(load)
+            load = netns.ClientLoad(net)
             answers = []
             try:
                 time.sleep(0.5)
@@ -215,9 +201,7 @@ class RestartTest(netns.VethTestCase):
                 after = netns.gateway_metric(net, "infergate_xdp_requests_total",
                                              **{"class": "background"})
             finally:
-                open(stop_file, "w").close()
-                out, _ = load.communicate(timeout=20)
-            result = json.loads(out)
+                result = load.stop()
             print("xdp rules reloaded 6 times under load: %s, program id %s -> %s"
                   % (json.dumps(result), prog, program_id(net)))
             for a in answers:
