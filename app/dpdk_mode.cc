@@ -186,6 +186,31 @@ std::string macText(const uint8_t m[6]) {
                      m[5]);
 }
 
+// The filter's rules from the xdp: options, as afxdp mode builds the program's (the tag travels
+// in Frame::meta; the stack sends the RSTs; prove_handshake with the stacks' cookie keys):
+// `c`'s xdp: section with the listeners' ports and what dpdk mode sets itself. At start-up and
+// at each reload.
+xdp::XdpOptions filterXdpOptions(const xdp::XdpOptions& configured,
+                                 const std::vector<uint16_t>& ports) {
+  xdp::XdpOptions xo = configured;
+  xo.service_ports = ports;
+  xo.redirect_xsk = true;
+  xo.write_metadata = true;
+  xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
+  return xo;
+}
+
+absl::Status filterRules(const xdp::XdpOptions& xo, ig_config* config,
+                         std::vector<dataplane::ingress_filter::CidrRule>* cidrs) {
+  if (absl::Status s = xdp::buildConfig(xo, config); !s.ok()) return s;
+  absl::StatusOr<std::vector<xdp::CidrEntry>> entries = xdp::cidrEntries(xo);
+  if (!entries.ok()) return entries.status();
+  cidrs->clear();
+  cidrs->reserve(entries->size());
+  for (const xdp::CidrEntry& e : *entries) cidrs->push_back({e.cidr, e.cls, e.exempt, e.trusted});
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct DpdkMode::State {
@@ -214,18 +239,9 @@ absl::StatusOr<std::unique_ptr<DpdkMode>> DpdkMode::start(const config::Config& 
       servicePorts(c, "dpdk", "the filter needs the port");
   if (!service_ports.ok()) return service_ports.status();
   const std::vector<uint16_t>& ports = *service_ports;
-  // The classifier's configuration, as afxdp mode builds it (the tag travels in Frame::meta;
-  // the stack sends the RSTs; prove_handshake with the stacks' cookie keys).
-  xdp::XdpOptions xo = c.xdp;
-  xo.service_ports = ports;
-  xo.redirect_xsk = true;
-  xo.write_metadata = true;
-  xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
+  const xdp::XdpOptions xo = filterXdpOptions(c.xdp, ports);
   dataplane::ingress_filter::FilterOptions fo;
-  if (absl::Status s = xdp::buildConfig(xo, &fo.config); !s.ok()) return s;
-  absl::StatusOr<std::vector<xdp::CidrEntry>> cidrs = xdp::cidrEntries(xo);
-  if (!cidrs.ok()) return cidrs.status();
-  for (const xdp::CidrEntry& e : *cidrs) fo.cidrs.push_back({e.cidr, e.cls, e.exempt, e.trusted});
+  if (absl::Status s = filterRules(xo, &fo.config, &fo.cidrs); !s.ok()) return s;
   fo.bucket_entries = xo.bucket_entries;
   if (inet_pton(AF_INET, d.ipv4.c_str(), &fo.l2.ipv4) != 1)
     return absl::InvalidArgumentError(fmt::format("dpdk.ipv4: invalid address '{}'", d.ipv4));
@@ -367,23 +383,15 @@ absl::Status DpdkMode::reconfigureXdp(const xdp::XdpOptions& next) {
   State& st = *state_;
   if (st.stopped || st.reactors.empty())
     return absl::FailedPreconditionError("dpdk mode is not serving");
-  xdp::XdpOptions o = next;
-  o.service_ports = st.xo.service_ports;  // what start() set: the listeners and the dpdk knobs
-  o.redirect_xsk = st.xo.redirect_xsk;
-  o.write_metadata = st.xo.write_metadata;
-  o.reject_mid_stream = st.xo.reject_mid_stream;
-  // The tables' sizes (the reload planner refuses these keys before asking; kept as a guard).
+  const xdp::XdpOptions o = filterXdpOptions(next, st.xo.service_ports);  // the listeners stay
+  // The tables' sizes (as XdpFilter::reconfigure refuses them; the planner refuses them first).
   if (o.flow_entries != st.xo.flow_entries)
     return absl::FailedPreconditionError("xdp.flow_entries cannot change without a restart");
   if (o.bucket_entries != st.xo.bucket_entries)
     return absl::FailedPreconditionError("xdp.bucket_entries cannot change without a restart");
   ig_config cfg{};
-  if (absl::Status s = xdp::buildConfig(o, &cfg); !s.ok()) return s;
-  absl::StatusOr<std::vector<xdp::CidrEntry>> entries = xdp::cidrEntries(o);
-  if (!entries.ok()) return entries.status();
   std::vector<dataplane::ingress_filter::CidrRule> cidrs;
-  cidrs.reserve(entries->size());
-  for (const xdp::CidrEntry& e : *entries) cidrs.push_back({e.cidr, e.cls, e.exempt, e.trusted});
+  if (absl::Status s = filterRules(o, &cfg, &cidrs); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<const FilteringDevice::Rules>> rules =
       FilteringDevice::prepareRules(cfg, cidrs);
   if (!rules.ok()) return rules.status();
