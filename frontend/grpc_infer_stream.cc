@@ -308,9 +308,9 @@ absl::Status ModelInferStreamDecoder::decideAtEnd() {
         return decodeWhole(gather_, true, gather_copied_);
       }
       if (raw_ != expect_.size()) {
-        return decide(absl::InvalidArgumentError(
-            "expected " + std::to_string(expect_.size()) +
-            " raw_input_contents (one per input), got " + std::to_string(raw_)));
+        return decide(absl::InvalidArgumentError("expected " + std::to_string(expect_.size()) +
+                                                 " raw_input_contents (one per input), got " +
+                                                 std::to_string(raw_)));
       }
       req_.received_copy_bytes = received_copy_;
       final_copied_ = copied_raw_;
