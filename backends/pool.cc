@@ -521,6 +521,10 @@ size_t Pool::sequenceCount() const {
 }
 
 void Pool::reap() {
+  // Held to the end: a second round (the health thread's, a test's) waits for this one's
+  // shutdown() and release, rather than finding the endpoint already gone from the set while it
+  // is still being closed.
+  std::lock_guard<std::mutex> reap_lock(reap_mu_);
   std::vector<std::shared_ptr<Endpoint>> closed;
   const uint64_t now = common::monotonicNs();
   {

@@ -224,7 +224,9 @@ class Pool : public BatchBackend {
   // queue-depth source.
   void scrapeAll();
   // One housekeeping round now (tests; the health thread does it every round): closes drained
-  // endpoints, expires idle sequence bindings.
+  // endpoints, expires idle sequence bindings. Rounds are serialized: when reap() returns, every
+  // endpoint it or a concurrent round erased has been shut down and released (its series have
+  // left the registry unless another pool claims them).
   void reap();
   // One resolution of every dns:/// entry now, on the calling thread (tests; start-up).
   void resolveAll();
@@ -295,7 +297,8 @@ class Pool : public BatchBackend {
   uint64_t next_id_ = 1;
   ClientFactory factory_;
   // The configured entries: static host:port, and dns:/// targets with their last good set.
-  std::mutex set_mu_;  // serializes set changes (taken before mu_)
+  std::mutex set_mu_;   // serializes set changes (taken before mu_)
+  std::mutex reap_mu_;  // serializes reap() rounds, held across shutdown (taken before mu_)
   std::vector<std::string> static_;
   struct DnsTarget {
     std::string entry;  // dns:///name:port
@@ -341,10 +344,10 @@ class Pool : public BatchBackend {
   uint32_t inflight_ = 0;
   bool stopping_ = false;
   bool started_ = false;
-  bool retired_ = false;                 // retire() called
-  bool closed_ = false;                  // retired and every endpoint closed (or closing)
-  bool shut_down_ = false;               // retired, and every endpoint's shutdown() returned
-  bool live_ = false;  // counted among its model's live pools (joinLivePools in pool.cc)
+  bool retired_ = false;    // retire() called
+  bool closed_ = false;     // retired and every endpoint closed (or closing)
+  bool shut_down_ = false;  // retired, and every endpoint's shutdown() returned
+  bool live_ = false;       // counted among its model's live pools (joinLivePools in pool.cc)
   std::function<bool()> upstream_idle_;  // retire()'s predicate
   uint64_t rng_ = 0x9e3779b97f4a7c15ull;
   std::thread health_;
