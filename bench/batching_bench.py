@@ -98,7 +98,6 @@ async def run_load(port, model, rate, duration, conns, levels, start_at):
         reqs[lvl] = (("POST /v2/models/%s/infer HTTP/1.1\r\nHost: b\r\n%s"
                       "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n")
                      % (model, hdr, len(body))).encode() + body
-    loop = asyncio.get_running_loop()
     results = []
     streams = []
     for _ in range(conns):

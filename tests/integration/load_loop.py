@@ -18,7 +18,6 @@ Runs as a script so the restart test can start it in a client network namespace.
 import http.client
 import json
 import os
-import socket
 import sys
 import threading
 import time

@@ -11,7 +11,6 @@ a binary that does not know them the tests skip, saying so.
 import json
 import os
 import socket
-import struct
 import sys
 import threading
 import time

@@ -16,7 +16,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_grpc_api import (GOAWAY, HEADERS, PING, PREFACE, RST, SETTINGS,  # noqa: E402
+from test_grpc_api import (HEADERS, PING, PREFACE, RST, SETTINGS,  # noqa: E402
                            frame, goaway_code, grpc_headers, read_frames)
 
 ENHANCE_YOUR_CALM = 11

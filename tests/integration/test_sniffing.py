@@ -90,7 +90,7 @@ class Sniffing(unittest.TestCase):
             self.assertEqual(status, 505)
 
     def test_silent_close_is_harmless(self):
-        with harness.connect(GW.port) as s:
+        with harness.connect(GW.port):
             pass
         code, _, _ = curl("--http1.1", GW.url("/v2/health/live"))
         self.assertEqual(code, 200)
