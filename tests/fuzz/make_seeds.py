@@ -87,6 +87,106 @@ def classifier_seeds():
     }
 
 
+# ---- dpdk mode's ingress filter records (see ingress_filter_fuzz.cc) ----
+
+def if_frame(frame):
+    return b"\x00" + struct.pack("<H", len(frame)) + frame
+
+
+def if_burst(sel=12):  # max = 1 + 5 * sel
+    return bytes([1 | (sel << 2)])
+
+
+def if_clock(mult, shift):  # mult << shift ns
+    return bytes([2 | (mult << 2), shift])
+
+
+def if_overload(level):
+    return bytes([3 | (level << 4)])
+
+
+def if_rules(k0, k1):
+    return bytes([3 | (1 << 2), k0, k1])
+
+
+def if_cookies(gen=0, clear=False):
+    return bytes([3 | (2 << 2) | (gen << 4) | (0x20 if clear else 0)])
+
+
+def if_hold():
+    return bytes([3 | (3 << 2)])
+
+
+ETH_US = bytes([2, 0, 0, 0, 0, 1])
+ETH_PEER = bytes([2, 0, 0, 0, 0, 2])
+
+
+def eth(dst, ethertype, vlan=None):
+    h = dst + ETH_PEER
+    if vlan is not None:
+        h += struct.pack("!HH", 0x8100, vlan)
+    return h + struct.pack("!H", ethertype)
+
+
+def arp_request(target="10.0.0.1", vlan=None):
+    body = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1) + ETH_PEER + ip4("10.0.0.2") + b"\0" * 6 + ip4(target)
+    return eth(b"\xff" * 6, 0x0806, vlan) + body
+
+
+def icmp_echo(data=b"ping", dst="10.0.0.1"):
+    icmp = struct.pack("!BBHHH", 8, 0, 0, 7, 1) + data
+    icmp = icmp[:2] + struct.pack("!H", csum(icmp)) + icmp[4:]
+    hdr = struct.pack("!BBHHHBBH", 0x45, 0, 20 + len(icmp), 0, 0x4000, 64, 1, 0) + ip4("10.0.0.2") + ip4(dst)
+    hdr = hdr[:10] + struct.pack("!H", csum(hdr)) + hdr[12:]
+    return eth(ETH_US, 0x0800) + hdr + icmp
+
+
+def icmp6(dst, body, hop=64):
+    src = ip6(2)
+    pseudo = src + dst + struct.pack("!IxxxB", len(body), 58)
+    body = body[:2] + struct.pack("!H", csum(pseudo + body)) + body[4:]
+    return eth(ETH_US, 0x86DD) + struct.pack("!IHBB", 0x60000000, len(body), 58, hop) + src + dst + body
+
+
+def icmp6_echo(data=b"ping6"):
+    return icmp6(ip6(1), struct.pack("!BBHHH", 128, 0, 0, 7, 1) + data)
+
+
+def neighbour_solicitation():
+    solicited = bytes.fromhex("ff0200000000000000000001ff000001")
+    body = struct.pack("!BBHI", 135, 0, 0, 0) + ip6(1) + bytes([1, 1]) + ETH_PEER
+    return icmp6(solicited, body, hop=255)
+
+
+def ingress_filter_seeds():
+    h1 = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nx-infergate-priority: 0\r\nContent-Length: 2\r\n\r\n{}"
+    conn = (if_frame(tcp_frame(SYN, seq=1000, opts=SYN_OPTS)) +
+            if_frame(tcp_frame(ACK, seq=1001, ack=0x12345679)) +
+            if_frame(tcp_frame(ACK | PSH, h1, seq=1001, ack=0x12345679)))
+    l2 = (if_frame(arp_request()) + if_frame(arp_request(vlan=7)) + if_frame(arp_request("10.0.0.9")) +
+          if_frame(icmp_echo()) + if_frame(icmp_echo(b"x" * 1400)) + if_frame(icmp6_echo()) +
+          if_frame(neighbour_solicitation()))
+    return {
+        "connection": bytes([0x07, 0, 0]) + conn + if_burst(),
+        "connection_limits_cidrs": bytes([0x07, 0, 0x07]) + conn + conn + if_burst(1) + if_burst() +
+        if_clock(63, 24) + conn + if_burst(),
+        "l2_answers": bytes([0, 0, 0x08]) + l2 + if_burst(),
+        "l2_one_per_burst": bytes([0, 0, 0x18]) + l2 + if_burst(2) + if_burst(),
+        "l2_no_tx_frame": bytes([0, 0, 0x38]) + l2 + if_burst(),
+        "l2_three_tx_frames": bytes([0, 0, 0x68]) + l2 + if_burst(),
+        "rejected_flow": bytes([0x21, 0, 0]) + if_frame(tcp_frame(SYN, seq=1000)) +
+        if_frame(tcp_frame(ACK | PSH, b"BREW /v2/ HTTP/1.1\r\n\r\n", seq=1001)) +
+        if_frame(tcp_frame(ACK | PSH, b"again", seq=1024)) + if_burst(),
+        "overload_reload_hold": bytes([0x03, 0, 0x06]) + if_overload(3) + conn + if_hold() +
+        if_rules(0xa1, 0x20) + if_overload(0) + conn + if_cookies(1) + if_burst() + if_cookies(clear=True),
+        "fragments_v6_not_service": bytes([0x08, 0, 0x88]) +
+        if_frame(tcp_frame(ACK, b"abc", ip_opts=b"\x94\x04\0\0", frag=0x2000)) +
+        if_frame(tcp_frame(ACK, b"", v6=True, proto=0)) +
+        if_frame(tcp_frame(ACK | PSH, b"GET / HTTP/1.1\r\n\r\n", dport=22)) +
+        if_frame(tcp_frame(SYN, v6=True, vlan=5, opts=SYN_OPTS[:4])) + if_burst(63),
+    }
+
+
 # ---- TCP stack records (see tcp_stack_fuzz.cc) ----
 
 def segment(client, flags, payload=b"", kind=0, modes=0, seq=0, ack=0, window=65535, opts=0,
@@ -761,6 +861,7 @@ def write(target, seeds):
 
 if __name__ == "__main__":
     write("fuzz_xdp_classifier", classifier_seeds())
+    write("fuzz_ingress_filter", ingress_filter_seeds())
     write("fuzz_tcp_stack", tcp_seeds())
     write("fuzz_http1", http1_seeds())
     write("fuzz_http2", http2_seeds())

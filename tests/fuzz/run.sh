@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../.."
 build=${1:-build-fuzz}
 secs=${2:-60}
 shift $(( $# < 2 ? $# : 2 ))
-all=(fuzz_xdp_classifier fuzz_tcp_stack fuzz_http1 fuzz_http2 fuzz_grpc_framing fuzz_modelinfer
+all=(fuzz_xdp_classifier fuzz_ingress_filter fuzz_tcp_stack fuzz_http1 fuzz_http2 fuzz_grpc_framing fuzz_modelinfer
      fuzz_tf_predict fuzz_kserve_json fuzz_kserve_stream fuzz_tfserving_rest fuzz_config
      fuzz_grpc_client fuzz_gpu fuzz_prom_text)
 if [ $# -gt 0 ]; then

@@ -25,78 +25,23 @@
 
 #include "dataplane/tcp/packet.h"
 #include "dataplane/tcp/syncookie.h"
+#include "tests/fuzz/xdp_fuzz_config.h"
 #include "tests/unit/xdp/classifier_ref.h"
 #include "xdp/classifier.h"
 
 namespace {
 
 namespace tcp = infergate::dataplane::tcp;
+using infergate::fuzz::makeConfig;
 
-#define FUZZ_CHECK(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
+#define FUZZ_CHECK(cond)                                                                     \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
       std::fprintf(stderr, "fuzz_xdp_classifier: invariant failed at %s:%d: %s\n", __FILE__, \
-                   __LINE__, #cond);                                                  \
-      std::abort();                                                                   \
-    }                                                                                 \
+                   __LINE__, #cond);                                                         \
+      std::abort();                                                                          \
+    }                                                                                        \
   } while (0)
-
-uint64_t methodKey(const char* m) {
-  uint64_t k = 0;
-  for (size_t i = 0; m[i] && i < 8; ++i) k |= static_cast<uint64_t>(static_cast<uint8_t>(m[i])) << (8 * i);
-  return k;
-}
-
-// As xdp_filter.cc's fillPrefix().
-void addPrefix(ig_config* c, const char* s, bool allow, uint8_t cls) {
-  ig_prefix* p = &c->prefix[c->nprefixes++];
-  std::memset(p, 0, sizeof(*p));
-  const size_t n = std::strlen(s);
-  for (size_t i = 0; i < n && i < IG_PREFIX_MAX_LEN; ++i) {
-    p->word[i / 8] |= static_cast<uint64_t>(static_cast<uint8_t>(s[i])) << (8 * (i % 8));
-    p->mask[i / 8] |= 0xffULL << (8 * (i % 8));
-  }
-  p->len = static_cast<uint8_t>(n);
-  p->allow = allow ? 1 : 0;
-  p->cls = cls;
-}
-
-// xdp/testing/fixtures.cc fixtureOptions() through buildConfig(), with knobs.
-ig_config makeConfig(uint8_t k0, uint8_t k1) {
-  ig_config c;
-  std::memset(&c, 0, sizeof(c));
-  c.ports[c.nports++] = htons(8000);
-  c.ports[c.nports++] = htons(8001);
-  c.method_key[c.nmethods++] = methodKey("GET");
-  c.method_key[c.nmethods++] = methodKey("POST");
-  if (k0 & 0x80) {
-    c.method_key[c.nmethods++] = methodKey("PUT");
-    c.method_key[c.nmethods++] = methodKey("PROPFIND");  // 8 letters: the longest token
-  }
-  addPrefix(&c, "/v2/models/urgent", false, 0);
-  if (k0 & 0x80) addPrefix(&c, "/v2/models/background-batch-jobs", false, 3);  // 32 bytes
-  if (!(k1 & 0x20)) {
-    addPrefix(&c, "/v2/", true, IG_CLASS_NONE);
-    addPrefix(&c, "/v1/models/", true, IG_CLASS_NONE);
-    addPrefix(&c, "/metrics", true, IG_CLASS_NONE);
-  }
-  c.h2_max_frame = (k0 & 0x40) ? 16384 : 16777215;
-  c.default_cls = 1;
-  c.send_rst = k0 & 1;
-  c.priority_header = (k0 >> 1) & 1;
-  c.reject_mid_stream = (k0 >> 2) & 1;
-  c.frag_policy = static_cast<uint8_t>(((k0 >> 3) & 3) % 3);
-  // Every feature the program has, on (afxdp with SYN cookies): the most code reachable.
-  c.write_meta = c.track_flows = c.redirect_xsk = c.syn_cookies = c.prove_handshake = 1;
-  c.flow_mask = 1023;
-  c.reject_ttl_ns = 1'000'000'000;
-  c.src_mask4 = 0xffffffffu;
-  c.src_mask6[0] = c.src_mask6[1] = 0xffffffffu;
-  static const uint16_t kMss[4] = {1460, 536, 8960, 65495};
-  c.synack_mss = kMss[k1 >> 6];
-  c.synack_wscale = static_cast<uint8_t>((k1 & 0xf) > 14 ? 14 : (k1 & 0xf));
-  return c;
-}
 
 ig_cookie_keys cookieKeys(uint8_t k1) {
   ig_cookie_keys k{};
@@ -163,8 +108,8 @@ void fuzzSyn(const uint8_t* f, size_t n, const ig_config& cfg, uint8_t k1, const
   const ig_cookie_keys keys = cookieKeys(k1);
   const int v6 = p.key.family == 6;
   const __u32 opts = ig_cookie_encode_opts(o.mss ? o.mss : 536, o.wscale, o.sack, o.ts);
-  const __u32 isn = ig_cookie_make(&keys, p.key.saddr, p.key.daddr, p.key.sport, p.key.dport,
-                                   v6, p.seq, opts);
+  const __u32 isn =
+      ig_cookie_make(&keys, p.key.saddr, p.key.daddr, p.key.sport, p.key.dport, v6, p.seq, opts);
   ig_cookie_opts co{};
   FUZZ_CHECK(ig_cookie_check(&keys, p.key.saddr, p.key.daddr, p.key.sport, p.key.dport, v6, p.seq,
                              isn, &co) == 1);
@@ -180,8 +125,8 @@ void fuzzSyn(const uint8_t* f, size_t n, const ig_config& cfg, uint8_t k1, const
   const uint16_t mss = static_cast<uint16_t>(cfg.synack_mss - (v6 ? 20 : 0));
   const uint32_t tsval = 0x12345678u + isn;
   auto buf = copyOf(f, n, len);
-  const int r = ig_build_synack(buf.get(), buf.get() + len, &p, &o, isn, tsval, mss,
-                                cfg.synack_wscale);
+  const int r =
+      ig_build_synack(buf.get(), buf.get() + len, &p, &o, isn, tsval, mss, cfg.synack_wscale);
   FUZZ_CHECK(r == static_cast<int>(len));
   if (!p.vlan) {
     tcp::Segment seg;
@@ -196,8 +141,8 @@ void fuzzSyn(const uint8_t* f, size_t n, const ig_config& cfg, uint8_t k1, const
   }
   // The same, in the frame as received: it must fit or be refused, never overflow.
   auto same = copyOf(f, n, n);
-  const int r2 = ig_build_synack(same.get(), same.get() + n, &p, &o, isn, tsval, mss,
-                                 cfg.synack_wscale);
+  const int r2 =
+      ig_build_synack(same.get(), same.get() + n, &p, &o, isn, tsval, mss, cfg.synack_wscale);
   FUZZ_CHECK(r2 == (len <= n ? static_cast<int>(len) : -1));
 }
 
