@@ -35,8 +35,8 @@ fi
 #  - the unit tests (label unit: not the BPF or integration tests) run under the sanitizers,
 #    one process per binary (scripts/run-unit-binaries.py);
 #  - every fuzz target replays tests/fuzz/regressions/, then fuzzes its seed corpus for
-#    INFERGATE_FUZZ_SECONDS (default 8; 15 targets, about 2.7 minutes in all: docs/FUZZING.md
-#    has the CI time budget).
+#    INFERGATE_FUZZ_SECONDS (default 8 s per target, 15 targets, plus their regression
+#    replays: docs/FUZZING.md has the CI time budget).
 # Any sanitizer report, crash, leak or broken invariant fails the run; a fuzz finding leaves the
 # input to reproduce it in the artifacts directory run.sh prints.
 if command -v clang++ >/dev/null; then
