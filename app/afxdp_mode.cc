@@ -281,7 +281,9 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   xo.service_ports = ports;
   if (absl::Status s = xdp::checkOptions(xo); !s.ok()) return s;
   xo.redirect_xsk = true;
-  xo.write_metadata = true;
+  // The program's tags reach the stack in metadata or in a prefix (xdp.tags; auto: the best
+  // this kernel accepts, XdpFilter::tagMode()).
+  if (xo.tags == xdp::XdpOptions::TagPlacement::kOff) xo.tags = xdp::XdpOptions::TagPlacement::kAuto;
   xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   // Cookie SYN-ACKs from the program must announce the window shift the stack uses.
   xo.synack_wscale = tcp::windowShiftFor(c.afxdp_tcp_rcv_buf);
@@ -305,7 +307,7 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
       // Spare rx frames for out-of-order segments the stack holds (xdp.held_frames).
       so.hold_frames = c.afxdp_held_frames;
       so.zero_copy = zc;
-      so.metadata = true;
+      so.tag_mode = static_cast<uint8_t>(filter.tagMode());  // as the program was loaded
       so.xskmap_fd = filter.xskMapFd();
       so.busy_poll = c.xdp.busy_poll;
       so.prefer_busy_poll = c.xdp.prefer_busy_poll;
@@ -335,6 +337,10 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
     return filter.status();
   }
   st.filter = std::move(*filter);
+  spdlog::info("afxdp: the XDP program's tags reach the stack {} ({})",
+               st.filter->tagMode() == IG_TAG_META ? "in XDP metadata"
+                                                   : "as a 16-byte prefix in front of each frame",
+               st.filter->tagReason());
   {
     std::lock_guard<std::mutex> lock(st.view->mu);
     st.view->filter = st.filter.get();
@@ -418,7 +424,7 @@ absl::Status AfXdpMode::reconfigureXdp(const xdp::XdpOptions& next) {
   xdp::XdpOptions o = next;
   o.service_ports = now.service_ports;  // what start() set: the listeners and the afxdp knobs
   o.redirect_xsk = now.redirect_xsk;
-  o.write_metadata = now.write_metadata;
+  o.tags = now.tags;
   o.reject_mid_stream = now.reject_mid_stream;
   o.synack_wscale = now.synack_wscale;
   return st.filter->reconfigure(o);

@@ -194,8 +194,7 @@ xdp::XdpOptions filterXdpOptions(const xdp::XdpOptions& configured,
                                  const std::vector<uint16_t>& ports) {
   xdp::XdpOptions xo = configured;
   xo.service_ports = ports;
-  xo.redirect_xsk = true;
-  xo.write_metadata = true;
+  xo.redirect_xsk = true;  // (tags travel in Frame::meta: no placement applies here)
   xo.reject_mid_stream = false;  // our TCP + HTTP validate mid-stream requests in full
   return xo;
 }

@@ -4,6 +4,7 @@
 //   infergate print-config         print the embedded default config
 //   infergate gpu [--once]         the GPU watch of a running gateway (docs/GPU.md)
 //   infergate top [--once]         live view of a running gateway's /metrics (docs/OPERATIONS.md)
+//   infergate doctor [-c FILE] [--interface IF]  what this host gives, what will run (docs/HOSTS.md)
 //   infergate --version
 
 #include <malloc.h>
@@ -13,6 +14,7 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "app/doctor.h"
 #include "app/gpu_watch.h"
 #include "app/modes/mode.h"
 #include "app/reload.h"
@@ -144,7 +146,29 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"rate", "p99", "p50", "errors", "name"}))
       ->capture_default_str();
 
+  infergate::app::DoctorOptions doctor_opts;
+  bool doctor_no_attach = false;
+  CLI::App* doctor = app.add_subcommand(
+      "doctor", "Probe what this kernel and interface give, which modes will work, and the fixes");
+  doctor->add_option("-c,--config", doctor_opts.config, "YAML configuration file: will its mode run?")
+      ->check(CLI::ExistingFile);
+  doctor->add_option("--interface", doctor_opts.interface,
+                     "Interface to probe (XDP attach, AF_XDP binds); default: the config's xdp.interface");
+  doctor->add_option("--queue", doctor_opts.queue, "rx queue the AF_XDP probes bind to")
+      ->capture_default_str();
+  doctor->add_option("--cuda-library", doctor_opts.cuda_library,
+                     "CUDA driver library whose probed entry points to check (default: gpu.library, "
+                     "else the standard places)");
+  doctor->add_flag("--no-attach", doctor_no_attach,
+                   "Do not attach a test XDP program to the interface");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (*doctor) {
+    doctor_opts.attach = !doctor_no_attach;
+    spdlog::set_level(spdlog::level::off);  // libbpf's notes; the report says it all
+    return infergate::app::runDoctor(doctor_opts, stdout);
+  }
 
   if (*gpu) return infergate::app::runGpuView(gpu_admin, gpu_once, gpu_interval_ms, gpu_json);
   if (*top) {

@@ -1,5 +1,6 @@
 #include "app/server.h"
 
+#include "app/doctor.h"
 #include "app/gpu_watch.h"
 
 
@@ -207,6 +208,8 @@ absl::Status Server::start() {
                     return sessionFactoryFor(l.protocol);
                   },
                   connection_metrics_.get(), &connections_};
+  // What this kernel gives, once, before the mode picks its options from it (docs/HOSTS.md).
+  probeHostAtStartup(c, registry);
   if (absl::Status st = mode_->start(ctx); !st.ok()) {
     mode_->stop(0);
     return st;

@@ -1103,7 +1103,7 @@ class Loader {
                             "path_classes", "cidr_rules", "default_class", "priority_header",
                             "send_rst", "track_flows", "reject_mid_stream", "pin_path",
                             "fragments", "rst_rate_limit", "source_prefix_v4",
-                            "source_prefix_v6", "syn_cookies", "busy_poll", "prefer_busy_poll",
+                            "source_prefix_v6", "syn_cookies", "tags", "busy_poll", "prefer_busy_poll",
                             "busy_poll_usecs", "busy_poll_budget", "held_frames",
                             "held_frames_per_connection", "tcp_rcv_buf", "keep_attached"}));
     if (YAML::Node v = n["interface"]; v.IsDefined()) {
@@ -1226,6 +1226,9 @@ class Loader {
     if (YAML::Node v = n["syn_cookies"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNamed(v, "xdp.syn_cookies", "SYN cookie mode", xdp::kSynCookiesNames,
                               x.syn_cookies));
+    }
+    if (YAML::Node v = n["tags"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNamed(v, "xdp.tags", "tag placement", xdp::kTagPlacementNames, x.tags));
     }
     if (YAML::Node v = n["busy_poll"]; v.IsDefined()) {
       IG_CONFIG_TRY(readBool(v, "xdp.busy_poll", x.busy_poll));

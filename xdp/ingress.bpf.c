@@ -445,6 +445,37 @@ static __always_inline int ig_reject_live(const struct ig_config *r, const struc
 	return now - fv->tag.rx_ns < r->reject_ttl_ns;
 }
 
+/* Writes *tag where userspace reads it (enum ig_tag_mode). 0 when written; on failure the
+ * frame is unchanged. Only the branch of the loaded mode survives verification, so a kernel
+ * that refuses bpf_xdp_adjust_meta never sees the call in prefix mode. Packet pointers do not
+ * survive it: callers reload them. */
+static __always_inline int ig_put_tag(struct xdp_md *ctx, const struct ig_tag *tag)
+{
+	if (ig_cfg.tag_mode == IG_TAG_META) {
+		struct ig_tag *meta;
+		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)))
+			return -1;
+		meta = (struct ig_tag *)(long)ctx->data_meta;
+		if ((void *)(meta + 1) > (void *)(long)ctx->data)
+			return -1;
+		*meta = *tag;
+		return 0;
+	}
+	if (ig_cfg.tag_mode == IG_TAG_PREFIX) {
+		struct ig_tag *pre;
+		if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct ig_tag)))
+			return -1;
+		pre = (struct ig_tag *)(long)ctx->data;
+		if ((void *)(pre + 1) > (void *)(long)ctx->data_end) {
+			bpf_xdp_adjust_head(ctx, (int)sizeof(struct ig_tag));
+			return -1;
+		}
+		*pre = *tag;
+		return 0;
+	}
+	return -1;
+}
+
 SEC("xdp")
 int ig_xdp_ingress(struct xdp_md *ctx)
 {
@@ -616,7 +647,7 @@ int ig_xdp_ingress(struct xdp_md *ctx)
 				if (rules->cidr_classes && !src_done)
 					ig_cidr_lookup(&p, &src_cls, &src_exempt, &src_trusted);
 				__u8 cls = src_cls, exempt = src_exempt;
-				if (rules->track_flows || ig_cfg.write_meta || rules->req_rate)
+				if (rules->track_flows || ig_cfg.tag_mode || rules->req_rate)
 					tag.rx_ns = bpf_ktime_get_ns();
 				if (cls >= IG_NUM_CLASSES)
 					cls = p.cls;
@@ -663,7 +694,7 @@ rejected:
 out:
 	if (p.action == XDP_TX) {
 		int len;
-		if (ig_cfg.redirect_xsk && ig_cfg.write_meta && !cookie_flow) {
+		if (ig_cfg.redirect_xsk && ig_cfg.tag_mode && !cookie_flow) {
 			/* afxdp: the connection lives in userspace's TCP stack, not the kernel's. Hand
 			 * it the original frame flagged IG_TF_REJECTED: the stack sends the RST from its
 			 * own sequence space and frees the connection at once. With no socket bound on
@@ -671,23 +702,18 @@ out:
 			 * in the stack: the program answers it.) */
 			long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
 			if (act == XDP_REDIRECT) {
-				struct ig_tag *meta;
 				tag.rx_ns = bpf_ktime_get_ns();
 				tag.cls = IG_CLASS_NONE;
 				tag.reason = p.reason;
 				tag.verdict = IG_TV_ADMIT;
 				tag.flags = p.tag_flags | IG_TF_REJECTED;
 				tag.magic = IG_TAG_MAGIC;
-				if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)) == 0) {
-					meta = (struct ig_tag *)(long)ctx->data_meta;
-					data = (__u8 *)(long)ctx->data;
-					if ((__u8 *)(meta + 1) <= data) {
-						*meta = tag;
-						ig_count(XDP_REDIRECT, p.reason, frame_len);
-						return XDP_REDIRECT;
-					}
+				if (ig_put_tag(ctx, &tag) == 0) {
+					ig_count(XDP_REDIRECT, p.reason, frame_len);
+					return XDP_REDIRECT;
 				}
-				/* no room for the flag: the stack could not tell; answer here */
+				/* no room for the flag (the frame is unchanged): the stack could not
+				 * tell; answer here */
 			}
 		}
 		if (!ig_rst_ok(rules)) {
@@ -712,31 +738,30 @@ out:
 		return p.action;
 	}
 
-	if (ig_cfg.write_meta) {
-		struct ig_tag *meta;
-		if (!have_tag) {
-			/* Not a request start: no clock read (~30 ns). Userspace stamps segments with
-			 * its own clock; the program's time matters only for the flow map, the rate
-			 * buckets and rejected flows, which a request start or a reset sets. */
-			tag.rx_ns = 0;
-			tag.cls = IG_CLASS_NONE;
-			tag.reason = p.reason;
-			tag.verdict = IG_TV_ADMIT;
-			tag.flags = p.tag_flags;
-			tag.magic = IG_TAG_MAGIC;
-		}
-		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)) == 0) {
-			meta = (struct ig_tag *)(long)ctx->data_meta;
-			data = (__u8 *)(long)ctx->data;
-			if ((__u8 *)(meta + 1) <= data)
-				*meta = tag;
-		}
+	if (ig_cfg.tag_mode && !have_tag) {
+		/* Not a request start: no clock read (~30 ns). Userspace stamps segments with its
+		 * own clock; the program's time matters only for the flow map, the rate buckets and
+		 * rejected flows, which a request start or a reset sets. */
+		tag.rx_ns = 0;
+		tag.cls = IG_CLASS_NONE;
+		tag.reason = p.reason;
+		tag.verdict = IG_TV_ADMIT;
+		tag.flags = p.tag_flags;
+		tag.magic = IG_TAG_MAGIC;
 	}
+	/* Metadata can be written before the redirect is known: a frame passed to the kernel
+	 * carries it harmlessly. A prefix only once the frame goes to the socket. */
+	if (ig_cfg.tag_mode == IG_TAG_META)
+		ig_put_tag(ctx, &tag); /* no room: the stack counts an untagged frame */
 	if (cookie_flow)
 		p.reason = IG_R_COOKIE_VALID; /* counted as such; the tag keeps IG_R_REQUEST */
 	if (ig_cfg.redirect_xsk) {
 		/* afxdp: to the socket of this rx queue; XDP_PASS when none is bound there */
 		long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
+		if (act == XDP_REDIRECT && ig_cfg.tag_mode == IG_TAG_PREFIX && ig_put_tag(ctx, &tag)) {
+			ig_count(XDP_DROP, IG_R_NO_TAG_ROOM, frame_len);
+			return XDP_DROP;
+		}
 		ig_count(act == XDP_REDIRECT ? XDP_REDIRECT : XDP_PASS, p.reason, frame_len);
 		return (int)act;
 	}

@@ -66,6 +66,9 @@ enum ig_reason {
 	                          * checked in cookie mode: not one of our cookies; passed (it
 	                          * may belong to an established connection) */
 	IG_R_RST_RATE_LIMITED,   /* a RST the program would send, over the RST rate: dropped */
+	IG_R_NO_TAG_ROOM,        /* afxdp, tags in a prefix: no headroom for the tag in front of a
+	                          * frame redirected to the socket (bpf_xdp_adjust_head refused):
+	                          * dropped, never handed to the stack untagged */
 	IG_R_MAX
 };
 
@@ -93,8 +96,22 @@ enum ig_tag_flags {
 	                          * charged to the source's bucket */
 };
 
-/* The priority tag. Written into XDP metadata (in front of the frame, for AF_XDP) and into
- * the flow map (for kernel sockets in xdp-filter mode). */
+/* Where a frame redirected to an AF_XDP socket carries its struct ig_tag (ig_config.tag_mode,
+ * load time; XdpFilter picks the best the kernel accepts, docs/HOSTS.md):
+ *  - IG_TAG_META: in the XDP metadata area in front of the frame (bpf_xdp_adjust_meta); the
+ *    frame's bytes are untouched. Some kernels refuse the helper, some drivers give no
+ *    metadata room;
+ *  - IG_TAG_PREFIX: as the frame's first 16 bytes (bpf_xdp_adjust_head), written only once the
+ *    redirect is decided, so no prefixed frame ever reaches the kernel's stack; userspace
+ *    strips it. A frame whose prefix cannot be written is dropped (IG_R_NO_TAG_ROOM). */
+enum ig_tag_mode {
+	IG_TAG_NONE = 0,
+	IG_TAG_META = 1,
+	IG_TAG_PREFIX = 2,
+};
+
+/* The priority tag. Written into XDP metadata or a prefix in front of the frame (AF_XDP,
+ * enum ig_tag_mode) and into the flow map (for kernel sockets in xdp-filter mode). */
 struct ig_tag {
 	__u64 rx_ns;   /* bpf_ktime_get_ns() when the program saw the segment (CLOCK_MONOTONIC);
 	                * 0 in the metadata of a segment that starts no request (the clock
@@ -268,7 +285,7 @@ struct ig_config {
 	__u8 send_rst;        /* answer rejected request starts with a RST (XDP_TX) */
 	__u8 priority_header; /* look for x-infergate-priority in the first segment:
 	                       * IG_PRIO_HDR_OFF, _TRUSTED (sources marked trusted in ig_cidrs), _ALL */
-	__u8 write_meta;      /* load time: write struct ig_tag into XDP metadata */
+	__u8 tag_mode;        /* load time: enum ig_tag_mode (IG_TAG_PREFIX only with redirect_xsk) */
 	__u8 track_flows;     /* flow map: first segment, rejected flows, tags */
 	__u8 cidr_rules;      /* look up source CIDR rules */
 	__u8 redirect_xsk;    /* load time, afxdp: redirect admitted service segments to the XSKMAP */

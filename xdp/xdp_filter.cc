@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdarg>
+#include <cstdlib>
 #include <cstring>
 #include <chrono>
 #include <mutex>
@@ -30,6 +31,7 @@
 
 #include "common/clock.h"
 #include "common/secret.h"
+#include "xdp/host_probe.h"
 #include "ig_ingress.skel.h"
 
 namespace infergate::xdp {
@@ -45,12 +47,44 @@ int libbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
   std::string line(n > 0 ? static_cast<size_t>(n) : 0, '\0');
   if (n > 0) vsnprintf(line.data(), line.size() + 1, fmt, args);
   while (!line.empty() && line.back() == '\n') line.pop_back();
-  if (level == LIBBPF_WARN) {
+  // The verifier's log (hundreds of lines) is for debugging: a refused load's error names the
+  // verifier's reason and the file holding the whole log (XdpFilter::loadSkeleton).
+  if (level == LIBBPF_WARN && line.find("PROG LOAD LOG") == std::string::npos) {
     spdlog::warn("libbpf: {}", line);
   } else {
     spdlog::debug("libbpf: {}", line);
   }
   return 0;
+}
+
+// The verifier's reason: the last line of its log that is not the statistics it appends.
+std::string lastVerifierLine(const char* log) {
+  std::string_view all(log);
+  std::string last;
+  size_t pos = 0;
+  while (pos < all.size()) {
+    size_t nl = all.find('\n', pos);
+    std::string_view line = all.substr(pos, nl == std::string_view::npos ? all.npos : nl - pos);
+    pos = nl == std::string_view::npos ? all.size() : nl + 1;
+    if (line.empty() || line.rfind("processed ", 0) == 0 || line.rfind("verification time", 0) == 0 ||
+        line.rfind("stack depth", 0) == 0)
+      continue;
+    last = std::string(line);
+  }
+  return last;
+}
+
+// The whole verifier log into $TMPDIR (or /tmp); the file's path, "" when it cannot be written.
+std::string writeVerifierLog(const char* log) {
+  const char* dir = std::getenv("TMPDIR");
+  std::string path = fmt::format("{}/infergate-xdp-verifier-{}.log", dir && *dir ? dir : "/tmp",
+                                 static_cast<int>(getpid()));
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return "";
+  std::fputs(log, f);
+  std::fclose(f);
+  spdlog::debug("xdp: verifier log written to {}", path);
+  return path;
 }
 
 void setupLibbpf() {
@@ -156,8 +190,8 @@ const char* reasonName(int reason) {
       "bad_tcp_flags",  "bad_request_line", "bad_method",      "bad_path",
       "bad_version",    "bad_h2_preface",  "bad_h2_frame",     "rejected_flow",
       "syn_rate_limited", "syn_overload",  "syn_cookie_sent", "cookie_ack_deferred",
-      "cookie_valid",   "cookie_no_match", "rst_rate_limited"};
-  static_assert(IG_R_MAX == 27, "reasonName table out of date");
+      "cookie_valid",   "cookie_no_match", "rst_rate_limited", "no_tag_room"};
+  static_assert(IG_R_MAX == 28, "reasonName table out of date");
   return reason >= 0 && reason < IG_R_MAX ? kNames[reason] : "unknown";
 }
 
@@ -274,7 +308,14 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
                          : o.priority_from == XdpOptions::PriorityFrom::kAll ? IG_PRIO_HDR_ALL
                          : o.priority_from == XdpOptions::PriorityFrom::kOff ? IG_PRIO_HDR_OFF
                                                                                : IG_PRIO_HDR_TRUSTED;
-  cfg->write_meta = o.write_metadata;
+  // The placement as asked; loadSkeleton resolves kAuto against this kernel.
+  cfg->tag_mode = o.tags == XdpOptions::TagPlacement::kMetadata ? IG_TAG_META
+                  : o.tags == XdpOptions::TagPlacement::kPrefix ? IG_TAG_PREFIX
+                  : o.tags == XdpOptions::TagPlacement::kAuto   ? IG_TAG_META
+                                                                : IG_TAG_NONE;
+  if (cfg->tag_mode == IG_TAG_PREFIX && !o.redirect_xsk)
+    return absl::InvalidArgumentError(
+        "xdp.tags: prefix applies to frames redirected to AF_XDP sockets (afxdp mode) only");
   cfg->track_flows = o.track_flows;
   cfg->cidr_rules = !o.cidr_rules.empty() ||
                     (cfg->priority_header == IG_PRIO_HDR_TRUSTED && !o.trusted_sources.empty());
@@ -323,7 +364,7 @@ absl::Status buildConfig(const XdpOptions& o, ig_config* cfg) {
 ig_config loadTimePart(const ig_config& c) {
   ig_config l;
   std::memset(&l, 0, sizeof(l));
-  l.write_meta = c.write_meta;
+  l.tag_mode = c.tag_mode;
   l.redirect_xsk = c.redirect_xsk;
   l.tx_redirect = c.tx_redirect;
   l.flow_mask = c.flow_mask;
@@ -453,6 +494,24 @@ absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
     if (mtu >= 576 + 40) cfg.synack_mss = static_cast<uint16_t>(std::min(mtu - 40, 65495));
   }
   flow_mask_ = cfg.flow_mask;
+  // The tag placement: the best this kernel accepts, probed by loading a program that calls
+  // the helper (xdp/host_probe.h), so the verifier never sees a helper the kernel refuses.
+  tag_reason_ = "asked for";
+  if (cfg.tag_mode == IG_TAG_META) {
+    const HelperProbe meta = probeXdpHelper(BPF_FUNC_xdp_adjust_meta);
+    if (!meta.permission && !(meta.loaded && meta.call_ok)) {
+      if (o.tags == XdpOptions::TagPlacement::kMetadata)
+        return absl::FailedPreconditionError(fmt::format(
+            "xdp.tags: metadata: this kernel cannot write XDP metadata: bpf_xdp_adjust_meta {}; "
+            "use xdp.tags: prefix (or auto, which picks it)",
+            meta.detail));
+      cfg.tag_mode = o.redirect_xsk ? IG_TAG_PREFIX : IG_TAG_NONE;
+      tag_reason_ = "bpf_xdp_adjust_meta " + meta.detail;
+    } else {
+      tag_reason_ = meta.loaded ? "bpf_xdp_adjust_meta accepted" : meta.detail;
+    }
+  }
+  tag_mode_ = cfg.tag_mode;
   const ig_config load_time = loadTimePart(cfg);
   std::memcpy(&skel->rodata->ig_cfg, &load_time, sizeof(load_time));
   if (!have_secret_) {
@@ -475,7 +534,25 @@ absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
             fmt::format("xdp: map {} cannot be shared: {}", bpf_map__name(m), errnoText(err)));
     }
   }
+  // The verifier's log of the main program, kept for a refused load (its tail: the kernel
+  // keeps the last bytes when the log outgrows the buffer).
+  std::vector<char> vlog(4u << 20);
+  vlog[0] = '\0';
+  bpf_program__set_log_buf(skel->progs.ig_xdp_ingress, vlog.data(), vlog.size());
   int err = ig_ingress__load(skel);
+  if (err && vlog[0] != '\0' && errno != EPERM && err != -EPERM) {
+    const std::string reason = lastVerifierLine(vlog.data());
+    const std::string file = writeVerifierLog(vlog.data());
+    std::string hint;
+    if (reason.find("cannot use helper") != std::string::npos)
+      hint = reason.find("adjust_meta") != std::string::npos
+                 ? "; this kernel refuses XDP metadata: set xdp.tags: prefix (auto picks it)"
+                 : "; this kernel refuses a helper the program calls: infergate doctor says "
+                   "what this host gives";
+    return absl::FailedPreconditionError(fmt::format(
+        "loading the XDP program failed: {}: the verifier said '{}'{} (whole log: {})",
+        errnoText(err), reason, hint, file.empty() ? "not written" : file));
+  }
   if (err) {
     if (err == -EPERM || errno == EPERM)
       return absl::PermissionDeniedError(
@@ -888,7 +965,8 @@ absl::Status XdpFilter::reconfigure(const XdpOptions& next) {
   if (next.bucket_entries != opts_.bucket_entries) return refuse("bucket_entries");
   if (next.rst_tx != opts_.rst_tx) return refuse("rst_tx");
   if (next.synack_mss != opts_.synack_mss) return refuse("synack_mss");
-  if (next.redirect_xsk != opts_.redirect_xsk || next.write_metadata != opts_.write_metadata ||
+  if (next.tags != opts_.tags) return refuse("tags");
+  if (next.redirect_xsk != opts_.redirect_xsk ||
       next.syn_cookies != opts_.syn_cookies || next.synack_wscale != opts_.synack_wscale)
     return refuse("syn_cookies");
   if (next.service_ports != opts_.service_ports)

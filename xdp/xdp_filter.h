@@ -166,6 +166,12 @@ class XdpFilter {
   int xskMapFd() const;
   absl::Status removeXsk(uint32_t queue);
 
+  // The tag placement loaded (enum ig_tag_mode: IG_TAG_NONE, _META, _PREFIX; XdpOptions::tags
+  // resolved against this kernel) and why it was chosen ("bpf_xdp_adjust_meta accepted", the
+  // verifier's refusal, ...). The AF_XDP device must read tags the same way (XskOptions::tags).
+  int tagMode() const { return tag_mode_; }
+  const std::string& tagReason() const { return tag_reason_; }
+
   int programFd() const;
   int passProgramFd() const;  // the bare XDP_PASS baseline in the same object (benchmarks)
   int ifindex() const { return ifindex_; }
@@ -210,6 +216,8 @@ class XdpFilter {
   int ifindex_ = 0;
   uint32_t attach_flags_ = 0;
   uint32_t flow_mask_ = 0;
+  int tag_mode_ = IG_TAG_NONE;
+  std::string tag_reason_;
   bool tx_redirect_ = false;  // the interface is a veth (RstTx::kAuto sends RSTs by redirect)
   bool attached_ = false;
   bool pinned_ = false;

@@ -3,7 +3,7 @@
 // config file's `xdp:` section is read straight into this struct (config/config.cc), so the
 // defaults below are the config file's defaults; `priority.from_client` and
 // `priority.trusted_sources` fill priority_from / trusted_sources; the app adds the service
-// ports of its listeners, and the afxdp mode its own knobs (redirect_xsk, write_metadata, ...).
+// ports of its listeners, and the afxdp mode its own knobs (redirect_xsk, tags, ...).
 //
 // Header-only (enums, names, the struct): config/ includes it in builds without libbpf too.
 // xdp/ owns it and includes neither config/ nor backends/.
@@ -83,7 +83,14 @@ struct XdpOptions {
   std::vector<std::string> trusted_sources = {"127.0.0.0/8", "::1/128"};
   bool send_rst = true;                            // answer rejected request starts with a RST
   bool track_flows = true;                         // flow map: first segment, rejects, tags
-  bool write_metadata = false;                     // tag in XDP metadata (afxdp path)
+  // Where frames redirected to an AF_XDP socket carry the program's tag (enum ig_tag_mode,
+  // docs/HOSTS.md; config xdp.tags). kAuto: metadata where this kernel's verifier accepts
+  // bpf_xdp_adjust_meta (probed by loading, xdp/host_probe.h), else a 16-byte prefix (with
+  // redirect_xsk; without it, nothing). kMetadata / kPrefix force one (an error when the
+  // kernel refuses it); kOff writes none (xdp-filter mode reads tags from the flow map).
+  // XdpFilter::tagPlacement() says what was loaded.
+  enum class TagPlacement { kOff, kAuto, kMetadata, kPrefix };
+  TagPlacement tags = TagPlacement::kOff;
   // afxdp: admitted service-port segments go to the AF_XDP socket of their rx queue (the
   // XSKMAP, XdpFilter::xskMapFd()); with no socket on that queue they are passed (XDP_PASS).
   bool redirect_xsk = false;
@@ -145,6 +152,10 @@ inline constexpr NamedValue<FragPolicy> kFragPolicyNames[] = {{"drop", FragPolic
 inline constexpr NamedValue<SynCookies> kSynCookiesNames[] = {{"auto", SynCookies::kAuto},
                                                               {"always", SynCookies::kAlways},
                                                               {"off", SynCookies::kOff}};
+inline constexpr NamedValue<XdpOptions::TagPlacement> kTagPlacementNames[] = {
+    {"auto", XdpOptions::TagPlacement::kAuto},
+    {"metadata", XdpOptions::TagPlacement::kMetadata},
+    {"prefix", XdpOptions::TagPlacement::kPrefix}};
 inline constexpr NamedValue<XdpOptions::PriorityFrom> kPriorityFromNames[] = {
     {"trusted", XdpOptions::PriorityFrom::kTrusted},
     {"all", XdpOptions::PriorityFrom::kAll},
@@ -168,5 +179,8 @@ std::string_view nameOf(const NamedValue<E> (&table)[N], E value) {
 inline std::string_view attachModeName(AttachMode m) { return nameOf(kAttachModeNames, m); }
 inline std::string_view fragPolicyName(FragPolicy p) { return nameOf(kFragPolicyNames, p); }
 inline std::string_view synCookiesName(SynCookies s) { return nameOf(kSynCookiesNames, s); }
+inline std::string_view tagPlacementName(XdpOptions::TagPlacement t) {
+  return t == XdpOptions::TagPlacement::kOff ? "off" : nameOf(kTagPlacementNames, t);
+}
 
 }  // namespace infergate::xdp

@@ -124,20 +124,29 @@ int main(int argc, char** argv) {
   uint32_t repeat = argc > 1 ? static_cast<uint32_t>(std::atoi(argv[1])) : 200000;
   int rounds = argc > 2 ? std::atoi(argv[2]) : 5;
   XdpOptions filter_opts = fixtureOptions();
-  filter_opts.write_metadata = false;
+  filter_opts.tags = XdpOptions::TagPlacement::kOff;
   XdpOptions reject_opts = filter_opts;
   reject_opts.track_flows = false;
   reject_opts.send_rst = false;
   bool afxdp = false, cookies = false, cases = false;
+  // --afxdp's tag placement (--tags auto|metadata|prefix; must come before --afxdp).
+  XdpOptions::TagPlacement tags = XdpOptions::TagPlacement::kAuto;
   std::string only_group;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--afxdp" || a == "--cookies") {
+    if (a == "--tags" && i + 1 < argc) {
+      auto t = parseNamed(kTagPlacementNames, argv[++i]);
+      if (!t) {
+        std::fprintf(stderr, "--tags: auto, metadata or prefix\n");
+        return 2;
+      }
+      tags = *t;
+    } else if (a == "--afxdp" || a == "--cookies") {
       afxdp = true;
       cookies = a == "--cookies";
       for (XdpOptions* o : {&filter_opts, &reject_opts}) {
         o->redirect_xsk = true;
-        o->write_metadata = true;
+        o->tags = tags;
         o->reject_mid_stream = false;
         o->synack_mss = 1460;
       }

@@ -83,7 +83,7 @@ struct CidrRule {
 
 struct FilterOptions {
   // The program's load-time configuration: xdp::buildConfig(XdpOptions) fills it (ig_xdp).
-  // write_meta, redirect_xsk, tx_redirect, rst_rate and syn_cookies do not apply here (the
+  // tag_mode, redirect_xsk, tx_redirect, rst_rate and syn_cookies do not apply here (the
   // tag always travels in Frame::meta; the stack sends the RSTs).
   ig_config config{};
   std::vector<CidrRule> cidrs;      // xdp::cidrEntries(XdpOptions); at most 1024

@@ -259,18 +259,20 @@ size_t XskDevice::rxBurst(Frame* frames, size_t max) {
     }
     return 0;
   }
+  const uint64_t chunk_mask = ~static_cast<uint64_t>(options_.frame_size - 1);
+  uint32_t k = 0;  // frames handed on (a prefix-mode frame without its tag is not)
   for (uint32_t i = 0; i < n; ++i) {
     const xdp_desc* d = xsk_ring_cons__rx_desc(&r.rx, idx + i);
     const uint64_t addr = xsk_umem__add_offset_to_addr(d->addr);
-    Frame& f = frames[i];
+    Frame& f = frames[k];
     f.data = area_ + addr;
     f.len = d->len;
     f.capacity = d->len;
     f.handle = addr;
     f.meta = 0;
-    if (options_.metadata) {
+    if (options_.tag_mode == IG_TAG_META) {
       // The tag sits right in front of the frame, inside the chunk's headroom.
-      const uint64_t chunk = addr & ~static_cast<uint64_t>(options_.frame_size - 1);
+      const uint64_t chunk = addr & chunk_mask;
       if (addr - chunk >= sizeof(ig_tag)) {
         ig_tag t;
         std::memcpy(&t, f.data - sizeof(ig_tag), sizeof t);
@@ -282,13 +284,27 @@ size_t XskDevice::rxBurst(Frame* frames, size_t max) {
           ++stats_.meta_missing;
         }
       }
+    } else if (options_.tag_mode == IG_TAG_PREFIX) {
+      ig_tag t{};
+      if (f.len >= sizeof(ig_tag)) std::memcpy(&t, f.data, sizeof t);
+      if (f.len < sizeof(ig_tag) || t.magic != IG_TAG_MAGIC) {
+        ++stats_.meta_missing;
+        fill_pending_.push_back(addr & chunk_mask);  // back to the fill ring (next rxBurst)
+        continue;
+      }
+      f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
+      f.data += sizeof(ig_tag);
+      f.len -= static_cast<uint32_t>(sizeof(ig_tag));
+      f.capacity = f.len;
     }
+    ++k;
   }
   xsk_ring_cons__release(&r.rx, n);
-  stats_.rx_frames += n;
-  stats_.rx_outstanding += n;
+  if (k != n) rxRelease(nullptr, 0);  // the dropped frames' chunks back into the fill ring
+  stats_.rx_frames += k;
+  stats_.rx_outstanding += k;
   if (stats_.rx_outstanding > stats_.rx_outstanding_max) stats_.rx_outstanding_max = stats_.rx_outstanding;
-  return n;
+  return k;
 }
 
 void XskDevice::rxRelease(const Frame* frames, size_t n) {

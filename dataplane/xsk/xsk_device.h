@@ -23,9 +23,16 @@
 // own ingress program redirects to the socket through its XSKMAP, which open() fills when
 // given its fd (key = queue).
 //
-// Metadata: with XskOptions::metadata, a `struct ig_tag` written by the XDP program in front of
-// the frame (XDP metadata, copied into the chunk's headroom in copy mode) is read into
-// Frame::meta (see encodeTag/decodeTag); 0 when absent.
+// Tags: the `struct ig_tag` the XDP program wrote is read into Frame::meta (see
+// encodeTag/decodeTag), from where XskOptions::tag_mode says the program loaded puts it
+// (XdpFilter::tagMode(), enum ig_tag_mode):
+//  - IG_TAG_META: the XDP metadata right in front of the frame (copied into the chunk's
+//    headroom in copy mode); a frame without one gets meta 0 (untagged: the stack judges it
+//    alone) and counts in meta_missing;
+//  - IG_TAG_PREFIX: the frame's first 16 bytes, stripped before the stack sees the frame. The
+//    program prefixes every frame it redirects, so a frame without a valid prefix cannot be
+//    parsed (where its Ethernet header starts is unknown): it is dropped (back to the fill
+//    ring) and counted in meta_missing, never handed on.
 //
 // Threading: one reactor thread (PacketDevice rules); stats() may be read from another thread
 // (plain counters, possibly one iteration stale).
@@ -51,7 +58,7 @@ struct XskOptions {
   uint32_t hold_frames = 1024;  // spare rx chunks the caller may hold (rxHoldBudget())
   uint32_t tx_frames = 4096;    // chunks for transmission
   ZeroCopy zero_copy = ZeroCopy::kAuto;
-  bool metadata = false;        // read struct ig_tag from the headroom into Frame::meta
+  uint8_t tag_mode = 0;         // enum ig_tag_mode: where struct ig_tag is (0: none read)
   int xskmap_fd = -1;           // >= 0: insert the socket into this XSKMAP at key `queue`
   bool busy_poll = false;       // SO_BUSY_POLL + SO_BUSY_POLL_BUDGET (+ SO_PREFER_BUSY_POLL)
   bool prefer_busy_poll = true; // with busy_poll: SO_PREFER_BUSY_POLL
@@ -68,7 +75,8 @@ struct XskStats {
   uint64_t rx_wakeups = 0;        // recvfrom() calls because the fill ring asked
   uint64_t tx_alloc_failed = 0;   // txAlloc() with no free frame even after reaping
   uint64_t completions = 0;       // tx frames reaped from the completion ring
-  uint64_t meta_missing = 0;      // metadata expected but no valid tag in front of a frame
+  uint64_t meta_missing = 0;      // a tag expected but none valid (metadata: untagged frame;
+                                  // prefix: the frame dropped)
   uint64_t rx_outstanding = 0;    // gauge: rx frames with the caller (burst + held)
   uint64_t rx_outstanding_max = 0;  // the most ever at once
   // From getsockopt(XDP_STATISTICS) (statsWithKernel()).

@@ -55,7 +55,7 @@ uint32_t run(XdpFilter& f, const PacketSpec& s) { return runXdp(f.programFd(), b
 XdpOptions afxdpOptions() {
   XdpOptions o = fixtureOptions();
   o.redirect_xsk = true;
-  o.write_metadata = true;
+  o.tags = XdpOptions::TagPlacement::kAuto;
   o.reject_mid_stream = false;
   o.synack_mss = 1460;
   o.synack_wscale = 7;
@@ -80,7 +80,7 @@ TEST(XdpHostile, SpoofedSynAndFirstSegmentDoNotRejectAVictimsFlow) {
 TEST(XdpHostile, SpoofedSynDoesNotMoveFirstSeqOfASynSeenSlot) {
   // The victim connected (SYN seen) and has not written yet: a spoofed SYN must not move the
   // first-segment rule to the attacker's sequence space.
-  LOAD_OR_SKIP(f, fixtureOptions());
+  LOAD_OR_SKIP(f, withMetadata(fixtureOptions()));
   ASSERT_EQ(run(*f, seg(50010, kSyn, 999)), kPass);
   ASSERT_EQ(run(*f, seg(50010, kSyn, 4999)), kPass);
   EXPECT_EQ(run(*f, seg(50010, kAck | kPsh, 5000, kBadLine)), kPass);
@@ -90,7 +90,7 @@ TEST(XdpHostile, SpoofedSynDoesNotMoveFirstSeqOfASynSeenSlot) {
 }
 
 TEST(XdpHostile, SpoofedSynAndFirstSegmentDoNotFlagAVictimRejectedInAfxdp) {
-  LOAD_OR_SKIP(f, afxdpOptions());
+  LOAD_OR_SKIP(f, withMetadata(afxdpOptions()));
   ASSERT_EQ(run(*f, seg(50020, kSyn, 999)), kPass);
   ASSERT_EQ(run(*f, seg(50020, kAck | kPsh, 1000, kGood)), kPass);
   ASSERT_EQ(run(*f, seg(50020, kSyn, 0x7fffffff)), kPass);
@@ -239,7 +239,7 @@ TEST(XdpHostile, RstsAreRateLimited) {
 }
 
 TEST(XdpHostile, FirstSegmentCutInsideTheMethodIsARequestStart) {
-  LOAD_OR_SKIP(f, fixtureOptions());
+  LOAD_OR_SKIP(f, withMetadata(fixtureOptions()));
   struct Case {
     const char* payload;
     uint32_t verdict;
@@ -263,6 +263,7 @@ TEST(XdpHostile, FirstSegmentCutInsideTheMethodIsARequestStart) {
 TEST(XdpHostile, FirstSegmentOfAnEightLetterMethod) {
   XdpOptions o = fixtureOptions();
   o.methods = {"GET", "POST", "PROPFIND"};
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   struct Case {
     const char* payload;
@@ -488,6 +489,7 @@ TEST_F(CookieTest, PureAckIsDeferredAndABadOneIsPassed) {
 }
 
 TEST_F(CookieTest, ValidCookieGoodRequestGoesToTheStackFlagged) {
+  SKIP_WITHOUT_METADATA_TAGS(*f_);
   PacketSpec d = firstDataAfterHandshake({"ipv6", true}, 55300, 77, kGood);
   RunResult r = runXdp(f_->programFd(), buildPacket(d));
   EXPECT_EQ(r.retval, kPass);  // XDP_REDIRECT with a socket bound on the queue
@@ -504,6 +506,7 @@ TEST_F(CookieTest, ValidCookieGoodRequestGoesToTheStackFlagged) {
 }
 
 TEST_F(CookieTest, ValidCookieBadRequestIsResetByTheProgram) {
+  SKIP_WITHOUT_METADATA_TAGS(*f_);
   PacketSpec d = firstDataAfterHandshake({"ipv4", false, true}, 55400, 5000, kBadLine);
   RunResult r = runXdp(f_->programFd(), buildPacket(d));
   EXPECT_EQ(r.retval, kTx) << "never reaches userspace";
@@ -517,6 +520,7 @@ TEST_F(CookieTest, ValidCookieBadRequestIsResetByTheProgram) {
 }
 
 TEST_F(CookieTest, ModeOffPassesSynsAndDrainsInFlightHandshakes) {
+  SKIP_WITHOUT_METADATA_TAGS(*f_);
   SynCase c{"ipv4"};
   uint32_t isn = handshake(c, 55500, 900);
   ASSERT_TRUE(f_->setCookieMode(false).ok());
@@ -569,6 +573,7 @@ TEST(XdpHostile, AfxdpChargesRequestStartsOnlyToProvenHandshakes) {
   XdpOptions o = afxdpOptions();
   o.request_rate_per_sec = 1;
   o.request_burst = 1;
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   ig_cookie_keys keys = makeKeys();
   ASSERT_TRUE(f->setCookieKeys(keys).ok());

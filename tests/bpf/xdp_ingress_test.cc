@@ -3,6 +3,7 @@
 // rate limits, overload, CIDR classes, counters). Needs root (or CAP_BPF + CAP_PERFMON);
 // skips with a message otherwise.
 #include <arpa/inet.h>
+#include <tuple>
 #include <gtest/gtest.h>
 #include <linux/bpf.h>
 #include <linux/capability.h>
@@ -32,44 +33,76 @@ ig_tag tagOf(const RunResult& r) {
   return t;
 }
 
-class XdpFixtures : public ::testing::TestWithParam<size_t> {
+// Each fixture against both tag placements: metadata (skipped, with the kernel's reason, where
+// the kernel refuses bpf_xdp_adjust_meta), and the prefix of afxdp mode with no socket bound
+// (redirects fall back to passes: the verdicts, counters and RSTs of the table, and no prefix on
+// a frame the kernel gets; tests/bpf/xsk_redirect_test.cc binds a socket and reads the prefix).
+using Placement = XdpOptions::TagPlacement;
+
+XdpOptions placementOptions(Placement p) {
+  XdpOptions o = fixtureOptions();
+  o.tags = p;
+  if (p == Placement::kPrefix) o.redirect_xsk = true;
+  return o;
+}
+
+class XdpFixtures : public ::testing::TestWithParam<std::tuple<Placement, size_t>> {
  protected:
-  static void SetUpTestSuite() {
-    auto f = XdpFilter::load(fixtureOptions());
+  // Each placement's program is loaded once per process, when a case first needs it (ctest runs
+  // one case per process: one load each).
+  static void load(int i) {
+    if (tried_[i]) return;
+    tried_[i] = true;
+    auto f = XdpFilter::load(placementOptions(i == 0 ? Placement::kMetadata : Placement::kPrefix));
     if (f.ok()) {
-      filter_ = std::move(*f).release();
+      filter_[i] = std::move(*f).release();
     } else {
-      load_error_ = std::string(f.status().message());
-      permission_ = f.status().code() == absl::StatusCode::kPermissionDenied;
+      load_error_[i] = std::string(f.status().message());
+      permission_[i] = f.status().code() == absl::StatusCode::kPermissionDenied;
+      refused_[i] = metadataRefused(f.status());
     }
   }
   static void TearDownTestSuite() {
-    delete filter_;
-    filter_ = nullptr;
-  }
-  void SetUp() override {
-    if (!filter_) {
-      if (permission_) GTEST_SKIP() << "needs root or CAP_BPF+CAP_PERFMON: " << load_error_;
-      FAIL() << "loading the XDP program failed: " << load_error_;
+    for (XdpFilter*& f : filter_) {
+      delete f;
+      f = nullptr;
     }
   }
-  static XdpFilter* filter_;
-  static std::string load_error_;
-  static bool permission_;
+  void SetUp() override {
+    const int i = std::get<0>(GetParam()) == Placement::kMetadata ? 0 : 1;
+    load(i);
+    filter = filter_[i];
+    if (!filter) {
+      if (permission_[i]) GTEST_SKIP() << "needs root or CAP_BPF+CAP_PERFMON: " << load_error_[i];
+      if (refused_[i]) GTEST_SKIP() << "the metadata path: " << load_error_[i];
+      FAIL() << "loading the XDP program failed: " << load_error_[i];
+    }
+  }
+  XdpFilter* filter = nullptr;
+  static XdpFilter* filter_[2];
+  static std::string load_error_[2];
+  static bool refused_[2];
+  static bool permission_[2];
+  static bool tried_[2];
 };
-XdpFilter* XdpFixtures::filter_ = nullptr;
-std::string XdpFixtures::load_error_;
-bool XdpFixtures::permission_ = false;
+XdpFilter* XdpFixtures::filter_[2] = {nullptr, nullptr};
+std::string XdpFixtures::load_error_[2];
+bool XdpFixtures::refused_[2] = {false, false};
+bool XdpFixtures::permission_[2] = {false, false};
+bool XdpFixtures::tried_[2] = {false, false};
 
-std::string testName(const ::testing::TestParamInfo<size_t>& info) {
-  std::string n = fixtures()[info.param].name;
+std::string testName(const ::testing::TestParamInfo<std::tuple<Placement, size_t>>& info) {
+  std::string n = fixtures()[std::get<1>(info.param)].name;
   for (char& c : n)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return std::to_string(info.param) + "_" + n;
+  return std::string(tagPlacementName(std::get<0>(info.param))) + "_" +
+         std::to_string(std::get<1>(info.param)) + "_" + n;
 }
 
 TEST_P(XdpFixtures, Verdict) {
-  const Fixture& f = fixtures()[GetParam()];
+  const Fixture& f = fixtures()[std::get<1>(GetParam())];
+  const bool meta = std::get<0>(GetParam()) == Placement::kMetadata;
+  XdpFilter* filter_ = filter;
   int fd = filter_->programFd();
   if (f.first_segment) {
     RunResult syn = runXdp(fd, f.syn);
@@ -96,7 +129,12 @@ TEST_P(XdpFixtures, Verdict) {
     EXPECT_TRUE(r.meta.empty()) << f.name;
     EXPECT_EQ(r.out, f.packet) << f.name << ": a passed frame must be untouched";
   }
-  if (service_pass) {
+  if (service_pass && !meta) {
+    // afxdp's prefix is written only on a redirect: a frame the kernel gets is untouched.
+    EXPECT_TRUE(r.meta.empty()) << f.name;
+    EXPECT_EQ(r.out, f.packet) << f.name;
+  }
+  if (service_pass && meta) {
     ASSERT_EQ(r.meta.size(), sizeof(ig_tag)) << f.name;
     ig_tag t = tagOf(r);
     EXPECT_EQ(t.magic, IG_TAG_MAGIC);
@@ -121,7 +159,9 @@ TEST_P(XdpFixtures, Verdict) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, XdpFixtures, ::testing::Range<size_t>(0, fixtures().size()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, XdpFixtures,
+                         ::testing::Combine(::testing::Values(Placement::kMetadata, Placement::kPrefix),
+                                            ::testing::Range<size_t>(0, fixtures().size())),
                          testName);
 
 
@@ -254,6 +294,7 @@ TEST(XdpState, RequestRateLimitTagsInsteadOfDropping) {
   XdpOptions o = fixtureOptions();
   o.request_rate_per_sec = 1;
   o.request_burst = 2;
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   int fd = f->programFd();
   std::vector<int> verdicts;
@@ -268,7 +309,7 @@ TEST(XdpState, RequestRateLimitTagsInsteadOfDropping) {
 }
 
 TEST(XdpState, OverloadAdmitsOnlyHighClasses) {
-  LOAD_OR_SKIP(f, fixtureOptions());
+  LOAD_OR_SKIP(f, withMetadata(fixtureOptions()));
   int fd = f->programFd();
   ASSERT_TRUE(f->setOverloadLevel(3).ok());
   EXPECT_EQ(runXdp(fd, buildPacket(flow(44000, kSyn))).retval, static_cast<uint32_t>(XDP_DROP));
@@ -291,6 +332,7 @@ TEST(XdpState, CidrClassesAndExemption) {
   o.syn_rate_per_sec = 1;
   o.syn_burst = 1;
   o.cidr_rules = {{"10.9.0.0/16", 0, true}, {"2001:db8:bad::/48", 3, false}};
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   int fd = f->programFd();
   for (int i = 0; i < 5; ++i)
@@ -316,7 +358,7 @@ TEST(XdpState, CidrClassesAndExemption) {
 TEST(XdpState, NoRstWhenDisabledAndNoMetadataWhenOff) {
   XdpOptions o = fixtureOptions();
   o.send_rst = false;
-  o.write_metadata = false;
+  o.tags = XdpOptions::TagPlacement::kOff;
   LOAD_OR_SKIP(f, o);
   int fd = f->programFd();
   RunResult r = runXdp(fd, buildPacket(flow(46000, kAck | kPsh, "PUT /v2/ HTTP/1.1\r\n\r\n")));
@@ -431,6 +473,7 @@ TEST(XdpPriority, TrustEntriesGiveSynsNoExemption) {
   o.trusted_sources = {"10.0.0.0/8"};
   o.syn_rate_per_sec = 1;
   o.syn_burst = 1;
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   int fd = f->programFd();
   EXPECT_EQ(runXdp(fd, buildPacket(flow(41330, kSyn))).retval, static_cast<uint32_t>(XDP_PASS));
@@ -438,6 +481,7 @@ TEST(XdpPriority, TrustEntriesGiveSynsNoExemption) {
       << "a trusted source is still rate-limited";
   EXPECT_EQ(f->readCounters().packets[XDP_DROP][IG_R_SYN_RATE_LIMITED], 1u);
   o.cidr_rules = {{"10.0.0.2", -1, true}};  // an exemption rule is looked up for SYNs
+  o = withMetadata(o);
   LOAD_OR_SKIP(g, o);
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(runXdp(g->programFd(), buildPacket(flow(static_cast<uint16_t>(41340 + i), kSyn))).retval,
@@ -453,7 +497,7 @@ ig_tag requestTag(int fd, uint16_t sport, const char* payload = kGood) {
 }
 
 TEST(XdpReload, RulesChangeInPlaceWithTheSameProgram) {
-  XdpOptions o = fixtureOptions();
+  XdpOptions o = withMetadata(fixtureOptions());
   LOAD_OR_SKIP(f, o);
   const int fd = f->programFd();
   const uint32_t slot = f->rulesSlot();
@@ -490,7 +534,7 @@ TEST(XdpReload, RulesChangeInPlaceWithTheSameProgram) {
 // The rule fields of a config (the load-time ones zero: the program reads those from its
 // read-only data, and attach adjusts some of them to the interface).
 ig_config rulesOnly(ig_config c) {
-  c.write_meta = c.redirect_xsk = c.tx_redirect = c.syn_cookies = c.prove_handshake = 0;
+  c.tag_mode = c.redirect_xsk = c.tx_redirect = c.syn_cookies = c.prove_handshake = 0;
   c.synack_wscale = 0;
   c.synack_mss = 0;
   c.flow_mask = 0;
@@ -556,6 +600,7 @@ TEST(XdpReload, PriorityAndCidrRulesFollowTheReload) {
   XdpOptions o = fixtureOptions();
   o.priority_from = XdpOptions::PriorityFrom::kTrusted;
   o.trusted_sources = {"192.0.2.0/24"};
+  o = withMetadata(o);
   LOAD_OR_SKIP(f, o);
   const int fd = f->programFd();
   EXPECT_EQ(requestTag(fd, 48200, kPriority2).cls, 1) << "10.0.0.2 is not trusted";

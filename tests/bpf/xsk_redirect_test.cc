@@ -31,6 +31,7 @@
 #include "tests/bpf/netns_env.h"
 #include "dataplane/xsk/xsk_device.h"
 #include "xdp/testing/fixtures.h"
+#include "xdp/testing/load_or_skip.h"
 #include "xdp/testing/prog_run.h"
 #include "xdp/xdp_filter.h"
 
@@ -41,32 +42,37 @@ using dataplane::Frame;
 using dataplane::xsk::XskDevice;
 using dataplane::xsk::XskOptions;
 
-XdpOptions redirectOptions() {
+using Placement = XdpOptions::TagPlacement;
+
+XdpOptions redirectOptions(Placement tags = Placement::kAuto) {
   XdpOptions o = fixtureOptions();
   o.interface = "igx0";
   o.redirect_xsk = true;
+  o.tags = tags;
   o.track_flows = false;  // every fixture judged alone (no flow state carried between them)
   return o;
 }
 
-XskOptions deviceOptions(int xskmap_fd) {
+XskOptions deviceOptions(int xskmap_fd, int tag_mode) {
   XskOptions so;
   so.interface = "igx0";
   so.queue = 0;
   so.rx_frames = 64;
   so.hold_frames = 32;
   so.tx_frames = 64;
-  so.metadata = true;
+  so.tag_mode = static_cast<uint8_t>(tag_mode);  // as the program was loaded
   so.xskmap_fd = xskmap_fd;
   return so;
 }
 
 // `f`: the filter loaded with `opts`; `dev`: an AF_XDP socket bound on igx0 queue 0 through its
 // map, so the program's redirects have somewhere to go. Fails the test when either is refused.
-#define LOAD_WITH_SOCKET(f, dev, opts)                            \
-  auto f = XdpFilter::load(opts);                                 \
-  ASSERT_TRUE(f.ok()) << f.status();                              \
-  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));    \
+// A test of the metadata placement skips where the kernel cannot write metadata.
+#define LOAD_WITH_SOCKET(f, dev, opts)                                           \
+  auto f = XdpFilter::load(opts);                                                \
+  if (!f.ok() && metadataRefused(f.status())) GTEST_SKIP() << f.status().message(); \
+  ASSERT_TRUE(f.ok()) << f.status();                                             \
+  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd(), (*f)->tagMode()));  \
   ASSERT_TRUE(dev.ok()) << dev.status()
 
 int expectedWithSocket(const Fixture& f) {
@@ -76,16 +82,40 @@ int expectedWithSocket(const Fixture& f) {
   return service_pass || f.action == XDP_TX ? XDP_REDIRECT : f.action;
 }
 
-ig_tag metaTag(const RunResult& r) {
-  ig_tag t{};
-  if (r.meta.size() == sizeof t) std::memcpy(&t, r.meta.data(), sizeof t);
+// The tag of a redirected frame, wherever the loaded program put it, and the frame the stack
+// gets: metadata in front (r.meta, the frame untouched) or the first 16 bytes (stripped).
+struct Tagged {
+  bool present = false;  // exactly one tag where the placement puts it
+  ig_tag tag{};
+  std::vector<uint8_t> frame;
+};
+Tagged tagged(const XdpFilter& f, const RunResult& r) {
+  Tagged t;
+  if (f.tagMode() == IG_TAG_META) {
+    t.present = r.meta.size() == sizeof(ig_tag);
+    if (t.present) std::memcpy(&t.tag, r.meta.data(), sizeof t.tag);
+    t.frame = r.out;
+  } else if (f.tagMode() == IG_TAG_PREFIX) {
+    t.present = r.meta.empty() && r.out.size() >= sizeof(ig_tag);
+    if (t.present) {
+      std::memcpy(&t.tag, r.out.data(), sizeof t.tag);
+      t.frame.assign(r.out.begin() + sizeof(ig_tag), r.out.end());
+    }
+  }
   return t;
 }
 
-TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
+class XskTags : public ::testing::TestWithParam<Placement> {};
+std::string placementName(const ::testing::TestParamInfo<Placement>& p) {
+  return std::string(tagPlacementName(p.param));
+}
+
+TEST_P(XskTags, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
   SKIP_WITHOUT_NETNS();
-  auto f = XdpFilter::load(redirectOptions());
+  auto f = XdpFilter::load(redirectOptions(GetParam()));
+  if (!f.ok() && metadataRefused(f.status())) GTEST_SKIP() << f.status().message();
   ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ((*f)->tagMode(), GetParam() == Placement::kMetadata ? IG_TAG_META : IG_TAG_PREFIX);
   // Empty XSKMAP: bpf_redirect_map falls back to XDP_PASS; the table holds unchanged.
   int checked = 0;
   for (const Fixture& fx : fixtures()) {
@@ -93,11 +123,14 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
     RunResult r = runXdp((*f)->programFd(), fx.packet);
     ASSERT_EQ(r.err, 0) << fx.name;
     EXPECT_EQ(static_cast<int>(r.retval), fx.action) << fx.name << " (no socket bound)";
+    if (fx.action == XDP_PASS && (*f)->tagMode() == IG_TAG_PREFIX) {
+      EXPECT_EQ(r.out, fx.packet) << fx.name << ": no prefix on a frame the kernel gets";
+    }
     ++checked;
   }
   EXPECT_GT(checked, 100);
   // A socket on queue 0: service passes are redirected, the rest keeps its verdict.
-  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd()));
+  auto dev = XskDevice::open(deviceOptions((*f)->xskMapFd(), (*f)->tagMode()));
   ASSERT_TRUE(dev.ok()) << dev.status();
   int redirected = 0, rejected = 0;
   for (const Fixture& fx : fixtures()) {
@@ -107,17 +140,19 @@ TEST(XskRedirect, FixturesRedirectServicePassesOnlyWhenASocketIsBound) {
     EXPECT_EQ(static_cast<int>(r.retval), expectedWithSocket(fx)) << fx.name;
     if (r.retval == XDP_REDIRECT) {
       ++redirected;
-      // The tag rides in the metadata in front of the frame (what XskDevice reads).
-      ASSERT_EQ(r.meta.size(), sizeof(ig_tag)) << fx.name;
-      const ig_tag t = metaTag(r);
+      // The tag rides where the placement puts it (what XskDevice reads).
+      const Tagged tg = tagged(**f, r);
+      ASSERT_TRUE(tg.present) << fx.name;
+      const ig_tag& t = tg.tag;
       EXPECT_EQ(t.magic, IG_TAG_MAGIC) << fx.name;
+      EXPECT_EQ(tg.frame, fx.packet) << fx.name << ": the frame itself is unchanged";
       EXPECT_EQ(t.reason, fx.reason) << fx.name;
       const bool want_rejected = fx.action == XDP_TX;
       EXPECT_EQ((t.flags & IG_TF_REJECTED) != 0, want_rejected) << fx.name;
       if (want_rejected) {
         ++rejected;
         // The original frame, not a RST built over it.
-        EXPECT_EQ(r.out, fx.packet) << fx.name;
+        EXPECT_EQ(tg.frame, fx.packet) << fx.name;
       }
     }
   }
@@ -147,7 +182,7 @@ TEST(XskRedirect, RedirectOffByDefault) {
   }
 }
 
-TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
+TEST_P(XskTags, MidStreamLookalikesAreContinuationsWhenAsked) {
   SKIP_WITHOUT_NETNS();
   // Body bytes of a keep-alive upload that happen to begin like a request line.
   PacketSpec mid;
@@ -156,7 +191,7 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
   path.sport = 40002;  // another connection: a reset flow drops its later data
   path.payload = "GET /etc/passwd HTTP/1.1\r\n";
   for (bool reject : {true, false}) {
-    XdpOptions o = redirectOptions();
+    XdpOptions o = redirectOptions(GetParam());
     o.track_flows = true;
     o.reject_mid_stream = reject;
     LOAD_WITH_SOCKET(f, dev, o);
@@ -165,7 +200,7 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
     for (const PacketSpec& spec : {mid, path}) {
       RunResult r = runXdp((*f)->programFd(), buildPacket(spec));
       EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT) << reject;
-      EXPECT_EQ((metaTag(r).flags & IG_TF_REJECTED) != 0, reject) << reject;
+      EXPECT_EQ((tagged(**f, r).tag.flags & IG_TF_REJECTED) != 0, reject) << reject;
     }
     // The connection's known first data segment is always judged: SYN (seq 4999), then data
     // at 5000 that is not a request line -> RST.
@@ -180,7 +215,7 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
     EXPECT_EQ(static_cast<int>(runXdp((*f)->programFd(), buildPacket(syn)).retval), XDP_REDIRECT);
     RunResult r = runXdp((*f)->programFd(), buildPacket(first));
     EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT) << reject;
-    EXPECT_NE(metaTag(r).flags & IG_TF_REJECTED, 0) << reject;
+    EXPECT_NE(tagged(**f, r).tag.flags & IG_TF_REJECTED, 0) << reject;
     const XdpCounters c = (*f)->readCounters();
     EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_SEGMENT], reject ? 0u : 2u);
     EXPECT_EQ(c.packets[XDP_REDIRECT][IG_R_BAD_METHOD], reject ? 2u : 1u);
@@ -189,9 +224,9 @@ TEST(XskRedirect, MidStreamLookalikesAreContinuationsWhenAsked) {
   }
 }
 
-TEST(XskRedirect, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
+TEST_P(XskTags, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
   SKIP_WITHOUT_NETNS();
-  XdpOptions o = redirectOptions();
+  XdpOptions o = redirectOptions(GetParam());
   o.track_flows = true;
   LOAD_WITH_SOCKET(f, dev, o);
   const int prog = (*f)->programFd();
@@ -212,9 +247,10 @@ TEST(XskRedirect, RejectedRequestStartGoesToTheSocketFlaggedElseARst) {
   RunResult r = runXdp(prog, frame);
   ASSERT_EQ(r.err, 0);
   EXPECT_EQ(static_cast<int>(r.retval), XDP_REDIRECT);
-  EXPECT_EQ(r.out, frame) << "the original frame, for the stack to answer";
-  ASSERT_EQ(r.meta.size(), sizeof(ig_tag));
-  const ig_tag t = metaTag(r);
+  const Tagged tg = tagged(**f, r);
+  ASSERT_TRUE(tg.present);
+  EXPECT_EQ(tg.frame, frame) << "the original frame, for the stack to answer";
+  const ig_tag t = tg.tag;
   EXPECT_EQ(t.magic, IG_TAG_MAGIC);
   EXPECT_NE(t.flags & IG_TF_REJECTED, 0);
   EXPECT_EQ(t.reason, IG_R_BAD_REQUEST_LINE);
@@ -276,19 +312,21 @@ std::vector<std::vector<uint8_t>> receive(XskDevice& dev, size_t want, std::vect
 }
 
 // The redirect program, attached once a socket (deviceOptions) is bound through its XSKMAP.
-absl::StatusOr<std::unique_ptr<XdpFilter>> attachWithDevice(std::unique_ptr<XskDevice>* dev) {
-  return XdpFilter::attach(redirectOptions(), [dev](XdpFilter& filter) {
-    auto d = XskDevice::open(deviceOptions(filter.xskMapFd()));
+absl::StatusOr<std::unique_ptr<XdpFilter>> attachWithDevice(std::unique_ptr<XskDevice>* dev,
+                                                             Placement tags = Placement::kAuto) {
+  return XdpFilter::attach(redirectOptions(tags), [dev](XdpFilter& filter) {
+    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), filter.tagMode()));
     if (!d.ok()) return d.status();
     *dev = std::move(*d);
     return absl::OkStatus();
   });
 }
 
-TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
+TEST_P(XskTags, ReceivesRedirectedFramesWithTagsAndTransmits) {
   SKIP_WITHOUT_NETNS();
   std::unique_ptr<XskDevice> dev;
-  auto f = attachWithDevice(&dev);
+  auto f = attachWithDevice(&dev, GetParam());
+  if (!f.ok() && metadataRefused(f.status())) GTEST_SKIP() << f.status().message();
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_TRUE(dev);
   EXPECT_FALSE(dev->zeroCopy()) << "veth has copy mode only";
@@ -387,7 +425,7 @@ TEST(XskDevice, ReceivesRedirectedFramesWithTagsAndTransmits) {
 
 TEST(XskDevice, ZeroCopyRequiredFailsClearlyOnVeth) {
   SKIP_WITHOUT_NETNS();
-  XskOptions so = deviceOptions(-1);
+  XskOptions so = deviceOptions(-1, IG_TAG_PREFIX);
   so.zero_copy = dataplane::xsk::ZeroCopy::kRequire;
   auto dev = XskDevice::open(so);
   ASSERT_FALSE(dev.ok());
@@ -461,6 +499,38 @@ TEST(XskDevice, HeldFramesDoNotStarveTheFillRing) {
   EXPECT_EQ(dev->fillRingLevel(), 96u);
   close(peer);
 }
+
+// The prefix placement's defence: the program prefixes every frame it redirects, so a frame in
+// the socket without a valid prefix (here: a program loaded with no tags) cannot be parsed. The
+// device drops it (back to the fill ring) and counts it; the stack never sees it.
+TEST(XskDevice, PrefixModeDropsFramesWithoutAPrefix) {
+  SKIP_WITHOUT_NETNS();
+  std::unique_ptr<XskDevice> dev;
+  auto f = XdpFilter::attach(redirectOptions(Placement::kOff), [&dev](XdpFilter& filter) {
+    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), IG_TAG_PREFIX));
+    if (!d.ok()) return d.status();
+    dev = std::move(*d);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ((*f)->tagMode(), IG_TAG_NONE);
+  const int peer = packetSocket("igx1");
+  ASSERT_GE(peer, 0) << strerror(errno);
+  PacketSpec req;
+  req.dst_mac = {0x02, 0, 0, 0, 0, 0x01};
+  req.payload = "GET /v2/health/ready HTTP/1.1\r\n\r\n";
+  const std::vector<uint8_t> a = buildPacket(req);
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(send(peer, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+  EXPECT_TRUE(receive(*dev, 1, nullptr).empty()) << "untagged frames are not handed on";
+  EXPECT_EQ(dev->stats().meta_missing, 3u);
+  EXPECT_EQ(dev->rxOutstanding(), 0u);
+  EXPECT_EQ((*f)->readCounters().packets[XDP_REDIRECT][IG_R_REQUEST], 3u) << "they were redirected";
+  close(peer);
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, XskTags,
+                         ::testing::Values(Placement::kMetadata, Placement::kPrefix), placementName);
 
 }  // namespace
 }  // namespace infergate::xdp::testing

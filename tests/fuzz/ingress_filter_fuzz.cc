@@ -99,7 +99,7 @@ std::vector<ifl::CidrRule> cidrRules(bool on) {
 ig_config configFor(uint8_t k0, uint8_t k1, uint8_t k2) {
   ig_config c = infergate::fuzz::makeConfig(k0, k1);
   // dpdk mode's own: the tag travels in Frame::meta, the stack answers SYNs and sends RSTs.
-  c.write_meta = c.redirect_xsk = c.syn_cookies = c.tx_redirect = 0;
+  c.tag_mode = c.redirect_xsk = c.syn_cookies = c.tx_redirect = 0;
   if (k2 & 1) c.syn_rate = c.syn_burst = c.req_rate = c.req_burst = 2;
   c.cidr_rules = c.cidr_classes = (k2 >> 1) & 1;
   if (k2 & 4) c.priority_header = IG_PRIO_HDR_ALL;

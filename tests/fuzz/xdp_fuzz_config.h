@@ -63,7 +63,7 @@ inline ig_config makeConfig(uint8_t k0, uint8_t k1) {
   c.reject_mid_stream = (k0 >> 2) & 1;
   c.frag_policy = static_cast<uint8_t>(((k0 >> 3) & 3) % 3);
   // Every feature the program has, on (afxdp with SYN cookies): the most code reachable.
-  c.write_meta = c.track_flows = c.redirect_xsk = c.syn_cookies = c.prove_handshake = 1;
+  c.tag_mode = c.track_flows = c.redirect_xsk = c.syn_cookies = c.prove_handshake = 1;
   c.flow_mask = 1023;
   c.reject_ttl_ns = 1'000'000'000;
   c.src_mask4 = 0xffffffffu;

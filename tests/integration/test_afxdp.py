@@ -247,6 +247,12 @@ class AfXdpTest(netns.VethTestCase):
         try:
             text = open(log).read()
             self.assertIn("bound in copy mode", text)
+            # The tag placement the start-up probe picked (docs/HOSTS.md): the prefix where
+            # the probe is told the kernel refuses metadata (this test's `.prefix` run).
+            if "xdp_adjust_meta" in os.environ.get("INFERGATE_PROBE_REFUSE", "").split(","):
+                self.assertIn("tags reach the stack as a 16-byte prefix", text)
+            else:
+                self.assertRegex(text, r"tags reach the stack (in XDP metadata|as a 16-byte prefix)")
             self.assertRegex(text, r"afxdp: %s \(%s " % (net.gw_if, re.escape(net.gw_ip)))
             self.assertIn("xdp", net.run_gw(["ip", "link", "show", net.gw_if]).stdout)
             # The kernel has no socket on the service port: whatever answers is infergate.
@@ -293,6 +299,9 @@ class AfXdpTest(netns.VethTestCase):
             self.assertGreater(metric(net, "infergate_xdp_packets_total", verdict="pass", reason="not_ip"), 0)
             self.assertEqual(metric(net, "infergate_afxdp_zero_copy"), 0)
             self.assertEqual(metric(net, "infergate_afxdp_kernel_rx_invalid_descs_total"), 0)
+            # Every redirected frame carried its tag, wherever it was placed.
+            self.assertEqual(metric(net, "infergate_afxdp_meta_missing_total"), 0)
+            self.assertEqual(metric(net, "infergate_xdp_packets_total", reason="no_tag_room"), 0)
         finally:
             rc = stop(p)
         text = open(log).read()

@@ -576,7 +576,7 @@ XdpOptions fixtureOptions() {
   o.default_class = 1;
   o.send_rst = true;
   o.track_flows = true;
-  o.write_metadata = true;
+  o.tags = XdpOptions::TagPlacement::kAuto;  // metadata where the kernel accepts it (else none: no socket)
   o.priority_header = true;
   // Not the config file's defaults: the tables judge mid-stream request starts, and the
   // priority header counts from every source (the fixtures' clients are not loopback).

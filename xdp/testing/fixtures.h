@@ -28,7 +28,14 @@ struct Fixture {
 };
 
 // Service ports 8000 and 8001; methods GET, POST; prefixes /v2/, /v1/models/, /metrics;
-// class rule /v2/models/urgent -> 0; default class 1; RSTs on; flows tracked; metadata on.
+// class rule /v2/models/urgent -> 0; default class 1; RSTs on; flows tracked; tags auto
+// (metadata where the kernel accepts it; else none, since nothing is redirected).
+// `o` asking for tags in XDP metadata: a load fails with "xdp.tags: metadata: ..." where the
+// kernel cannot write metadata (loadOrSkip skips the test, saying so).
+inline XdpOptions withMetadata(XdpOptions o) {
+  o.tags = XdpOptions::TagPlacement::kMetadata;
+  return o;
+}
 XdpOptions fixtureOptions();
 
 const std::vector<Fixture>& fixtures();

@@ -175,7 +175,7 @@ logging: {level: debug, access_log: true}
 xdp: {interface: eth1, attach: generic, methods: [PUT], path_prefixes: ["/x"],
       http2_max_frame_size: 16777215, rate_limit: {rate_per_sec: 10},
       fragments: drop_all, rst_rate_limit: {rate_per_sec: 5, burst: 7}, source_prefix_v4: 24,
-      source_prefix_v6: 48, syn_cookies: always, busy_poll: true, prefer_busy_poll: false,
+      source_prefix_v6: 48, syn_cookies: always, tags: prefix, busy_poll: true, prefer_busy_poll: false,
       busy_poll_usecs: 50, busy_poll_budget: 16, held_frames: 64, held_frames_per_connection: 0,
       tcp_rcv_buf: 4194304}
 models:
@@ -221,6 +221,7 @@ models:
   EXPECT_EQ(c->xdp.source_prefix_v4, 24);
   EXPECT_EQ(c->xdp.source_prefix_v6, 48);
   EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAlways);
+  EXPECT_EQ(c->xdp.tags, xdp::XdpOptions::TagPlacement::kPrefix);
   EXPECT_TRUE(c->xdp.busy_poll);
   EXPECT_FALSE(c->xdp.prefer_busy_poll);
   EXPECT_EQ(c->xdp.busy_poll_usecs, 50u);
@@ -296,6 +297,8 @@ TEST(ConfigTest, XdpDefaultsAreTheOptionsDefaults) {
   EXPECT_EQ(c->xdp.source_prefix_v4, 32);
   EXPECT_EQ(c->xdp.source_prefix_v6, 64);
   EXPECT_EQ(c->xdp.syn_cookies, xdp::SynCookies::kAuto);
+  // Not set: afxdp mode takes auto (the best placement this kernel accepts).
+  EXPECT_EQ(c->xdp.tags, xdp::XdpOptions::TagPlacement::kOff);
   EXPECT_FALSE(c->xdp.busy_poll);  // afxdp reactors sleep in poll(2) unless asked to spin
   EXPECT_TRUE(c->xdp.prefer_busy_poll);
   EXPECT_EQ(c->xdp.busy_poll_usecs, 20u);
@@ -473,6 +476,8 @@ std::vector<BadCase> badCases() {
        "invalid interface name"},
       {"bad attach", withBase("xdp: {interface: eth0, attach: offload}\n"), "xdp.attach",
        "unknown attach mode 'offload' (expected one of native, generic)"},
+      {"bad tag placement", withBase("xdp: {interface: eth0, tags: headroom}\n"), "xdp.tags",
+       "unknown tag placement 'headroom' (expected one of auto, metadata, prefix)"},
       {"lowercase method", withBase("xdp: {methods: [GET, post]}\n"), "xdp.methods[1]",
        "invalid method 'post'"},
       {"method with digit", withBase("xdp: {methods: [GET2]}\n"), "xdp.methods[0]",
