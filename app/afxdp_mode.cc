@@ -279,8 +279,8 @@ absl::StatusOr<std::unique_ptr<AfXdpMode>> AfXdpMode::start(const config::Config
   const std::vector<uint16_t>& ports = *service_ports;
   xdp::XdpOptions xo = c.xdp;
   xo.service_ports = ports;
+  xo.redirect_xsk = true;  // before the check: xdp.tags: prefix needs it
   if (absl::Status s = xdp::checkOptions(xo); !s.ok()) return s;
-  xo.redirect_xsk = true;
   // The program's tags reach the stack in metadata or in a prefix (xdp.tags; auto: the best
   // this kernel accepts, XdpFilter::tagMode()).
   if (xo.tags == xdp::XdpOptions::TagPlacement::kOff) xo.tags = xdp::XdpOptions::TagPlacement::kAuto;

@@ -199,8 +199,8 @@ int runDoctor(const DoctorOptions& o, std::FILE* out) {
   if (configured_mode == "dpdk") configured_works = true;
   if (configured_mode.empty()) configured_works = true;
   std::fprintf(out,
-               "\nMeasured costs of each fallback on this machine: docs/HOSTS.md and "
-               "docs/BENCHMARKS.md (bench/xdp: xdp_ingress_bench --tags prefix|metadata).\n");
+               "\nWhat each fallback costs, measured: docs/HOSTS.md and docs/BENCHMARKS.md "
+               "(bench/xdp/tag_placement_bench, bench/tag_placement.sh measure it here).\n");
   if (!o.config.empty())
     std::fprintf(out, "\n%s: mode %s %s on this host\n", o.config.c_str(), configured_mode.c_str(),
                  configured_works ? "will work" : "will NOT work");

@@ -7,8 +7,9 @@
 # pinned to its side's CPU. Per server and round:
 #   - closed loop: wrk -t1 -c32 (bench/wrk/infer.lua: KServe v2 infer, identity FP32 1x16) req/s;
 #   - open loop: infergate-bench --mode open --arrival constant -R RATE -c 64 (a rate the client
-#     sustains): achieved rate, p50/p99, and the server core's CPU per request (busy jiffies of
-#     --server-cpu in /proc/stat over the run, divided by the requests answered).
+#     sustains): achieved rate, p50/p99, and the server side's CPU per request: the run time of
+#     every thread in the gateway namespace and of the gateway veth's NAPI thread (schedstat),
+#     divided by the requests answered.
 # Medians over the rounds and ratios at the end. Where the kernel refuses metadata, the metadata
 # server cannot start; the script says so and measures the rest.
 #
@@ -74,13 +75,21 @@ stop_server() {
   kill -TERM "$SERVER_PID" 2>/dev/null || true
   wait "$SERVER_PID" 2>/dev/null || true
 }
-busy_jiffies() {  # of CPU $SCPU: user nice system irq softirq steal
-  awk -v c="cpu$SCPU" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat
+# CPU the server side spent, ns: every thread of every process in the gateway namespace plus the
+# gateway veth's NAPI thread (its receive path), from /proc/PID/task/TID/schedstat (exact, where
+# /proc/stat's ticks are 10 ms apart).
+server_ns() {
+  local t=0 a f p
+  for p in $(ip netns pids "$GW") $(pgrep -f "napi/$GIF-" || true); do
+    for f in /proc/"$p"/task/*/schedstat; do
+      read -r a _ <"$f" 2>/dev/null && t=$((t + a))
+    done
+  done
+  echo "$t"
 }
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores, kernel $(uname -r); veth $GIF <-> $CIF, GRO + threaded NAPI pinned per side; servers on CPU $SCPU, clients on CPU $CCPU; $ROUNDS round(s) x ${DURATION}s; open loop -R $RATE -c 64"
 declare -A SKIP=()
-HZ=$(getconf CLK_TCK)
 for r in $(seq "$ROUNDS"); do
   for s in "${SERVERS[@]}"; do
     [ -z "${SKIP[$s]:-}" ] || continue
@@ -94,23 +103,26 @@ for r in $(seq "$ROUNDS"); do
     run_wrk "cl.$s" "$CL" "$CCPU" 32 "$DURATION" "http://$GW_IP:${PORT[$s]}/" "$script" >>"$WORK/results"
     proto=(-p rest -m identity); [ "$s" = nginx ] && proto=(-p get --path /)
     j=$WORK/ol.json; rm -f "$j"
-    b0=$(busy_jiffies)
+    b0=$(server_ns)
     ip netns exec "$CL" taskset -c "$CCPU" "$BENCH" -u "$GW_IP:${PORT[$s]}" -d "$DURATION" --warmup 0 \
       --progress never --json "$j" --mode open --arrival constant -R "$RATE" -c 64 "${proto[@]}" \
       >"$WORK/bench.out" 2>&1 || { cat "$WORK/bench.out" >&2; die "infergate-bench against $s failed"; }
-    b1=$(busy_jiffies)
+    b1=$(server_ns)
     /usr/bin/python3 -c 'import json, sys
 r = json.load(open(sys.argv[2])); l = r.get("latency_us", {})
 n = r.get("ok", 0) or 1
 print("ol." + sys.argv[1], json.dumps({"rps": r["achieved_rate"], "p50_us": l.get("p50", 0), "p99_us": l.get("p99", 0),
-      "errors": r["error_count"], "cpu_us_per_req": (int(sys.argv[4]) - int(sys.argv[3])) * 1e6 / int(sys.argv[5]) / n}))' \
-      "$s" "$j" "$b0" "$b1" "$HZ" >>"$WORK/results"
+      "errors": r["error_count"], "cpu_us_per_req": (int(sys.argv[4]) - int(sys.argv[3])) / 1e3 / n}))' \
+      "$s" "$j" "$b0" "$b1" >>"$WORK/results"
     stop_server
   done
 done
 print_medians "$WORK/results" <<'PY'
-cl = {n[3:]: m for n, m in medians(("rps",)).items() if n.startswith("cl.")}
-ol = {n[3:]: m for n, m in medians(("rps", "p50_us", "p99_us", "cpu_us_per_req")).items() if n.startswith("ol.")}
+rows_all = rows
+rows = {n: r for n, r in rows_all.items() if n.startswith("cl.")}
+cl = {n[3:]: m for n, m in medians(("rps",)).items()}
+rows = {n: r for n, r in rows_all.items() if n.startswith("ol.")}
+ol = {n[3:]: m for n, m in medians(("rps", "p50_us", "p99_us", "cpu_us_per_req")).items()}
 print("%-9s %12s %12s %9s %9s %14s" % ("server", "closed req/s", "open req/s", "p50 us", "p99 us", "CPU us/req"))
 for n in cl:
     o = ol.get(n, {})

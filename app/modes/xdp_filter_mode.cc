@@ -30,6 +30,7 @@ class XdpFilterMode final : public SocketMode {
     if (!filter_) return absl::FailedPreconditionError("the XDP program is not attached");
     xdp::XdpOptions opts = next;
     opts.service_ports = filter_->options().service_ports;  // the listeners do not change
+    opts.tags = xdp::XdpOptions::TagPlacement::kOff;        // as at start
     return filter_->reconfigure(opts);
   }
 
@@ -56,6 +57,9 @@ class XdpFilterMode final : public SocketMode {
     const config::Config& c = ctx.config;
     xdp::XdpOptions opts = c.xdp;
     opts.service_ports = service_ports;
+    // Tags live in the flow map here (lookupFlowTag): xdp.tags is afxdp's, and nothing else
+    // reads frame tags, so none are written.
+    opts.tags = xdp::XdpOptions::TagPlacement::kOff;
     absl::StatusOr<std::unique_ptr<xdp::XdpFilter>> filter = xdp::XdpFilter::attach(opts);
     if (!filter.ok()) return filter.status();
     filter_ = std::move(*filter);

@@ -5,11 +5,12 @@
 //   tag_placement_bench [calls=20000] [rounds=5]
 //
 // The tag is written only on a redirect, so each program runs with an AF_XDP socket bound on
-// queue 0 of a veth pair in a private network namespace (made at start, gone at exit): a service
-// frame's verdict is XDP_REDIRECT, as in afxdp mode (BPF_PROG_TEST_RUN does not carry the
-// redirect out). Each figure is the mean of `calls` BPF_PROG_TEST_RUN calls of one run each: a
-// repeated run would prepend a second tag to the frame the first one wrote. Rounds alternate the
-// placements; medians over rounds. Needs root. A placement the kernel refuses is reported as such.
+// queue 0 of a veth pair (one per placement) in a private network namespace (made at start,
+// gone at exit): a service frame's verdict is XDP_REDIRECT, as in afxdp mode (BPF_PROG_TEST_RUN
+// does not carry the redirect out). Each figure is the mean of `calls` BPF_PROG_TEST_RUN calls of
+// one run each: a repeated run would prepend a second tag to the frame the first one wrote.
+// Placements are interleaved per packet, the first alternating by round; medians over rounds. Needs
+// root. A placement the kernel refuses is reported as such.
 #include <linux/bpf.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -65,8 +66,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   mount("", "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+  // One veth pair per placement: each program keeps its own socket bound on queue 0.
   if (std::system("ip link add igb0 type veth peer name igb1 && ip link set igb0 up && "
-                  "ip link set igb1 up") != 0) {
+                  "ip link set igb1 up && ip link add igc0 type veth peer name igc1 && "
+                  "ip link set igc0 up && ip link set igc1 up") != 0) {
     std::fprintf(stderr, "cannot create the veth pair\n");
     return 1;
   }
@@ -76,8 +79,9 @@ int main(int argc, char** argv) {
   };
   std::map<std::string, Loaded> progs;
   for (Placement p : {Placement::kMetadata, Placement::kPrefix}) {
+    const char* ifname = p == Placement::kMetadata ? "igb0" : "igc0";
     XdpOptions o = fixtureOptions();
-    o.interface = "igb0";
+    o.interface = ifname;
     o.redirect_xsk = true;
     o.reject_mid_stream = false;
     o.track_flows = false;  // every call judged alone
@@ -90,7 +94,7 @@ int main(int argc, char** argv) {
       continue;
     }
     infergate::dataplane::xsk::XskOptions so;
-    so.interface = "igb0";
+    so.interface = ifname;
     so.rx_frames = 64;
     so.hold_frames = 32;
     so.tx_frames = 64;
@@ -123,12 +127,17 @@ int main(int argc, char** argv) {
               rounds);
   std::map<std::string, std::vector<double>> ingress, pass;
   std::map<std::string, uint32_t> verdict;
+  std::vector<std::string> order;
+  for (auto& [name, l] : progs) order.push_back(name);
   for (int r = 0; r < rounds; ++r) {
-    for (auto& [name, l] : progs) {
-      for (const auto& [what, pkt] : packets) {
+    for (const auto& [what, pkt] : packets) {
+      // Placements interleaved per packet, the first one alternating by round.
+      for (size_t i = 0; i < order.size(); ++i) {
+        const std::string& name = order[(i + static_cast<size_t>(r)) % order.size()];
+        Loaded& l = progs[name];
         uint32_t rv = 0, pv = 0;
-        ingress[name + "|" + what].push_back(meanNs(l.filter->programFd(), pkt, calls, &rv));
         pass[name + "|" + what].push_back(meanNs(l.filter->passProgramFd(), pkt, calls, &pv));
+        ingress[name + "|" + what].push_back(meanNs(l.filter->programFd(), pkt, calls, &rv));
         verdict[name + "|" + what] = rv;
       }
     }

@@ -11,7 +11,7 @@
 // --cases: also print each fixture's median ingress and XDP_PASS ns and their difference.
 // --group=<class>: time only the fixtures of that class (e.g. request_h1, segment).
 //
-// --afxdp: the fixture classes with the afxdp configuration (redirect_xsk, metadata, the SYN
+// --afxdp: the fixture classes with the afxdp configuration (redirect_xsk, tags auto, the SYN
 // cookie code loaded, cookie mode off; no socket is bound, so redirects become passes).
 // --cookies: the same with cookie mode on (segments without a flow slot get a cookie check).
 // Both also print the SYN cookie paths, measured one run per BPF_PROG_TEST_RUN call (a repeated
@@ -129,24 +129,17 @@ int main(int argc, char** argv) {
   reject_opts.track_flows = false;
   reject_opts.send_rst = false;
   bool afxdp = false, cookies = false, cases = false;
-  // --afxdp's tag placement (--tags auto|metadata|prefix; must come before --afxdp).
-  XdpOptions::TagPlacement tags = XdpOptions::TagPlacement::kAuto;
   std::string only_group;
   for (int i = 3; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--tags" && i + 1 < argc) {
-      auto t = parseNamed(kTagPlacementNames, argv[++i]);
-      if (!t) {
-        std::fprintf(stderr, "--tags: auto, metadata or prefix\n");
-        return 2;
-      }
-      tags = *t;
-    } else if (a == "--afxdp" || a == "--cookies") {
+    if (a == "--afxdp" || a == "--cookies") {
       afxdp = true;
       cookies = a == "--cookies";
       for (XdpOptions* o : {&filter_opts, &reject_opts}) {
         o->redirect_xsk = true;
-        o->tags = tags;
+        // Tags as afxdp loads them; no socket is bound, so nothing is redirected and a prefix
+        // is never written (bench/xdp/tag_placement_bench measures the placements).
+        o->tags = XdpOptions::TagPlacement::kAuto;
         o->reject_mid_stream = false;
         o->synack_mss = 1460;
       }

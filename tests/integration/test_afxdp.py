@@ -315,6 +315,32 @@ class AfXdpTest(netns.VethTestCase):
             self.assertEqual(r.returncode, 0, r.stderr + open(log2).read()[-2000:])
             self.assertEqual(json.loads(r.stdout)["outputs"][0]["data"], list(range(16)))
 
+    def test_tag_placement_from_the_config(self):
+        # xdp.tags forces a placement (docs/HOSTS.md): prefix works on every kernel with
+        # bpf_xdp_adjust_head; metadata serves where the kernel writes it and otherwise refuses
+        # to start, naming the fix.
+        net = self.net
+        refused = "xdp_adjust_meta" in os.environ.get("INFERGATE_PROBE_REFUSE", "").split(",")
+        with self.gateway(config(net, xdp_extra="  tags: prefix\n"), name="tags-prefix") as (p, log):
+            self.assertIn("tags reach the stack as a 16-byte prefix", open(log).read())
+            r = self.curl_infer()
+            self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+            self.assertIn('"outputs"', r.stdout)
+            self.assertEqual(metric(net, "infergate_afxdp_meta_missing_total"), 0)
+        if refused:
+            p, log = start_gateway(net, name="tags-meta", xdp_extra="  tags: metadata\n",
+                                   expect_start=False)
+            self.assertNotEqual(stop(p), 0)
+            text = open(log).read()
+            self.assertIn("xdp.tags: metadata: this kernel cannot write XDP metadata", text)
+            self.assertIn("use xdp.tags: prefix", text)
+        else:
+            with self.gateway(config(net, xdp_extra="  tags: metadata\n"), name="tags-meta") as (p, log):
+                self.assertIn("tags reach the stack in XDP metadata", open(log).read())
+                r = self.curl_infer()
+                self.assertEqual(r.returncode, 0, r.stderr + open(log).read()[-2000:])
+                self.assertEqual(metric(net, "infergate_afxdp_meta_missing_total"), 0)
+
     def test_request_rate_limit_answers_429(self):
         # The program tags each request start (rate over the source's budget: verdict
         # rate-limited) in the frame's metadata; our TCP carries the request start's tag to
