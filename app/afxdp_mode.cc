@@ -102,6 +102,7 @@ void renderMetrics(MetricsView& view, std::string& out) {
   emit("rx_wakeups", &S::rx_wakeups);
   emit("tx_alloc_failed", &S::tx_alloc_failed);
   emit("meta_missing", &S::meta_missing);
+  emit("tag_prefixed", &S::tag_prefixed);
   emit("kernel_rx_dropped", &S::rx_dropped);
   emit("kernel_rx_ring_full", &S::rx_ring_full);
   emit("kernel_rx_fill_ring_empty", &S::rx_fill_ring_empty);

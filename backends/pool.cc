@@ -384,6 +384,8 @@ void Pool::probeOne(Endpoint& e) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     e.last_code = s.code();
+    // Ejected while the probe ran (its answer predates the failures): the ejection holds.
+    if (e.state == State::kEjected && common::monotonicNs() < e.ejected_until_ns) return;
     if (s.ok()) {
       if (e.state != State::kHealthy) e.consecutive_failures = 0;
       setStateLocked(e, State::kHealthy, "");

@@ -68,6 +68,10 @@ struct HelperProbe {
 // (the detail says "simulated"), to run the fallback where the host has the better path.
 HelperProbe probeXdpHelper(int helper);
 
+// The verifier's reason in its log: the last line that is not the statistics it appends
+// ("processed N insns ...", "verification time ...", "stack depth ..."); "" for an empty log.
+std::string verifierReason(const char* log);
+
 // Exports each feature of `report` as infergate_host_feature{feature="..."} (1 yes, 0 no;
 // unknown ones are left out) on `registry`. The report is copied.
 void registerHostMetrics(common::MetricsRegistry& registry, const HostReport& report);

@@ -445,34 +445,46 @@ static __always_inline int ig_reject_live(const struct ig_config *r, const struc
 	return now - fv->tag.rx_ns < r->reject_ttl_ns;
 }
 
-/* Writes *tag where userspace reads it (enum ig_tag_mode). 0 when written; on failure the
- * frame is unchanged. Only the branch of the loaded mode survives verification, so a kernel
- * that refuses bpf_xdp_adjust_meta never sees the call in prefix mode. Packet pointers do not
- * survive it: callers reload them. */
+/* The tag into the XDP metadata area. 0 when written; on failure the frame is unchanged. */
+static __always_inline int ig_put_meta(struct xdp_md *ctx, const struct ig_tag *tag)
+{
+	struct ig_tag *meta;
+	if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)))
+		return -1;
+	meta = (struct ig_tag *)(long)ctx->data_meta;
+	if ((void *)(meta + 1) > (void *)(long)ctx->data)
+		return -1;
+	*meta = *tag;
+	return 0;
+}
+
+/* The tag as the frame's first 16 bytes. 0 when written; on failure the frame is unchanged. */
+static __always_inline int ig_put_prefix(struct xdp_md *ctx, const struct ig_tag *tag)
+{
+	struct ig_tag *pre;
+	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct ig_tag)))
+		return -1;
+	pre = (struct ig_tag *)(long)ctx->data;
+	if ((void *)(pre + 1) > (void *)(long)ctx->data_end) {
+		bpf_xdp_adjust_head(ctx, (int)sizeof(struct ig_tag));
+		return -1;
+	}
+	*pre = *tag;
+	return 0;
+}
+
+/* Writes *tag where userspace reads it (enum ig_tag_mode) on a frame already redirected to the
+ * socket. 0 when written; on failure the frame is unchanged. Metadata mode falls back to the
+ * prefix for a frame the driver gave no metadata room (the AF_XDP device looks for either);
+ * prefix mode never calls bpf_xdp_adjust_meta, so a kernel that refuses the helper verifies
+ * it (only the loaded mode's branches survive verification). Packet pointers do not survive
+ * it: callers reload them. */
 static __always_inline int ig_put_tag(struct xdp_md *ctx, const struct ig_tag *tag)
 {
-	if (ig_cfg.tag_mode == IG_TAG_META) {
-		struct ig_tag *meta;
-		if (bpf_xdp_adjust_meta(ctx, -(int)sizeof(struct ig_tag)))
-			return -1;
-		meta = (struct ig_tag *)(long)ctx->data_meta;
-		if ((void *)(meta + 1) > (void *)(long)ctx->data)
-			return -1;
-		*meta = *tag;
+	if (ig_cfg.tag_mode == IG_TAG_META && ig_put_meta(ctx, tag) == 0)
 		return 0;
-	}
-	if (ig_cfg.tag_mode == IG_TAG_PREFIX) {
-		struct ig_tag *pre;
-		if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct ig_tag)))
-			return -1;
-		pre = (struct ig_tag *)(long)ctx->data;
-		if ((void *)(pre + 1) > (void *)(long)ctx->data_end) {
-			bpf_xdp_adjust_head(ctx, (int)sizeof(struct ig_tag));
-			return -1;
-		}
-		*pre = *tag;
-		return 0;
-	}
+	if (ig_cfg.tag_mode == IG_TAG_META || ig_cfg.tag_mode == IG_TAG_PREFIX)
+		return ig_put_prefix(ctx, tag);
 	return -1;
 }
 
@@ -751,14 +763,16 @@ out:
 	}
 	/* Metadata can be written before the redirect is known: a frame passed to the kernel
 	 * carries it harmlessly. A prefix only once the frame goes to the socket. */
+	int meta_done = 0;
 	if (ig_cfg.tag_mode == IG_TAG_META)
-		ig_put_tag(ctx, &tag); /* no room: the stack counts an untagged frame */
+		meta_done = ig_put_meta(ctx, &tag) == 0;
 	if (cookie_flow)
 		p.reason = IG_R_COOKIE_VALID; /* counted as such; the tag keeps IG_R_REQUEST */
 	if (ig_cfg.redirect_xsk) {
-		/* afxdp: to the socket of this rx queue; XDP_PASS when none is bound there */
+		/* afxdp: to the socket of this rx queue; XDP_PASS when none is bound there. A frame
+		 * the stack gets carries its tag (metadata, else a prefix) or is dropped. */
 		long act = bpf_redirect_map(&ig_xsks, ctx->rx_queue_index, XDP_PASS);
-		if (act == XDP_REDIRECT && ig_cfg.tag_mode == IG_TAG_PREFIX && ig_put_tag(ctx, &tag)) {
+		if (act == XDP_REDIRECT && ig_cfg.tag_mode && !meta_done && ig_put_prefix(ctx, &tag)) {
 			ig_count(XDP_DROP, IG_R_NO_TAG_ROOM, frame_len);
 			return XDP_DROP;
 		}

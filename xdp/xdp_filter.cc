@@ -57,23 +57,6 @@ int libbpfPrint(enum libbpf_print_level level, const char* fmt, va_list args) {
   return 0;
 }
 
-// The verifier's reason: the last line of its log that is not the statistics it appends.
-std::string lastVerifierLine(const char* log) {
-  std::string_view all(log);
-  std::string last;
-  size_t pos = 0;
-  while (pos < all.size()) {
-    size_t nl = all.find('\n', pos);
-    std::string_view line = all.substr(pos, nl == std::string_view::npos ? all.npos : nl - pos);
-    pos = nl == std::string_view::npos ? all.size() : nl + 1;
-    if (line.empty() || line.rfind("processed ", 0) == 0 || line.rfind("verification time", 0) == 0 ||
-        line.rfind("stack depth", 0) == 0)
-      continue;
-    last = std::string(line);
-  }
-  return last;
-}
-
 // The whole verifier log into $TMPDIR (or /tmp); the file's path, "" when it cannot be written.
 std::string writeVerifierLog(const char* log) {
   const char* dir = std::getenv("TMPDIR");
@@ -541,7 +524,7 @@ absl::StatusOr<ig_ingress*> XdpFilter::loadSkeleton(const XdpOptions& o) {
   bpf_program__set_log_buf(skel->progs.ig_xdp_ingress, vlog.data(), vlog.size());
   int err = ig_ingress__load(skel);
   if (err && vlog[0] != '\0' && errno != EPERM && err != -EPERM) {
-    const std::string reason = lastVerifierLine(vlog.data());
+    const std::string reason = verifierReason(vlog.data());
     const std::string file = writeVerifierLog(vlog.data());
     std::string hint;
     if (reason.find("cannot use helper") != std::string::npos)

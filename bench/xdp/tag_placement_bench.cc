@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <bpf/bpf.h>
+
 #include "dataplane/xsk/xsk_device.h"
 #include "xdp/testing/fixtures.h"
 #include "xdp/testing/packet_builder.h"
@@ -105,7 +107,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "AF_XDP socket: %s\n", std::string(d.status().message()).c_str());
       return 1;
     }
-    std::printf("# %s: loaded (%s)\n", name.c_str(), (*f)->tagReason().c_str());
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    bpf_obj_get_info_by_fd((*f)->programFd(), &info, &len);
+    std::printf("# %s: loaded (%s); verified_insns %u\n", name.c_str(), (*f)->tagReason().c_str(),
+                info.verified_insns);
     progs[name] = Loaded{std::move(*f), std::move(*d)};
   }
   if (progs.empty()) return 1;

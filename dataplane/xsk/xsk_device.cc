@@ -273,17 +273,29 @@ size_t XskDevice::rxBurst(Frame* frames, size_t max) {
     if (options_.tag_mode == IG_TAG_META) {
       // The tag sits right in front of the frame, inside the chunk's headroom.
       const uint64_t chunk = addr & chunk_mask;
-      if (addr - chunk >= sizeof(ig_tag)) {
-        ig_tag t;
-        std::memcpy(&t, f.data - sizeof(ig_tag), sizeof t);
-        if (t.magic == IG_TAG_MAGIC) {
-          f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
-          // Consumed: a later frame in this chunk must not see a stale tag.
-          std::memset(f.data - sizeof(ig_tag), 0, sizeof(ig_tag));
-        } else {
-          ++stats_.meta_missing;
-        }
+      ig_tag t{};
+      if (addr - chunk >= sizeof(ig_tag)) std::memcpy(&t, f.data - sizeof(ig_tag), sizeof t);
+      if (t.magic == IG_TAG_MAGIC) {
+        f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
+        // Consumed: a later frame in this chunk must not see a stale tag.
+        std::memset(f.data - sizeof(ig_tag), 0, sizeof(ig_tag));
+        ++k;
+        continue;
       }
+      // No metadata room on this frame (a driver without it): the program put the tag in a
+      // prefix instead. Its magic sits where a frame's ethertype is, and 0x314d is none the
+      // program redirects, so the two cannot be confused.
+      if (f.len >= sizeof(ig_tag) + 14) std::memcpy(&t, f.data, sizeof t);
+      if (t.magic != IG_TAG_MAGIC) {
+        ++stats_.meta_missing;  // untagged: the stack judges it alone
+        ++k;
+        continue;
+      }
+      ++stats_.tag_prefixed;
+      f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
+      f.data += sizeof(ig_tag);
+      f.len -= static_cast<uint32_t>(sizeof(ig_tag));
+      f.capacity = f.len;
     } else if (options_.tag_mode == IG_TAG_PREFIX) {
       ig_tag t{};
       if (f.len >= sizeof(ig_tag)) std::memcpy(&t, f.data, sizeof t);

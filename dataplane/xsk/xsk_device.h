@@ -8,10 +8,11 @@
 // the fill ring (kept full). hold_frames are the spares behind rxHoldBudget(): the caller (the
 // TCP stack, for out-of-order segments) may keep up to that many frames past a burst, and the
 // fill ring still holds rx_frames chunks minus those in flight (rx ring, current burst), so
-// held frames never starve reception. rxOutstanding() counts the frames with the caller. The other tx_frames chunks only ever transmit: a free stack (txAlloc), the tx
-// ring (txBurst), the completion ring (reaped in batches into the free stack). With every ring
-// at least as large as the frames that can be in it, no ring operation can fail for lack of
-// room, and nothing is allocated after open().
+// held frames never starve reception. rxOutstanding() counts the frames with the caller. The other
+// tx_frames chunks only ever transmit: a free stack (txAlloc), the tx ring (txBurst), the
+// completion ring (reaped in batches into the free stack). With every ring at least as large as the
+// frames that can be in it, no ring operation can fail for lack of room, and nothing is allocated
+// after open().
 //
 // Binding: zero-copy first (XDP_ZEROCOPY), copy mode when the driver refuses (veth, most
 // virtual NICs); zeroCopy() says which. Every ring uses need_wakeup (XDP_USE_NEED_WAKEUP): the
@@ -27,8 +28,10 @@
 // encodeTag/decodeTag), from where XskOptions::tag_mode says the program loaded puts it
 // (XdpFilter::tagMode(), enum ig_tag_mode):
 //  - IG_TAG_META: the XDP metadata right in front of the frame (copied into the chunk's
-//    headroom in copy mode); a frame without one gets meta 0 (untagged: the stack judges it
-//    alone) and counts in meta_missing;
+//    headroom in copy mode); for a frame its driver gave no metadata room the program writes
+//    the prefix below instead, which is stripped the same way (counted in tag_prefixed); a
+//    frame with neither gets meta 0 (untagged: the stack judges it alone) and counts in
+//    meta_missing;
 //  - IG_TAG_PREFIX: the frame's first 16 bytes, stripped before the stack sees the frame. The
 //    program prefixes every frame it redirects, so a frame without a valid prefix cannot be
 //    parsed (where its Ethernet header starts is unknown): it is dropped (back to the fill
@@ -77,6 +80,7 @@ struct XskStats {
   uint64_t completions = 0;       // tx frames reaped from the completion ring
   uint64_t meta_missing = 0;      // a tag expected but none valid (metadata: untagged frame;
                                   // prefix: the frame dropped)
+  uint64_t tag_prefixed = 0;      // metadata mode: frames tagged by a prefix (no metadata room)
   uint64_t rx_outstanding = 0;    // gauge: rx frames with the caller (burst + held)
   uint64_t rx_outstanding_max = 0;  // the most ever at once
   // From getsockopt(XDP_STATISTICS) (statsWithKernel()).

@@ -574,7 +574,7 @@ TEST(XdpReload, TheOldEntryStaysIntactUntilTheNextSwitch) {
 }
 
 TEST(XdpReload, RateLimitsApplyOnReload) {
-  XdpOptions o = fixtureOptions();
+  XdpOptions o = withMetadata(fixtureOptions());  // the verdicts are read from the tag
   LOAD_OR_SKIP(f, o);
   const int fd = f->programFd();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(requestTag(fd, 48100).verdict, IG_TV_ADMIT);

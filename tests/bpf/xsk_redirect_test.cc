@@ -529,6 +529,88 @@ TEST(XskDevice, PrefixModeDropsFramesWithoutAPrefix) {
   close(peer);
 }
 
+// Headroom taken by metadata already there (BPF_PROG_TEST_RUN's ctx_in.data), 0 to 252 bytes:
+// every frame the program redirects carries its tag (in metadata, or a prefix where the
+// metadata could not grow, as on a driver without metadata room) or is dropped and counted as
+// no_tag_room, never redirected untagged. Which cases a kernel shows depends on its limits:
+// 6.18 grows metadata until the headroom is gone (no prefix fits then either); kernels that
+// cap metadata at 32 bytes show the prefix fallback.
+TEST_P(XskTags, NoFrameIsRedirectedWithoutItsTag) {
+  SKIP_WITHOUT_NETNS();
+  LOAD_WITH_SOCKET(f, dev, redirectOptions(GetParam()));
+  PacketSpec req;
+  req.payload = "GET /v2/health/ready HTTP/1.1\r\n\r\n";
+  const std::vector<uint8_t> frame = buildPacket(req);
+  int in_meta = 0, in_prefix = 0, dropped = 0;
+  for (uint32_t m = 0; m <= 252; m += 4) {
+    RunResult r = runXdp((*f)->programFd(), frame, 1, m);
+    if (r.err != 0) continue;  // the kernel refuses this much metadata going in
+    const std::string at = "metadata in " + std::to_string(m);
+    if (r.retval == XDP_DROP) {
+      ++dropped;
+      EXPECT_EQ(r.meta, std::vector<uint8_t>(m, 0)) << at;
+      continue;
+    }
+    ASSERT_EQ(static_cast<int>(r.retval), XDP_REDIRECT) << at;
+    ig_tag t{};
+    if (r.meta.size() == m + sizeof(ig_tag)) {
+      ASSERT_EQ(GetParam(), Placement::kMetadata) << at;
+      ++in_meta;
+      std::memcpy(&t, r.meta.data(), sizeof t);
+      EXPECT_EQ(r.out, frame) << at;
+    } else {
+      ++in_prefix;
+      ASSERT_EQ(r.meta.size(), m) << at;
+      ASSERT_EQ(r.out.size(), frame.size() + sizeof(ig_tag)) << at;
+      std::memcpy(&t, r.out.data(), sizeof t);
+      EXPECT_EQ(std::vector<uint8_t>(r.out.begin() + sizeof(ig_tag), r.out.end()), frame) << at;
+    }
+    EXPECT_EQ(t.magic, IG_TAG_MAGIC) << at;
+    EXPECT_EQ(t.reason, IG_R_REQUEST) << at;
+  }
+  std::printf("[   INFO   ] %s: %d frames tagged in metadata, %d by a prefix, %d dropped\n",
+              std::string(tagPlacementName(GetParam())).c_str(), in_meta, in_prefix, dropped);
+  EXPECT_GT(in_meta + in_prefix, 0);
+  EXPECT_GT(dropped, 0) << "some headroom is too small for any tag";
+  if (GetParam() == Placement::kPrefix) {
+    EXPECT_EQ(in_meta, 0);
+  }
+  EXPECT_EQ((*f)->readCounters().packets[XDP_DROP][IG_R_NO_TAG_ROOM],
+            static_cast<uint64_t>(dropped));
+}
+
+// The device in metadata mode reads a prefix-tagged frame (a driver without metadata room):
+// stripped, tagged, counted in tag_prefixed; here the program is loaded with the prefix.
+TEST(XskDevice, MetadataModeReadsAPrefixTaggedFrame) {
+  SKIP_WITHOUT_NETNS();
+  std::unique_ptr<XskDevice> dev;
+  auto f = XdpFilter::attach(redirectOptions(Placement::kPrefix), [&dev](XdpFilter& filter) {
+    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), IG_TAG_META));
+    if (!d.ok()) return d.status();
+    dev = std::move(*d);
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(f.ok()) << f.status();
+  const int peer = packetSocket("igx1");
+  ASSERT_GE(peer, 0) << strerror(errno);
+  PacketSpec req;
+  req.dst_mac = {0x02, 0, 0, 0, 0, 0x01};
+  req.payload = "POST /v2/models/urgent/infer HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::vector<uint8_t> a = buildPacket(req);
+  ASSERT_EQ(send(peer, a.data(), a.size(), 0), static_cast<ssize_t>(a.size()));
+  std::vector<uint64_t> metas;
+  auto got = receive(*dev, 1, &metas);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], a) << "the prefix is stripped";
+  auto t = dataplane::xsk::decodeTag(metas[0]);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->cls, 0);
+  EXPECT_EQ(t->reason, IG_R_REQUEST);
+  EXPECT_EQ(dev->stats().tag_prefixed, 1u);
+  EXPECT_EQ(dev->stats().meta_missing, 0u);
+  close(peer);
+}
+
 INSTANTIATE_TEST_SUITE_P(Placements, XskTags,
                          ::testing::Values(Placement::kMetadata, Placement::kPrefix), placementName);
 

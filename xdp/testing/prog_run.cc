@@ -7,16 +7,19 @@
 
 namespace infergate::xdp::testing {
 
-RunResult runXdp(int prog_fd, const std::vector<uint8_t>& packet, uint32_t repeat) {
+RunResult runXdp(int prog_fd, const std::vector<uint8_t>& packet, uint32_t repeat,
+                 uint32_t meta_in) {
   RunResult r;
-  std::vector<uint8_t> out(packet.size() + 256);
+  std::vector<uint8_t> in(meta_in, 0);
+  in.insert(in.end(), packet.begin(), packet.end());
+  std::vector<uint8_t> out(in.size() + 256);
   xdp_md ctx_in{};
   xdp_md ctx_out{};
-  ctx_in.data = 0;  // no metadata going in
-  ctx_in.data_end = static_cast<uint32_t>(packet.size());
+  ctx_in.data = meta_in;  // the metadata going in
+  ctx_in.data_end = static_cast<uint32_t>(in.size());
   LIBBPF_OPTS(bpf_test_run_opts, opts);
-  opts.data_in = packet.data();
-  opts.data_size_in = static_cast<uint32_t>(packet.size());
+  opts.data_in = in.data();
+  opts.data_size_in = static_cast<uint32_t>(in.size());
   opts.data_out = out.data();
   opts.data_size_out = static_cast<uint32_t>(out.size());
   opts.ctx_in = &ctx_in;

@@ -14,6 +14,9 @@ struct RunResult {
   std::vector<uint8_t> out;  // the frame after the program
 };
 
-RunResult runXdp(int prog_fd, const std::vector<uint8_t>& packet, uint32_t repeat = 1);
+// `meta_in` bytes of zero metadata go in front of the frame (a multiple of 4, at most 32, the
+// kernel's limit: with 32 the program finds no metadata room, as on a driver without it).
+RunResult runXdp(int prog_fd, const std::vector<uint8_t>& packet, uint32_t repeat = 1,
+                 uint32_t meta_in = 0);
 
 }  // namespace infergate::xdp::testing

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,7 @@ struct FakeEndpointState {
   bool shut = false;     // shutdown() called
   SendOptions last;      // of the last send
   std::deque<EndpointClient::SendDone> held;
+  std::function<void()> during_probe;  // run inside probe(), unlocked (a race to stage)
 
   // Answers every held call (empty outputs, sent); returns how many there were.
   size_t releaseHeld() {
@@ -47,6 +49,7 @@ class FakeEndpointClient : public EndpointClient {
       : addr_(std::move(a)), s_(std::move(s)) {}
   const std::string& address() const override { return addr_; }
   absl::Status probe(bool fresh) override {
+    if (s_->during_probe) s_->during_probe();
     std::lock_guard<std::mutex> l(s_->mu);
     ++s_->probes;
     if (fresh) ++s_->fresh_probes;

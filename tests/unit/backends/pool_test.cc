@@ -259,6 +259,35 @@ TEST(Pool, EjectsAfterConsecutiveFailuresAndReadmitsAfterProbe) {
   EXPECT_TRUE(ok.status.ok());
 }
 
+// A probe that began before the endpoint was ejected and passes after it must not re-admit it:
+// the ejection holds for ejection_ms (it did not: a slow ServerReady undid ejections under load).
+TEST(Pool, AProbeInFlightDuringAnEjectionDoesNotUndoIt) {
+  RemoteBackendConfig cfg;
+  cfg.eject_after_failures = 2;
+  cfg.ejection_ms = 60000;
+  Fixture f(2, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  f.st[0]->result = absl::UnavailableError("overloaded");
+  Batch b;
+  f.st[0]->during_probe = [&] {
+    f.st[0]->during_probe = nullptr;
+    for (int i = 0; i < 16 && f.sends(0) < 2; ++i) {
+      BatchResult r;
+      f.pool->execute(b, collect(r));
+    }
+    ASSERT_EQ(f.pool->status()[0].state, Pool::State::kEjected);
+  };
+  f.pool->probeAll();
+  EXPECT_EQ(f.st[0]->sends, 2);
+  EXPECT_EQ(f.pool->status()[0].state, Pool::State::kEjected) << "the probe re-admitted it";
+  for (int i = 0; i < 4; ++i) {
+    BatchResult r;
+    f.pool->execute(b, collect(r));
+    EXPECT_TRUE(r.status.ok()) << r.status;
+  }
+  EXPECT_EQ(f.st[0]->sends, 2) << "an ejected endpoint got traffic";
+}
+
 TEST(Pool, DeadlinesBoundTheCallAndExpiredBatchesAreNotSent) {
   Fixture f(1);
   ASSERT_TRUE(f.pool->start(true).ok());
