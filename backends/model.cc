@@ -5,6 +5,8 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "backends/pool.h"
 #include "common/priority.h"
 #include "fmt/format.h"
@@ -223,20 +225,29 @@ absl::Status checkInputShape(const ModelConfig& config, const TensorSpec& spec, 
 }
 
 absl::Status validateRequest(const ModelConfig& config, const InferRequest& request) {
-  for (size_t i = 0; i < request.inputs.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (request.inputs[i].name == request.inputs[j].name) {
-        return absl::InvalidArgumentError(
-            fmt::format("{}{}{}","input '", request.inputs[i].name, "' is given more than once"));
-      }
+  // Linear in the request whatever its size: a client chooses how many inputs and outputs it
+  // lists (a pairwise comparison of 40,000 names held a reactor for 1.4 s).
+  absl::flat_hash_map<std::string_view, const Tensor*> by_name;
+  by_name.reserve(request.inputs.size());
+  for (const Tensor& in : request.inputs) {
+    if (!by_name.emplace(in.name, &in).second) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}{}{}", "input '", in.name, "' is given more than once"));
+    }
+  }
+  absl::flat_hash_set<std::string_view> outputs;
+  outputs.reserve(request.outputs.size());
+  for (const RequestedOutput& out : request.outputs) {
+    // A repeated output would be encoded once per repetition: refused, not multiplied.
+    if (!outputs.insert(out.name).second) {
+      return absl::InvalidArgumentError(
+          fmt::format("{}{}{}", "output '", out.name, "' is requested more than once"));
     }
   }
   int64_t batch = -1;
   for (const TensorSpec& spec : config.inputs) {
-    const Tensor* t = nullptr;
-    for (const Tensor& in : request.inputs) {
-      if (in.name == spec.name) t = &in;
-    }
+    const auto found = by_name.find(spec.name);
+    const Tensor* t = found == by_name.end() ? nullptr : found->second;
     if (t == nullptr) {
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}","expected input '", spec.name, "' for model '",
                                                      config.name, "' is missing"));
@@ -269,7 +280,11 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
           need ? fmt::format("{}", *need) : std::string("more than 2^64")));
     }
   }
-  for (const Tensor& in : request.inputs) {
+  // Every declared input was found once, so a further one is undeclared; the search stops at
+  // the first (at most as many declared names before it as the model has inputs).
+  for (size_t i = 0; request.inputs.size() > config.inputs.size() && i < request.inputs.size();
+       ++i) {
+    const Tensor& in = request.inputs[i];
     if (!declares(config.inputs, in.name)) {
       return absl::InvalidArgumentError(
           fmt::format("{}{}{}{}{}","unexpected input '", in.name, "' for model '", config.name, "'"));

@@ -591,7 +591,7 @@ HostReport probeHost(const HostProbeOptions& o) {
       "xdp_adjust_meta", BPF_FUNC_xdp_adjust_meta,
       "afxdp carries the XDP program's tag as a 16-byte prefix in front of the frame "
       "(bpf_xdp_adjust_head) that the AF_XDP device strips (xdp.tags: auto picks it; measured: "
-      "no cost, within 17 ns a packet and 1 % of req/s, docs/HOSTS.md)",
+      "no cost beyond the noise: 17 ns a packet, 3 % of req/s, docs/HOSTS.md)",
       "kernel >= 4.15 whose verifier accepts bpf_xdp_adjust_meta in XDP programs, and a driver "
       "with metadata room; none is needed: the prefix does the same job"));
   r.features.push_back(helperFeature(

@@ -113,6 +113,10 @@ class RestApiTest(unittest.TestCase):
             ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "INT32", "data": [0] * 16}]}, "INPUT0"),
             ({"inputs": [{"name": "WRONG", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16}]}, "INPUT0"),
             ({"inputs": [{"name": "INPUT0", "shape": [9, 16], "datatype": "FP32", "data": [0.0] * 144}]}, "batch"),
+            # A repeated output would be encoded once per repetition (issue 33: 400,000 of them
+            # asked for a 97.7 GiB buffer): refused.
+            ({"inputs": [{"name": "INPUT0", "shape": [1, 16], "datatype": "FP32", "data": [0.0] * 16}],
+              "outputs": [{"name": "OUTPUT0"}] * 1000}, "requested more than once"),
         ]
         for req, fragment in cases:
             status, _, body = curl(self.gw.url("/v2/models/identity/infer"), data=json.dumps(req).encode())

@@ -141,19 +141,47 @@ struct BadCase {
 
 TEST(ValidateRequest, RejectsBadWithReason) {
   const std::vector<BadCase> cases = {
-      {"missing input", [](InferRequest& r) { r.inputs.pop_back(); }, "'INPUT1' for model 'identity' is missing"},
+      {"missing input", [](InferRequest& r) { r.inputs.pop_back(); },
+       "'INPUT1' for model 'identity' is missing"},
       {"duplicate", [](InferRequest& r) { r.inputs.push_back(r.inputs[0]); }, "more than once"},
-      {"unexpected", [](InferRequest& r) { r.inputs.push_back(fp32("X", {1}, 1)); }, "unexpected input 'X'"},
-      {"dtype", [](InferRequest& r) { r.inputs[0].dtype = DataType::kInt32; }, "INPUT0' has datatype INT32"},
+      {"unexpected", [](InferRequest& r) { r.inputs.push_back(fp32("X", {1}, 1)); },
+       "unexpected input 'X'"},
+      {"dtype", [](InferRequest& r) { r.inputs[0].dtype = DataType::kInt32; },
+       "INPUT0' has datatype INT32"},
       {"rank", [](InferRequest& r) { r.inputs[0].shape = {16}; }, "expects [-1,16]"},
-      {"dim", [](InferRequest& r) { r.inputs[0].shape = {1, 15}; }, "has shape [1,15]"},
-      {"negative", [](InferRequest& r) { r.inputs[0].shape = {-1, 16}; }, "has shape [-1,16]"},
-      {"batch too big", [](InferRequest& r) { r.inputs[0] = fp32("INPUT0", {9, 16}, 144); }, "allows at most 8"},
-      {"batch mismatch", [](InferRequest& r) { r.inputs[0] = fp32("INPUT0", {2, 16}, 32); }, "other inputs have batch size"},
+      {"dim",
+       [](InferRequest& r) {
+         r.inputs[0].shape = {1, 15};
+       },
+       "has shape [1,15]"},
+      {"negative",
+       [](InferRequest& r) {
+         r.inputs[0].shape = {-1, 16};
+       },
+       "has shape [-1,16]"},
+      {"batch too big",
+       [](InferRequest& r) {
+         r.inputs[0] = fp32("INPUT0", {9, 16}, 144);
+       },
+       "allows at most 8"},
+      {"batch mismatch",
+       [](InferRequest& r) {
+         r.inputs[0] = fp32("INPUT0", {2, 16}, 32);
+       },
+       "other inputs have batch size"},
       {"size", [](InferRequest& r) { r.inputs[0].data.pop_back(); }, "63 bytes of data"},
       {"bytes layout", [](InferRequest& r) { r.inputs[1].data.push_back(0); }, "length-prefixed"},
       {"bytes truncated", [](InferRequest& r) { r.inputs[1].data.resize(6); }, "length-prefixed"},
-      {"output", [](InferRequest& r) { r.outputs.push_back({"NOPE", false}); }, "unexpected inference output 'NOPE'"},
+      {"output",
+       [](InferRequest& r) {
+         r.outputs.push_back({"NOPE", false});
+       },
+       "unexpected inference output 'NOPE'"},
+      {"output twice",
+       [](InferRequest& r) {
+         r.outputs.assign(2, {"OUTPUT0", false});
+       },
+       "output 'OUTPUT0' is requested more than once"},
   };
   for (const BadCase& c : cases) {
     InferRequest r = goodRequest();
@@ -163,6 +191,25 @@ TEST(ValidateRequest, RejectsBadWithReason) {
     EXPECT_NE(std::string(st.message()).find(c.fragment), std::string::npos)
         << c.what << ": " << st.message();
   }
+}
+
+// The checks are linear in what the client lists: 200,000 distinct undeclared inputs, or as
+// many repetitions of an output, are refused in well under a second (the pairwise duplicate
+// check took minutes for this many).
+TEST(ValidateRequest, ManyInputsOrOutputsAreRefusedInLinearTime) {
+  constexpr int kMany = 200000;
+  InferRequest r = goodRequest();
+  for (int i = 0; i < kMany; ++i) r.inputs.push_back(fp32("X" + std::to_string(i), {1}, 1));
+  auto t0 = std::chrono::steady_clock::now();
+  absl::Status st = validateRequest(identityConfig(), r);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_NE(std::string(st.message()).find("unexpected input 'X0'"), std::string::npos) << st;
+  r = goodRequest();
+  r.outputs.assign(kMany, {"OUTPUT0", false});
+  t0 = std::chrono::steady_clock::now();
+  st = validateRequest(identityConfig(), r);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_NE(std::string(st.message()).find("more than once"), std::string::npos) << st;
 }
 
 TEST(ModelRegistry, FindsByNameAndVersion) {
