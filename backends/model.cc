@@ -282,12 +282,12 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
   }
   // Every declared input was found once, so a further one is undeclared; the search stops at
   // the first (at most as many declared names before it as the model has inputs).
-  for (size_t i = 0; request.inputs.size() > config.inputs.size() && i < request.inputs.size();
-       ++i) {
-    const Tensor& in = request.inputs[i];
-    if (!declares(config.inputs, in.name)) {
-      return absl::InvalidArgumentError(
-          fmt::format("{}{}{}{}{}","unexpected input '", in.name, "' for model '", config.name, "'"));
+  if (request.inputs.size() > config.inputs.size()) {
+    for (const Tensor& in : request.inputs) {
+      if (!declares(config.inputs, in.name)) {
+        return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}", "unexpected input '", in.name,
+                                                      "' for model '", config.name, "'"));
+      }
     }
   }
   for (const RequestedOutput& out : request.outputs) {

@@ -481,11 +481,11 @@ static __always_inline int ig_put_prefix(struct xdp_md *ctx, const struct ig_tag
  * it: callers reload them. */
 static __always_inline int ig_put_tag(struct xdp_md *ctx, const struct ig_tag *tag)
 {
+	if (ig_cfg.tag_mode == IG_TAG_NONE)
+		return -1;
 	if (ig_cfg.tag_mode == IG_TAG_META && ig_put_meta(ctx, tag) == 0)
 		return 0;
-	if (ig_cfg.tag_mode == IG_TAG_META || ig_cfg.tag_mode == IG_TAG_PREFIX)
-		return ig_put_prefix(ctx, tag);
-	return -1;
+	return ig_put_prefix(ctx, tag);
 }
 
 SEC("xdp")

@@ -60,6 +60,24 @@ int interfaceIoctl(const std::string& ifname, unsigned long req, ifreq* ifr) {
   return rc == 0 ? 0 : -e;
 }
 
+uint64_t frameMeta(const ig_tag& t) {
+  return encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
+}
+
+// A valid tag prefix in the frame's first 16 bytes: taken into f.meta and stripped (true), or
+// the frame left as it is (false).
+bool takePrefixTag(Frame& f) {
+  ig_tag t{};
+  if (f.len < sizeof(ig_tag)) return false;
+  std::memcpy(&t, f.data, sizeof t);
+  if (t.magic != IG_TAG_MAGIC) return false;
+  f.meta = frameMeta(t);
+  f.data += sizeof(ig_tag);
+  f.len -= static_cast<uint32_t>(sizeof(ig_tag));
+  f.capacity = f.len;
+  return true;
+}
+
 }  // namespace
 
 struct XskDevice::Rings {
@@ -276,38 +294,21 @@ size_t XskDevice::rxBurst(Frame* frames, size_t max) {
       ig_tag t{};
       if (addr - chunk >= sizeof(ig_tag)) std::memcpy(&t, f.data - sizeof(ig_tag), sizeof t);
       if (t.magic == IG_TAG_MAGIC) {
-        f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
+        f.meta = frameMeta(t);
         // Consumed: a later frame in this chunk must not see a stale tag.
         std::memset(f.data - sizeof(ig_tag), 0, sizeof(ig_tag));
-        ++k;
-        continue;
-      }
-      // No metadata room on this frame (a driver without it): the program put the tag in a
-      // prefix instead. Its magic sits where a frame's ethertype is, and 0x314d is none the
-      // program redirects, so the two cannot be confused.
-      if (f.len >= sizeof(ig_tag) + 14) std::memcpy(&t, f.data, sizeof t);
-      if (t.magic != IG_TAG_MAGIC) {
+      } else if (f.len >= sizeof(ig_tag) + 14 && takePrefixTag(f)) {
+        // No metadata room on this frame (a driver without it): the program put the tag in a
+        // prefix instead. Its magic sits where a frame's ethertype is, and 0x314d is none the
+        // program redirects, so the two cannot be confused.
+        ++stats_.tag_prefixed;
+      } else {
         ++stats_.meta_missing;  // untagged: the stack judges it alone
-        ++k;
-        continue;
       }
-      ++stats_.tag_prefixed;
-      f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
-      f.data += sizeof(ig_tag);
-      f.len -= static_cast<uint32_t>(sizeof(ig_tag));
-      f.capacity = f.len;
-    } else if (options_.tag_mode == IG_TAG_PREFIX) {
-      ig_tag t{};
-      if (f.len >= sizeof(ig_tag)) std::memcpy(&t, f.data, sizeof t);
-      if (f.len < sizeof(ig_tag) || t.magic != IG_TAG_MAGIC) {
-        ++stats_.meta_missing;
-        fill_pending_.push_back(addr & chunk_mask);  // back to the fill ring (next rxBurst)
-        continue;
-      }
-      f.meta = encodeTag(TagMeta{t.cls, t.verdict, t.flags, t.reason});
-      f.data += sizeof(ig_tag);
-      f.len -= static_cast<uint32_t>(sizeof(ig_tag));
-      f.capacity = f.len;
+    } else if (options_.tag_mode == IG_TAG_PREFIX && !takePrefixTag(f)) {
+      ++stats_.meta_missing;
+      fill_pending_.push_back(addr & chunk_mask);  // back to the fill ring (next rxBurst)
+      continue;
     }
     ++k;
   }

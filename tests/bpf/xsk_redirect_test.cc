@@ -311,11 +311,15 @@ std::vector<std::vector<uint8_t>> receive(XskDevice& dev, size_t want, std::vect
   return got;
 }
 
-// The redirect program, attached once a socket (deviceOptions) is bound through its XSKMAP.
+// The redirect program, attached once a socket (deviceOptions) is bound through its XSKMAP;
+// the device reads tags where the program puts them, or where `device_tags` says (a mismatch
+// staged on purpose), when given.
 absl::StatusOr<std::unique_ptr<XdpFilter>> attachWithDevice(std::unique_ptr<XskDevice>* dev,
-                                                             Placement tags = Placement::kAuto) {
-  return XdpFilter::attach(redirectOptions(tags), [dev](XdpFilter& filter) {
-    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), filter.tagMode()));
+                                                            Placement tags = Placement::kAuto,
+                                                            int device_tags = -1) {
+  return XdpFilter::attach(redirectOptions(tags), [dev, device_tags](XdpFilter& filter) {
+    const int mode = device_tags >= 0 ? device_tags : filter.tagMode();
+    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), mode));
     if (!d.ok()) return d.status();
     *dev = std::move(*d);
     return absl::OkStatus();
@@ -506,12 +510,7 @@ TEST(XskDevice, HeldFramesDoNotStarveTheFillRing) {
 TEST(XskDevice, PrefixModeDropsFramesWithoutAPrefix) {
   SKIP_WITHOUT_NETNS();
   std::unique_ptr<XskDevice> dev;
-  auto f = XdpFilter::attach(redirectOptions(Placement::kOff), [&dev](XdpFilter& filter) {
-    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), IG_TAG_PREFIX));
-    if (!d.ok()) return d.status();
-    dev = std::move(*d);
-    return absl::OkStatus();
-  });
+  auto f = attachWithDevice(&dev, Placement::kOff, IG_TAG_PREFIX);
   ASSERT_TRUE(f.ok()) << f.status();
   ASSERT_EQ((*f)->tagMode(), IG_TAG_NONE);
   const int peer = packetSocket("igx1");
@@ -584,12 +583,7 @@ TEST_P(XskTags, NoFrameIsRedirectedWithoutItsTag) {
 TEST(XskDevice, MetadataModeReadsAPrefixTaggedFrame) {
   SKIP_WITHOUT_NETNS();
   std::unique_ptr<XskDevice> dev;
-  auto f = XdpFilter::attach(redirectOptions(Placement::kPrefix), [&dev](XdpFilter& filter) {
-    auto d = XskDevice::open(deviceOptions(filter.xskMapFd(), IG_TAG_META));
-    if (!d.ok()) return d.status();
-    dev = std::move(*d);
-    return absl::OkStatus();
-  });
+  auto f = attachWithDevice(&dev, Placement::kPrefix, IG_TAG_META);
   ASSERT_TRUE(f.ok()) << f.status();
   const int peer = packetSocket("igx1");
   ASSERT_GE(peer, 0) << strerror(errno);
