@@ -34,6 +34,9 @@ struct Http2Session::Stream {
   bool headers_sent = false;
   bool deferred = false;  // the data provider returned NGHTTP2_ERR_DEFERRED
   bool trailers_ready = false;
+  // A unary call's reply came before the client half-closed: its OK waits for END_STREAM,
+  // so a second request message still ends the call INTERNAL (one message per unary call).
+  bool answered_early = false;
   absl::StatusCode status = absl::StatusCode::kOk;
   std::string status_message;
   uint32_t retry_after_s = 0;  // the final status's Retry-After hint (0: none)
@@ -687,6 +690,8 @@ void Http2Session::onStreamEnd(Stream& s) {
   if (!s.method.client_streaming) {
     if (s.messages == 0) {
       finishStream(s, absl::StatusCode::kInternal, "unary call without a request message");
+    } else if (s.answered_early && s.outstanding == 0) {
+      finishStream(s, absl::StatusCode::kOk, "");
     }
     return;
   }
@@ -701,6 +706,15 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
   if (s.outstanding > 0) --s.outstanding;
   if (s.outstanding == 0) s.call.cancel.reset();  // nothing left to cancel
   if (s.ended) return;                            // e.g. the deadline passed first
+  if (s.call.deadline_ns != 0 && transport_->loop().nowNs() >= s.call.deadline_ns) {
+    // The client's deadline passed while the call was with the model: whatever the model
+    // answered (OK, late; or the queue's own UNAVAILABLE timeout, which clients retry), the
+    // call ends DEADLINE_EXCEEDED, as it would have at the next tick.
+    ++stats_.deadline_exceeded;
+    finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
+    flush();
+    return;
+  }
   if (reply.code != absl::StatusCode::kOk) {
     finishStream(s, reply.code, reply.message, reply.retry_after_s);
   } else {
@@ -718,8 +732,10 @@ void Http2Session::deliver(int32_t stream_id, GrpcReply&& reply) {
         nghttp2_session_resume_data(session_, s.id);
       }
     }
-    if (!s.method.client_streaming || (s.remote_closed && s.outstanding == 0)) {
+    if (s.remote_closed && s.outstanding == 0) {
       finishStream(s, absl::StatusCode::kOk, "");
+    } else if (!s.method.client_streaming) {
+      s.answered_early = true;  // onStreamEnd ends it OK; a second message, INTERNAL
     }
   }
   flush();

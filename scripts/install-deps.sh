@@ -20,7 +20,7 @@ PKGS=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real peers and tools used by tests, the demo and benchmarks
-  curl wrk nginx-light nghttp2-client python3 python3-grpcio python3-grpc-tools
+  curl wrk nginx-light nghttp2-client python3 python3-grpcio python3-grpc-tools python3-h2
   iproute2 ethtool procps psmisc gnuplot-nox hping3 tmux  # tmux: test_top.py drives `infergate top` in a pane
   # deploy/ (Kubernetes manifests, dashboard, alert rules): read by their tests
   python3-yaml

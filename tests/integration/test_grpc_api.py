@@ -524,6 +524,136 @@ class MalformedHttp2Test(unittest.TestCase):
             self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
 
+class H2SemanticsTest(unittest.TestCase):
+    """What a call's status is, seen on the wire by a raw HTTP/2 client (python3-h2, which
+    grpcio is not: grpcio ends a call at its own deadline whatever the server answers)."""
+
+    def call(self, path, messages, extra=(), gap=0.0, pieces=1):
+        """Sends `messages` (each gRPC-framed, cut into `pieces` DATA frames) on one stream,
+        `gap` seconds apart, END_STREAM on the last; returns the final headers or trailers."""
+        import h2.config
+        import h2.connection
+        import h2.events
+        s = harness.connect(TARGET.port)
+        c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                 header_encoding="utf-8"))
+        c.initiate_connection()
+        c.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", path),
+                           (":authority", "localhost"), ("content-type", "application/grpc"),
+                           ("te", "trailers")] + list(extra))
+        try:
+            for n, m in enumerate(messages):
+                framed = b"\0" + struct.pack(">I", len(m)) + m
+                cut = max(1, len(framed) // pieces)
+                parts = [framed[i:i + cut] for i in range(0, len(framed), cut)]
+                for k, part in enumerate(parts):
+                    c.send_data(1, part, end_stream=(n == len(messages) - 1 and
+                                                     k == len(parts) - 1))
+                    s.sendall(c.data_to_send())
+                if gap:
+                    time.sleep(gap)
+            s.settimeout(5)
+            deadline = time.time() + 5
+            while time.time() < deadline:
+                data = s.recv(65536)
+                if not data:
+                    break
+                for e in c.receive_data(data):
+                    if isinstance(e, (h2.events.TrailersReceived, h2.events.ResponseReceived)) \
+                            and e.stream_id == 1:
+                        h = dict(e.headers)
+                        if "grpc-status" in h:
+                            return h
+                s.sendall(c.data_to_send())
+        finally:
+            s.close()
+        self.fail("no final status on the stream")
+
+    def slow_request(self):
+        req = PB["pb"].ModelInferRequest(model_name="slow")
+        req.inputs.add(name="INPUT0", datatype="FP32", shape=[1, 4])
+        req.raw_input_contents.append(b"\0" * 16)
+        return req.SerializeToString()
+
+    def test_a_deadline_that_passes_is_deadline_exceeded(self):
+        # The slow model takes 50 ms: a shorter grpc-timeout ends DEADLINE_EXCEEDED (4), never
+        # OK late nor the queue's UNAVAILABLE (which clients retry), however short it is.
+        for timeout in ("300u", "1m", "10m"):
+            with self.subTest(timeout):
+                h = self.call("/inference.GRPCInferenceService/ModelInfer", [self.slow_request()],
+                              extra=[("grpc-timeout", timeout)])
+                self.assertEqual(h["grpc-status"], "4", h)
+        h = self.call("/inference.GRPCInferenceService/ModelInfer", [self.slow_request()],
+                      extra=[("grpc-timeout", "5S")])
+        self.assertEqual(h["grpc-status"], "0", h)
+
+    def test_a_unary_call_with_two_messages_is_internal(self):
+        # The first message is answered before the second arrives; the call still ends
+        # INTERNAL (13), whether the messages are whole or split over DATA frames.
+        req = identity_request(PB["pb"], [1.0] * 16).SerializeToString()
+        for pieces in (1, 3):
+            with self.subTest(pieces=pieces):
+                h = self.call("/inference.GRPCInferenceService/ModelInfer", [req, req],
+                              gap=0.2, pieces=pieces)
+                self.assertEqual(h["grpc-status"], "13", h)
+                self.assertIn("more than one", h.get("grpc-message", ""))
+        h = self.call("/inference.GRPCInferenceService/ModelInfer", [req], gap=0.2, pieces=3)
+        self.assertEqual(h["grpc-status"], "0", h)
+
+    def test_streams_over_the_limit_and_headers_on_a_reset_stream(self):
+        # RFC 9113 §5.1.2: a HEADERS beyond SETTINGS_MAX_CONCURRENT_STREAMS is refused (here a
+        # connection error, PROTOCOL_ERROR, which §5.4.1 allows for a stream error), whether the
+        # streams come in one write or one by one. §5.1: HEADERS on a stream the client reset
+        # is STREAM_CLOSED, whether or not the stream had been answered before the reset.
+        infer = grpc_headers(b"/inference.GRPCInferenceService/ModelInfer")
+        for one_write in (True, False):
+            with self.subTest(one_write=one_write):
+                s = harness.connect(TARGET.port)
+                try:
+                    s.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
+                    fr, _ = read_frames(s, until=lambda f: any(t == SETTINGS for t, _, _, _ in f))
+                    limit = None
+                    for t, fl, _, p in fr:
+                        for i in range(0, len(p) if t == SETTINGS and not fl & 1 else 0, 6):
+                            if int.from_bytes(p[i:i + 2], "big") == 3:
+                                limit = int.from_bytes(p[i + 2:i + 6], "big")
+                    self.assertIsNotNone(limit, "no SETTINGS_MAX_CONCURRENT_STREAMS: %r" % fr)
+                    s.sendall(frame(SETTINGS, 1, 0, b""))
+                    opens = [frame(HEADERS, 4, 1 + 2 * i, infer) for i in range(limit + 1)]
+                    if one_write:
+                        s.sendall(b"".join(opens))
+                    else:
+                        for f in opens:
+                            s.sendall(f)
+                            time.sleep(0.001)
+                    fr, _ = read_frames(s, until=lambda f: any(t == GOAWAY for t, _, _, _ in f))
+                    refused = [int.from_bytes(p[:4], "big") for t, _, sid, p in fr
+                               if t == RST and sid == 1 + 2 * limit]
+                    self.assertTrue(goaway_code(fr) == PROTOCOL_ERROR or
+                                    refused and refused[0] in (PROTOCOL_ERROR, 7), fr[-3:])
+                finally:
+                    s.close()
+        get = (literal(b":method", b"GET") + literal(b":scheme", b"http") +
+               literal(b":path", b"/") + literal(b":authority", b"x"))
+        for answered_first in (True, False):
+            with self.subTest(answered_first=answered_first):
+                s = harness.connect(TARGET.port)
+                try:
+                    s.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
+                    if answered_first:  # answered (405, Trailers-Only) before the reset
+                        s.sendall(frame(HEADERS, 5, 1, get))
+                        read_frames(s, until=lambda f: any(t == HEADERS for t, _, _, _ in f))
+                    else:
+                        s.sendall(frame(HEADERS, 4, 1, infer))
+                    s.sendall(frame(RST, 0, 1, struct.pack(">I", 8)) + frame(HEADERS, 5, 1, get))
+                    fr, closed = read_frames(s)
+                    self.assertEqual(goaway_code(fr), 5, fr)  # STREAM_CLOSED
+                    self.assertTrue(closed)
+                finally:
+                    s.close()
+        self.assertTrue(TARGET.alive())
+
+
 class H2LoadTest(unittest.TestCase):
     def test_h2load_short_grpc_load(self):
         h2load = shutil.which("h2load")

@@ -335,8 +335,9 @@ TEST_F(Fixture, StreamIdentifierGoingDownIsAConnectionError) {
 TEST_F(Fixture, HeadersOnAnEndedStreamAreNoConnectionError) {
   start();
   frames();
-  // Answered before the client ended its side: we reset the stream (NO_ERROR) after the reply.
-  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")) + frame(kData, 0, 1, grpc("a")));
+  // Answered before the client ended its side (refused at its headers): we reset the stream
+  // (NO_ERROR) after the answer.
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Nope")));
   feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Later")));
   auto fs = frames();
   ASSERT_TRUE(find(fs, kRst, 1));
@@ -377,11 +378,64 @@ TEST_F(Fixture, SilentStreamTimesOut) {
 TEST_F(Fixture, StreamWaitingForItsReplyDoesNotTimeOut) {
   options.stream_timeout_ns = 1'000'000'000;
   restartWithOptions();
-  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 0, 1, grpc("x")));
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Later")) + frame(kData, 1, 1, grpc("x")));
   advance(5'000'000'000);
   EXPECT_EQ(session->stats().stream_timeouts, 0u);
   services.later[0].first(std::move(services.later[0].second));
   expectOkTrailers(1);
+}
+
+// One message per unary call: a reply that comes before the client half-closes waits for its
+// END_STREAM, so a second message still ends the call INTERNAL, however it is framed.
+TEST_F(Fixture, UnaryCallsOkWaitsForTheClientsEndSoASecondMessageIsInternal) {
+  start();
+  frames();
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")) + frame(kData, 0, 1, grpc("a")));
+  auto fs = frames();
+  EXPECT_EQ(find(fs, kHeaders, 1, 1), nullptr) << "OK before the client ended its side";
+  const std::string second = grpc("b");
+  feed(frame(kData, 0, 1, second.substr(0, 2)));
+  feed(frame(kData, 1, 1, second.substr(2)));
+  fs = frames();
+  const Frame* t = find(fs, kHeaders, 1, 0);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "13");
+  EXPECT_EQ(t->headers.at("grpc-message"), "unary call with more than one request message");
+  // One message and then the end: OK once the end comes.
+  feed(frame(kHeaders, 4, 3, requestHeaders("/t.S/Echo")) + frame(kData, 0, 3, grpc("c")));
+  fs = frames();
+  ASSERT_TRUE(find(fs, kData, 3));  // the reply goes out...
+  EXPECT_EQ(find(fs, kHeaders, 3, 1), nullptr);  // ...its status waits for the end
+  feed(frame(kData, 1, 3, ""));
+  fs = frames();
+  t = find(fs, kHeaders, 3, 0);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "0");
+}
+
+// A reply that arrives after the call's grpc-timeout is DEADLINE_EXCEEDED whatever the model
+// said: OK late, or the queue's UNAVAILABLE timeout that clients would retry.
+TEST_F(Fixture, AReplyAfterTheDeadlineIsDeadlineExceeded) {
+  start();
+  frames();
+  for (uint32_t id : {1u, 3u}) {
+    feed(frame(kHeaders, 4, id,
+               requestHeaders("/t.S/Later") + literal("grpc-timeout", "300u")) +
+         frame(kData, 1, id, grpc("x")));
+  }
+  transport.loop_.now += 1'000'000;  // past the deadline, before the session's tick
+  GrpcReply unavailable;
+  unavailable.code = absl::StatusCode::kUnavailable;
+  unavailable.message = "Request timeout expired";
+  services.later[0].first(std::move(services.later[0].second));
+  services.later[1].first(std::move(unavailable));
+  const std::vector<Frame> fs = frames();
+  for (uint32_t id : {1u, 3u}) {
+    const Frame* t = find(fs, kHeaders, id, 0);
+    ASSERT_TRUE(t) << id;
+    EXPECT_EQ(t->headers.at("grpc-status"), "4") << id;
+  }
+  EXPECT_EQ(session->stats().deadline_exceeded, 2u);
 }
 
 // A header block left open (HEADERS without END_HEADERS, no CONTINUATION) blocks every other
