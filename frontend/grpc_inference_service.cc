@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "frontend/encode_guard.h"
 #include "frontend/grpc_framing.h"
 #include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
@@ -356,13 +357,22 @@ void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
       return respond(std::move(r));
     }
     if (result->model_version.empty()) result->model_version = version;
-    GrpcReply r;
-    if (stream) {
-      encodeModelStreamInferResponse(&*result, {}, r.framed);
-    } else {
-      encodeModelInferResponse(*result, r.framed);
-    }
-    respond(std::move(r));
+    respond(encodeGuarded(
+        [&] {
+          GrpcReply r;
+          if (stream) {
+            encodeModelStreamInferResponse(&*result, {}, r.framed);
+          } else {
+            encodeModelInferResponse(*result, r.framed);
+          }
+          return r;
+        },
+        [&](const absl::Status& st) {
+          if (!stream) return errorReply(st);
+          GrpcReply r;  // a stream's failed request is its error_message; the stream goes on
+          encodeModelStreamInferResponse(nullptr, std::string(st.message()), r.framed);
+          return r;
+        }));
   });
 }
 
@@ -420,20 +430,24 @@ void InferenceGrpcServices::answerPredict(GrpcCall& call, backends::InferRequest
                                 version = cfg.version](
                                    absl::StatusOr<backends::InferResponse> result) {
     if (!result.ok()) return respond(errorReply(result.status()));
-    tensorflow::serving::PredictResponse resp;
-    resp.mutable_model_spec()->set_name(name);
-    int64_t v = 0;
-    if (!version.empty() && std::all_of(version.begin(), version.end(), ::isdigit)) {
-      v = std::stoll(version);
-      resp.mutable_model_spec()->mutable_version()->set_value(v);
-    }
-    resp.mutable_model_spec()->set_signature_name("serving_default");
-    for (const backends::Tensor& t : result->outputs) {
-      bool want = result->requested.empty();
-      for (const auto& ro : result->requested) want = want || ro.name == t.name;
-      if (want) tensorToTf(t, (*resp.mutable_outputs())[t.name]);
-    }
-    respond(framedReply(resp));
+    respond(encodeGuarded(
+        [&] {
+          tensorflow::serving::PredictResponse resp;
+          resp.mutable_model_spec()->set_name(name);
+          int64_t v = 0;
+          if (!version.empty() && std::all_of(version.begin(), version.end(), ::isdigit)) {
+            v = std::stoll(version);
+            resp.mutable_model_spec()->mutable_version()->set_value(v);
+          }
+          resp.mutable_model_spec()->set_signature_name("serving_default");
+          for (const backends::Tensor& t : result->outputs) {
+            bool want = result->requested.empty();
+            for (const auto& ro : result->requested) want = want || ro.name == t.name;
+            if (want) tensorToTf(t, (*resp.mutable_outputs())[t.name]);
+          }
+          return framedReply(resp);
+        },
+        [](const absl::Status& st) { return errorReply(st); }));
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "backends/retry_after.h"
 #include "common/clock.h"
+#include "frontend/encode_guard.h"
 #include "frontend/kserve_body_stream.h"
 #include "frontend/kserve_json.h"
 #include "frontend/tfserving_rest.h"
@@ -307,16 +308,20 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
     if (!result.ok()) {
       return finish(httpErrorResponse(result.status()));
     }
-    EncodedInferResponse enc = encodeInferResponse(*result);
-    HttpResponse resp;
-    resp.status = 200;
-    resp.body = std::move(enc.body);
-    if (enc.json_header_length) {
-      resp.content_type = "application/octet-stream";
-      resp.headers.push_back(
-          {"Inference-Header-Content-Length", std::to_string(*enc.json_header_length)});
-    }
-    finish(std::move(resp));
+    finish(encodeGuarded(
+        [&] {
+          EncodedInferResponse enc = encodeInferResponse(*result);
+          HttpResponse resp;
+          resp.status = 200;
+          resp.body = std::move(enc.body);
+          if (enc.json_header_length) {
+            resp.content_type = "application/octet-stream";
+            resp.headers.push_back(
+                {"Inference-Header-Content-Length", std::to_string(*enc.json_header_length)});
+          }
+          return resp;
+        },
+        [](const absl::Status& st) { return httpErrorResponse(st); }));
   });
 }
 

@@ -11,6 +11,7 @@
 #include "backends/retry_after.h"
 #include "common/clock.h"
 #include "fmt/format.h"
+#include "frontend/encode_guard.h"
 #include "frontend/http.h"
 #include "frontend/status_map.h"
 #include "frontend/tensor_json.h"
@@ -758,7 +759,9 @@ void TfServingRestHandler::handle(HttpRequest&& request, HttpRespond respond,
     if (!result.ok()) {
       return finishWith(respond, model_index, httpErrorResponse(result.status()));
     }
-    absl::StatusOr<std::string> body = encodeTfPredictResponse(*result, format);
+    absl::StatusOr<std::string> body =
+        encodeGuarded([&] { return encodeTfPredictResponse(*result, format); },
+                      [](const absl::Status& st) { return absl::StatusOr<std::string>(st); });
     if (!body.ok()) {
       return finishWith(respond, model_index,
                         jsonResponse(httpStatusFor(body.status()),
