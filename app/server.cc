@@ -20,7 +20,9 @@
 #include "backends/batched_model.h"
 #include "backends/identity_model.h"
 #include "backends/pool.h"
+#include "common/cidr.h"
 #include "common/metrics.h"
+#include "frontend/admin_handler.h"
 #include "frontend/sniffing_session.h"
 #include "spdlog/spdlog.h"
 
@@ -249,6 +251,20 @@ absl::Status Server::start() {
     admin_->addListener(*fd, frontend::makeHttp1SessionFactory(*admin_handler_, admin_options_, nullptr));
     spdlog::info("admin listener on {}:{} (/metrics, /v2/health/*, POST /admin/reload{})", c.admin.address, port,
                  gpu_ ? ", /admin/gpu" : "");
+    admin_handler_->setToken(c.admin.token);
+    absl::StatusOr<common::Cidr> bound = common::parseCidr(c.admin.address);
+    if (!bound.ok() || !frontend::AdminHandler::loopback(bound->addr)) {
+      if (c.admin.token.empty()) {
+        spdlog::warn("admin listener on {} is not loopback: /metrics and /v2/health/* answer any peer; "
+                     "/admin/* and POST answer loopback peers only (403 to others): set admin.token "
+                     "or admin.token_file to admit others with Authorization: Bearer",
+                     c.admin.address);
+      } else {
+        spdlog::info("admin listener on {}: /admin/* and POST answer loopback peers and peers with "
+                     "the admin token (Authorization: Bearer); /metrics and health answer any peer",
+                     c.admin.address);
+      }
+    }
   }
   // Every privileged step is done: give up what serving does not need (app/privileges.h).
   if (absl::Status st = dropPrivileges(registry); !st.ok()) {

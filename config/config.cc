@@ -23,7 +23,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -643,7 +645,7 @@ class Loader {
   }
 
   absl::Status readAdmin(const YAML::Node& n, Config& c) const {
-    IG_CONFIG_TRY(checkMap(n, "admin", {"enabled", "address", "port"}));
+    IG_CONFIG_TRY(checkMap(n, "admin", {"enabled", "address", "port", "token", "token_file"}));
     AdminConfig& a = c.admin;
     if (YAML::Node v = n["enabled"]; v.IsDefined()) {
       IG_CONFIG_TRY(readBool(v, "admin.enabled", a.enabled));
@@ -653,6 +655,31 @@ class Loader {
     }
     if (YAML::Node v = n["port"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, "admin.port", 0, 65535, a.port));
+    }
+    YAML::Node token = n["token"];
+    YAML::Node token_file = n["token_file"];
+    if (token.IsDefined() && token_file.IsDefined()) {
+      return err("admin.token", "give token or token_file, not both");
+    }
+    if (token.IsDefined()) IG_CONFIG_TRY(readString(token, "admin.token", a.token));
+    if (token_file.IsDefined()) {
+      std::string path;
+      IG_CONFIG_TRY(readString(token_file, "admin.token_file", path));
+      std::ifstream f(path, std::ios::binary);
+      if (!f.is_open()) return err("admin.token_file", fmt::format("cannot open '{}'", path));
+      std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      if (f.bad()) return err("admin.token_file", fmt::format("cannot read '{}'", path));
+      while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+      a.token = std::move(text);
+    }
+    if ((token.IsDefined() || token_file.IsDefined())) {
+      const bool printable = std::all_of(a.token.begin(), a.token.end(), [](char ch) {
+        return ch > ' ' && ch < 0x7f;
+      });
+      if (a.token.size() < 16 || a.token.size() > 256 || !printable) {
+        return err(token.IsDefined() ? "admin.token" : "admin.token_file",
+                   "the token must be 16 to 256 printable characters without spaces");
+      }
     }
     if (a.enabled) {
       IpAddress ip = *parseIp(a.address);

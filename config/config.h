@@ -54,6 +54,9 @@ struct AdminConfig {
   bool enabled = true;
   std::string address = "127.0.0.1";
   uint16_t port = 8002;  // 0: pick a free port
+  // The bearer token that admits a non-loopback peer to the control routes (/admin/*, POST);
+  // empty: only loopback peers may use them. From `token` or the file `token_file` names.
+  std::string token;
 };
 
 struct LoggingConfig {

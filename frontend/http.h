@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/cidr.h"
 #include "net/cancel_token.h"
 #include "net/ingress_tag.h"
 
@@ -65,6 +66,9 @@ struct HttpRequest {
   // The connection's source may choose the request's priority (ClientPriorityPolicy): the
   // x-infergate-priority header and the KServe priority parameter count only when true.
   bool priority_trusted = true;
+  // The connection's source address (net::Transport::peerAddress), set by the session;
+  // nullopt where the transport does not know it.
+  std::optional<common::IpBytes> peer;
   // Set by the session: cancelled when the client is gone before the request was answered
   // (Http1Session); the handler hands it to the model (InferRequest::cancel).
   std::shared_ptr<net::CancelToken> cancel;

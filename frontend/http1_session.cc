@@ -93,6 +93,7 @@ std::unique_ptr<HttpBodyReader> Http1Session::startBody(HttpRequest& head,
   // What dispatch() would set: the handler decides on them before the body arrives.
   head.tag = transport_->ingressTag();
   head.priority_trusted = priorityTrusted();
+  head.peer = transport_->peerAddress();
   // Counted against its tenant before a body byte is read; refused: the body is discarded.
   if (absl::Status st = admitTenant(head); !st.ok()) {
     return std::make_unique<RefusedBody>(std::move(st));
@@ -159,6 +160,7 @@ void Http1Session::dispatch(HttpRequest&& request) {
   // A streamed request got its tag when its headers were complete (startBody).
   if (!request.body_reader) request.tag = transport_->ingressTag();
   request.priority_trusted = priorityTrusted();
+  request.peer = transport_->peerAddress();
   const uint64_t seq = slots_.back().seq;
   if (options_.tenants != nullptr) {
     // Refused when its headers were complete (RefusedBody), or now (a request without a body).

@@ -168,7 +168,7 @@ cpus: [4, 5, 6]
 listeners:
   - {name: a, address: 10.0.0.1, port: 9000, protocol: grpc}
   - {name: b, address: 10.0.0.2, port: 9000}
-admin: {enabled: false, address: "::1", port: 0}
+admin: {enabled: false, address: "::1", port: 0, token: "sixteen-chars-tok"}
 limits: {max_header_bytes: 4096, max_body_bytes: 1000, max_connections: 5, idle_timeout_ms: 1,
          header_timeout_ms: 2, body_timeout_ms: 3, cancel_on_half_close: true}
 logging: {level: debug, access_log: true}
@@ -198,6 +198,7 @@ models:
   EXPECT_EQ(c->listeners[1].protocol, "http");
   EXPECT_FALSE(c->admin.enabled);
   EXPECT_EQ(c->admin.address, "::1");
+  EXPECT_EQ(c->admin.token, "sixteen-chars-tok");
   EXPECT_EQ(c->admin.port, 0);
   EXPECT_EQ(c->limits.max_header_bytes, 4096u);
   EXPECT_EQ(c->limits.max_body_bytes, 1000u);
@@ -443,6 +444,15 @@ std::vector<BadCase> badCases() {
       {"admin enabled quoted", withBase("admin: {enabled: \"true\"}\n"), "admin.enabled",
        "expected true or false"},
       {"admin a list", withBase("admin: [1]\n"), "admin", "expected a mapping, got a sequence"},
+      {"admin token too short", withBase("admin: {token: short}\n"), "admin.token",
+       "16 to 256 printable characters"},
+      {"admin token with a space", withBase("admin: {token: \"sixteen chars token\"}\n"),
+       "admin.token", "without spaces"},
+      {"admin token and file", withBase("admin: {token: sixteen-chars-tok, token_file: /x}\n"),
+       "admin.token", "not both"},
+      {"admin token file missing",
+       withBase("admin: {token_file: /nonexistent/infergate-admin-token}\n"), "admin.token_file",
+       "cannot open '/nonexistent/infergate-admin-token'"},
       {"half close not a bool", withBase("limits: {cancel_on_half_close: 1}\n"),
        "limits.cancel_on_half_close", "expected true or false"},
       {"header limit zero", withBase("limits: {max_header_bytes: 0}\n"), "limits.max_header_bytes",
