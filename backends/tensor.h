@@ -185,6 +185,17 @@ struct SequenceParams {
   bool start = false;
   bool end = false;
   bool active() const { return !id.empty(); }
+
+  // The one rule for integer ids, in every protocol: 1..2^63-1 (0: no sequence). Backends get
+  // the id as KServe's int64 sequence_id, so one from 2^63 up would be forwarded wrapped.
+  static constexpr uint64_t kMaxIntegerId = 0x7fffffffffffffffULL;
+  // Sets an integer id (0 clears it); false, leaving it unchanged, when `v` is out of range.
+  bool setIntegerId(uint64_t v) {
+    if (v > kMaxIntegerId) return false;
+    id = v == 0 ? std::string() : std::to_string(v);
+    id_is_string = false;
+    return true;
+  }
 };
 
 struct InferRequest {

@@ -359,15 +359,14 @@ absl::Status scanFields(std::string_view wire, backends::InferRequest& out,
         } else if (key == "sequence_id") {
           // Triton's sequence batcher (docs/BACKENDS.md "Sequences"): int64/uint64 or string;
           // 0 / "" mean no sequence.
-          if ((p.field == 2 || p.field == 5) && static_cast<int64_t>(p.u) >= 0) {
-            out.sequence.id = p.u == 0 ? std::string() : std::to_string(p.u);
-            out.sequence.id_is_string = false;
+          if ((p.field == 2 || p.field == 5) && out.sequence.setIntegerId(p.u)) {
+            // an integer id, in SequenceParams' one range
           } else if (p.field == 3 && p.s.size() <= 256) {
             out.sequence.id.assign(p.s);
             out.sequence.id_is_string = true;
           } else {
             return absl::InvalidArgumentError(
-                "parameter 'sequence_id' must be a non-negative int64/uint64 or a string of at "
+                "parameter 'sequence_id' must be an integer from 0 to 2^63-1 or a string of at "
                 "most 256 bytes");
           }
         } else if ((key == "sequence_start" || key == "sequence_end") && p.field == 1) {

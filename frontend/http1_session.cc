@@ -73,8 +73,16 @@ absl::Status Http1Session::admitTenant(HttpRequest& request) {
   if (!request.tenant_lease) {
     const TenantLimiter* tenants = options_.tenants->current();  // a reload may replace it
     if (tenants == nullptr) return absl::OkStatus();
-    TenantAdmission a = tenants->admit(
-        tenants->classify(sourceTenant(*tenants), request.header(tenants->apiKeyHeader())));
+    const std::string& key_header = tenants->apiKeyHeader();
+    const std::string* key = nullptr;
+    size_t keys = 0;
+    for (const HttpHeader& h : request.headers) {
+      if (h.name != key_header) continue;
+      if (keys++ == 0) key = &h.value;
+    }
+    absl::StatusOr<int> tenant = tenants->classify(sourceTenant(*tenants), key, keys);
+    if (!tenant.ok()) return tenant.status();
+    TenantAdmission a = tenants->admit(*tenant);
     if (!a.status.ok()) return a.status;
     request.tenant_lease = std::move(a.lease);
   }

@@ -40,7 +40,8 @@ struct Http2Session::Stream {
   absl::StatusCode status = absl::StatusCode::kOk;
   std::string status_message;
   uint32_t retry_after_s = 0;  // the final status's Retry-After hint (0: none)
-  std::string api_key;         // the tenants' api_key_header metadata, until admission
+  std::string api_key;         // the tenants' api_key_header metadata (the first), until admission
+  size_t api_keys = 0;         // how many times it came
   std::shared_ptr<TenantLease> tenant_lease;  // admitted: until the call ends
   int http_status = 200;
   std::string out;  // framed response messages not yet handed to nghttp2
@@ -173,7 +174,7 @@ struct Http2Session::Callbacks {
     } else if (const TenantLimiter* t =
                    h.options_.tenants != nullptr ? h.options_.tenants->current() : nullptr;
                t != nullptr && n == t->apiKeyHeader()) {
-      s->api_key = v;  // within max_header_list_bytes; dropped at admission
+      if (s->api_keys++ == 0) s->api_key = v;  // within max_header_list_bytes; dropped at admission
     } else if (n.size() > 2 && n.size() <= 64 && n.substr(0, 2) == "x-" && v.size() <= 4096 &&
                s->call.custom_metadata.size() < GrpcCall::kMaxCustomMetadata) {
       s->call.custom_metadata.emplace_back(n, v);  // HTTP/2 names are lower case (RFC 9113 8.2)
@@ -537,9 +538,13 @@ void Http2Session::onHeadersDone(Stream& s) {
     // Counted against its tenant before any message byte is read (the limiter in effect: a
     // reload may replace it; the lease keeps the one that admitted the call).
     const TenantLimiter& tenants = *limiter;
-    TenantAdmission a = tenants.admit(
-        tenants.classify(sourceTenant(tenants), s.api_key.empty() ? nullptr : &s.api_key));
+    absl::StatusOr<int> tenant = tenants.classify(sourceTenant(tenants), &s.api_key, s.api_keys);
     std::string().swap(s.api_key);
+    if (!tenant.ok()) {
+      finishStream(s, tenant.status().code(), std::string(tenant.status().message()));
+      return;
+    }
+    TenantAdmission a = tenants.admit(*tenant);
     if (!a.status.ok()) {
       finishStream(s, a.status.code(), std::string(a.status.message()),
                    retryAfterFor(a.status).value_or(0));

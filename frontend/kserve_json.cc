@@ -562,15 +562,14 @@ absl::Status decodeParameters(element el, InferRequest& req) {
       // non-empty string (at most 256 bytes); 0 / "" mean no sequence, as in Triton.
       uint64_t v = 0;
       std::string_view str;
-      if (getNonNegative(field.value, v)) {
-        req.sequence.id = v == 0 ? std::string() : std::to_string(v);
-        req.sequence.id_is_string = false;
+      if (getNonNegative(field.value, v) && req.sequence.setIntegerId(v)) {
+        // an integer id, in SequenceParams' one range
       } else if (!field.value.get_string().get(str) && str.size() <= 256) {
         req.sequence.id.assign(str);
         req.sequence.id_is_string = true;
       } else {
-        return invalid(fmt::format("request parameter 'sequence_id' must be a non-negative "
-                                   "integer or a string of at most 256 bytes, got {}",
+        return invalid(fmt::format("request parameter 'sequence_id' must be an integer from 0 "
+                                   "to 2^63-1 or a string of at most 256 bytes, got {}",
                                    describe(field.value)));
       }
     } else if (field.key == "sequence_start" || field.key == "sequence_end") {

@@ -243,6 +243,15 @@ int TenantLimiter::classify(int source_tenant, const std::string* api_key) const
                                                                                    : kDefaultTenant;
 }
 
+absl::StatusOr<int> TenantLimiter::classify(int source_tenant, const std::string* api_key,
+                                            size_t key_count) const {
+  if (key_count > 1) {
+    return absl::InvalidArgumentError(fmt::format(
+        "header '{}' given {} times: one API key per request", api_key_header_, key_count));
+  }
+  return classify(source_tenant, key_count == 1 ? api_key : nullptr);
+}
+
 TenantAdmission TenantLimiter::admit(int tenant) const {
   if (tenant < 0 || static_cast<size_t>(tenant) >= states_.size()) tenant = kDefaultTenant;
   State& s = *states_[tenant];

@@ -122,6 +122,11 @@ class TenantLimiter {
   std::optional<int> tenantOfKey(std::string_view key) const;
   // A request's tenant: its key's (when `api_key` is non-null and names one), else the source's.
   int classify(int source_tenant, const std::string* api_key) const;
+  // The same for a request whose api_key_header came `key_count` times (`api_key`: the first),
+  // the one rule for every protocol: more than once is INVALID_ARGUMENT, since which value
+  // counts would otherwise depend on the protocol (and a proxy in front may pick another).
+  absl::StatusOr<int> classify(int source_tenant, const std::string* api_key,
+                               size_t key_count) const;
 
   // Counts one request against `tenant`: its in-flight cap first, then one token of its rate.
   TenantAdmission admit(int tenant) const;

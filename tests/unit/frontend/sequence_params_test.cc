@@ -45,6 +45,16 @@ TEST(SequenceParams, Json) {
   }
   EXPECT_EQ(json("{\"sequence_id\":\"" + std::string(257, 'a') + "\"}").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // The same range as gRPC: up to 2^63-1, never forwarded wrapped.
+  r = json("{\"sequence_id\":9223372036854775807}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->sequence.id, "9223372036854775807");
+  for (const char* over : {"{\"sequence_id\":9223372036854775808}",
+                           "{\"sequence_id\":18446744073709551615}"}) {
+    r = json(over);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << over;
+    EXPECT_NE(r.status().message().find("2^63-1"), std::string::npos) << r.status();
+  }
 }
 
 TEST(SequenceParams, Grpc) {
@@ -81,6 +91,15 @@ TEST(SequenceParams, Grpc) {
   inference::ModelInferRequest dbl;
   (*dbl.mutable_parameters())["sequence_id"].set_double_param(1.0);
   EXPECT_EQ(decodeModelInferRequest(dbl.SerializeAsString(), rb).code(),
+            absl::StatusCode::kInvalidArgument);
+  inference::ModelInferRequest top;
+  (*top.mutable_parameters())["sequence_id"].set_uint64_param(9223372036854775807ULL);
+  backends::InferRequest rt;
+  ASSERT_TRUE(decodeModelInferRequest(top.SerializeAsString(), rt).ok());
+  EXPECT_EQ(rt.sequence.id, "9223372036854775807");
+  inference::ModelInferRequest over;
+  (*over.mutable_parameters())["sequence_id"].set_uint64_param(9223372036854775808ULL);
+  EXPECT_EQ(decodeModelInferRequest(over.SerializeAsString(), rb).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

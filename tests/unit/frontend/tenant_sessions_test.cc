@@ -132,6 +132,23 @@ TEST_F(Http1Tenants, OverTheRateIs429WithTheRefillTimeAndTheBodyIsNotRead) {
   EXPECT_EQ(handler.bodies[1], "third");
 }
 
+// A repeated API-key header is refused the same way in both protocols (400 here,
+// INVALID_ARGUMENT over HTTP/2): which value counted would otherwise differ by protocol.
+TEST_F(Http1Tenants, ARepeatedApiKeyHeaderIsRefused) {
+  make(limits(0, 0, 0));
+  feed("POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nX-Api-Key: someone-else\r\n"
+       "X-Api-Key: key-a\r\nContent-Length: 4\r\n\r\nbody");
+  EXPECT_TRUE(handler.bodies.empty());
+  EXPECT_NE(transport.out.find("HTTP/1.1 400 Bad Request\r\n"), std::string::npos)
+      << transport.out;
+  EXPECT_NE(transport.out.find("header 'x-api-key' given 2 times"), std::string::npos)
+      << transport.out;
+  EXPECT_EQ(limiter->inflight(0), 0u);
+  transport.out.clear();
+  feed(post("once", "key-a"));
+  ASSERT_EQ(handler.bodies.size(), 1u);
+}
+
 TEST_F(Http1Tenants, SourceCidrTenantAndGetsAreNotCounted) {
   transport.peer = common::parseCidr("192.0.2.9")->addr;
   make(limits(0.25, 1, 0));
@@ -277,6 +294,24 @@ TEST_F(Http2Tenants, OverTheRateIsResourceExhaustedWithTrailingHint) {
   // Not an inference method: not counted.
   call(5, "/t.S/Meta", "key-a");
   EXPECT_EQ(services.held.size(), 2u);
+}
+
+TEST_F(Http2Tenants, ARepeatedApiKeyIsInvalidArgument) {
+  make(limits(0, 0, 0));
+  std::string h = literal(":method", "POST") + literal(":scheme", "http") +
+                  literal(":path", "/t.S/Infer") + literal(":authority", "x") +
+                  literal("content-type", "application/grpc") + literal("te", "trailers") +
+                  literal("x-api-key", "key-a") + literal("x-api-key", "someone-else");
+  std::string msg;
+  appendGrpcMessage(msg, "m");
+  feed(frame(kHeaders, 4, 1, h) + frame(kData, 1, 1, msg));
+  EXPECT_TRUE(services.held.empty());
+  const auto hs = headersOf(1);
+  ASSERT_EQ(hs.size(), 1u);
+  EXPECT_EQ(hs[0].at("grpc-status"), "3");
+  EXPECT_NE(hs[0].at("grpc-message").find("given 2 times"), std::string::npos);
+  call(3, "/t.S/Infer", "key-a");
+  EXPECT_EQ(services.held.size(), 1u);
 }
 
 TEST_F(Http2Tenants, ConcurrencyCapAndClassAndReplyHints) {
