@@ -224,7 +224,12 @@ absl::Status checkInputShape(const ModelConfig& config, const TensorSpec& spec, 
   return absl::OkStatus();
 }
 
-absl::Status validateRequest(const ModelConfig& config, const InferRequest& request) {
+namespace {
+
+// validateRequest; `with_data` false: what the inputs and outputs a header lists decide (names
+// given once and declared, datatypes, shapes, batch sizes), not the bytes, which have not
+// arrived, nor a missing input (a protobuf message may describe it after the tensor bytes).
+absl::Status validate(const ModelConfig& config, const InferRequest& request, bool with_data) {
   // Linear in the request whatever its size: a client chooses how many inputs and outputs it
   // lists (a pairwise comparison of 40,000 names held a reactor for 1.4 s).
   absl::flat_hash_map<std::string_view, const Tensor*> by_name;
@@ -249,6 +254,7 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
     const auto found = by_name.find(spec.name);
     const Tensor* t = found == by_name.end() ? nullptr : found->second;
     if (t == nullptr) {
+      if (!with_data) continue;
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}","expected input '", spec.name, "' for model '",
                                                      config.name, "' is missing"));
     }
@@ -261,6 +267,7 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
       }
       batch = t->shape[0];
     }
+    if (!with_data) continue;
     const std::optional<uint64_t> n = elementCount(t->shape);
     if (!n) {
       return absl::InvalidArgumentError(
@@ -282,7 +289,8 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
   }
   // Every declared input was found once, so a further one is undeclared; the search stops at
   // the first (at most as many declared names before it as the model has inputs).
-  if (request.inputs.size() > config.inputs.size()) {
+  // (At the header stage inputs may be missing, so any may be the undeclared one.)
+  if (!with_data || request.inputs.size() > config.inputs.size()) {
     for (const Tensor& in : request.inputs) {
       if (!declares(config.inputs, in.name)) {
         return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}", "unexpected input '", in.name,
@@ -297,6 +305,16 @@ absl::Status validateRequest(const ModelConfig& config, const InferRequest& requ
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status validateRequest(const ModelConfig& config, const InferRequest& request) {
+  return validate(config, request, true);
+}
+
+absl::Status validateRequestHeader(const ModelConfig& config, const InferRequest& request) {
+  return validate(config, request, false);
 }
 
 std::string_view sequenceIdHeader(const ModelConfig& config) {

@@ -211,6 +211,12 @@ std::string_view sequenceIdHeader(const ModelConfig& config);
 // size that matches the shape; requested outputs exist. INVALID_ARGUMENT names the input/output
 // and says why.
 absl::Status validateRequest(const ModelConfig& config, const InferRequest& request);
+// What of validateRequest a request's header already decides: input and output names (given
+// once, declared), datatypes, shapes and batch sizes of the inputs it lists; not the tensor
+// bytes, nor whether an input is missing (a ModelInferRequest may describe it later). The streamed
+// decoders run it when the header is known, before anything is reserved for the bytes it
+// announces; validateRequest runs again once they came.
+absl::Status validateRequestHeader(const ModelConfig& config, const InferRequest& request);
 
 // The shape and datatype part of validateRequest for one input, for decoders that must know a
 // client's shape is the model's (so its size is bounded) before they touch memory for it:

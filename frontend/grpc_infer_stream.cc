@@ -39,7 +39,6 @@ void ModelInferStreamDecoder::reset() {
   req_ = backends::InferRequest();
   expect_.clear();
   raw_ = raw_len_ = raw_done_ = 0;
-  dst_ = nullptr;
   vlen_ = 0;
   copied_raw_ = received_copy_ = 0;
   final_ = absl::OkStatus();
@@ -110,7 +109,6 @@ absl::Status ModelInferStreamDecoder::piece(const char* p, size_t n, bool copied
         vlen_ = 0;
         raw_len_ = len;
         raw_done_ = 0;
-        dst_ = req_.inputs[raw_].mutableBytes();
         if (len == 0) {
           ++raw_;
           phase_ = Phase::kKey;
@@ -122,7 +120,7 @@ absl::Status ModelInferStreamDecoder::piece(const char* p, size_t n, bool copied
       case Phase::kRawData: {
         // The one copy: from the bytes the transport delivered into the slot, at its offset.
         const size_t take = std::min(n, raw_len_ - raw_done_);
-        std::memcpy(dst_ + raw_done_, p, take);
+        streamed::write(req_.inputs[raw_], raw_done_, p, take);
         raw_done_ += take;
         p += take;
         n -= take;
@@ -250,12 +248,8 @@ absl::Status ModelInferStreamDecoder::startRaws(size_t left) {
   if (hook_ != nullptr && *hook_) {
     if (absl::Status st = (*hook_)(req_); !st.ok()) return decide(std::move(st));
   }
-  for (backends::Tensor& t : req_.inputs) {
-    if (t.slot == nullptr) {
-      t.data.resize(t.slot_bytes);  // bounded by `left` above
-      t.slot_bytes = 0;
-    }
-  }
+  // Unplaced tensors grow as their bytes arrive (frontend/streamed_tensor.h).
+  for (backends::Tensor& t : req_.inputs) streamed::begin(t);
   // head_ keeps the header fields: a fallback rebuilds the message from them.
   phase_ = Phase::kRawLen;
   vlen_ = 0;
@@ -312,6 +306,7 @@ absl::Status ModelInferStreamDecoder::decideAtEnd() {
                                                  " raw_input_contents (one per input), got " +
                                                  std::to_string(raw_)));
       }
+      streamed::end(req_);
       req_.received_copy_bytes = received_copy_;
       final_copied_ = copied_raw_;
       ++streamed_;

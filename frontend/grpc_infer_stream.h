@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "backends/tensor.h"
 #include "frontend/grpc_kserve_codec.h"
+#include "frontend/streamed_tensor.h"
 
 namespace infergate::frontend {
 
@@ -58,9 +59,11 @@ class ModelInferStreamDecoder {
   // Drops the message in progress (its placement with it).
   void reset();
 
-  // Memory held for the message in progress (header and gather buffers).
+  // Memory held for the message in progress (header and gather buffers, and the tensors it
+  // writes outside a slot), which the connection's budget counts.
   size_t bufferedBytes() const {
-    return (head_.empty() ? 0 : head_.capacity()) + (gather_.empty() ? 0 : gather_.capacity());
+    return (head_.empty() ? 0 : head_.capacity()) + (gather_.empty() ? 0 : gather_.capacity()) +
+           streamed::heldBytes(req_);
   }
   // Message bytes gathered by fallbacks, and fallbacks taken (cumulative).
   uint64_t gatheredBytes() const { return gathered_; }
@@ -93,7 +96,6 @@ class ModelInferStreamDecoder {
   std::vector<size_t> expect_;  // byte size of each input's raw_input_contents
   size_t raw_ = 0;              // raw_input_contents entries complete
   size_t raw_len_ = 0, raw_done_ = 0;
-  uint8_t* dst_ = nullptr;
   uint8_t vbuf_[10] = {};  // a key or length varint split across pieces
   size_t vlen_ = 0;
   uint64_t copied_raw_ = 0;    // raw bytes written

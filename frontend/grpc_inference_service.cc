@@ -184,6 +184,11 @@ absl::Status InferenceGrpcServices::admitHeader(GrpcCall& call, backends::InferR
   model = registry_.find(header.model_name, header.model_version);
   if (model == nullptr || !model->ready()) return absl::OkStatus();  // answered after decoding
   if (metrics_ != nullptr) call.model_index = metrics_->modelIndex(header.model_name);
+  // The model's limits the header already decides, before anything is placed or reserved for
+  // the bytes it announces (validateRequest runs again once they came).
+  if (absl::Status st = backends::validateRequestHeader(model->config(), header); !st.ok()) {
+    return st;
+  }
   absl::StatusOr<int64_t> prio =
       resolvePriority(header.priority, call.priority_metadata ? &*call.priority_metadata : nullptr,
                       call.priority_class, model->priorityLevels(), call.priority_trusted);

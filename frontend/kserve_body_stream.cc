@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "frontend/streamed_tensor.h"
+
 namespace infergate::frontend {
 namespace {
 
@@ -113,6 +115,9 @@ std::unique_ptr<KServeBodyStream> KServeBodyStream::refusal(absl::Status status)
 }
 
 absl::Status KServeBodyStream::admit(backends::InferRequest& r) {
+  // The model's limits the header already decides (counts, names, shapes, batch size), before
+  // anything is placed or reserved for the bytes it announces.
+  if (absl::Status st = backends::validateRequestHeader(model_->config(), r); !st.ok()) return st;
   int64_t prio = 0;
   if (priority_.trusted && r.priority > 0) {
     prio = r.priority;
@@ -164,7 +169,7 @@ void KServeBodyStream::onBody(const char* data, size_t len, bool copied) {
         const InferHeaderPass::Binary& b = pass_.binary[part_];
         backends::Tensor& t = req_.inputs[b.input];
         const size_t n = static_cast<size_t>(std::min<uint64_t>(len, b.size - part_off_));
-        if (n != 0) std::memcpy(t.mutableBytes() + part_off_, data, n);  // the one copy
+        streamed::write(t, part_off_, data, n);  // the one copy, or grown as it arrives
         if (copied) copied_ += n;
         data += n;
         len -= n;
@@ -209,6 +214,7 @@ absl::StatusOr<backends::InferRequest> KServeBodyStream::finish(bool* refused) {
     req_ = backends::InferRequest();  // releases the reservation now
     return s;
   }
+  streamed::end(req_);
   req_.received_copy_bytes = copied_;
   return std::move(req_);
 }

@@ -14,6 +14,7 @@
 #include "common/checked.h"
 #include "fmt/format.h"
 #include "frontend/http.h"
+#include "frontend/streamed_tensor.h"
 #include "frontend/tensor_json.h"
 #include "simdjson.h"
 
@@ -507,12 +508,18 @@ absl::Status decodeInput(element el, size_t index, BinaryCursor& bin, Tensor& t,
 }
 
 // Placement and write pass: asks `place` (when given) for slots, else sizes Tensor::data, then
-// writes every input's elements once, into wherever they now live.
+// writes every input's elements once, into wherever they now live. `streamed`: the binary
+// parts have not arrived; an unplaced one stays empty and grows as they come
+// (frontend/streamed_tensor.h), never sized from the header's binary_data_size.
 absl::Status placeAndWrite(InferRequest& req, PendingInputs& pending,
-                           const backends::InputPlacer* place) {
+                           const backends::InputPlacer* place, bool streamed = false) {
   const bool placed = place != nullptr && *place && (*place)(req);
   for (size_t k = 0; k < req.inputs.size(); ++k) {
     Tensor& t = req.inputs[k];
+    if (streamed && pending[k].binary) {
+      streamed::begin(t);
+      continue;
+    }
     if (!placed) {
       t.data.resize(t.slot_bytes);
       t.slot_bytes = 0;
@@ -682,7 +689,7 @@ absl::Status decodeJsonRequest(element root, BinaryCursor& bin, InferRequest& re
       return absl::OkStatus();
     }
   }
-  return placeAndWrite(req, pending, place);
+  return placeAndWrite(req, pending, place, bin.pass != nullptr);
 }
 
 // Inference-Header-Content-Length: 0 -- the body is the model's single input, batch 1.
@@ -767,7 +774,7 @@ absl::Status decodeRawBinary(std::string_view body, const backends::ModelConfig&
       }
     }
   }
-  return placeAndWrite(req, pending, place);
+  return placeAndWrite(req, pending, place, pass != nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "common/checked.h"
 #include "common/protowire.h"
+#include "frontend/streamed_tensor.h"
 #include "simdjson.h"
 
 namespace infergate::frontend {
@@ -626,6 +627,12 @@ absl::Status decodePredictInputs(const PredictRequestScan& scan, const backends:
   uint64_t copied = 0;
   for (size_t i = 0; i < out.inputs.size(); ++i) {
     backends::Tensor& t = out.inputs[i];
+    if (planAt(i).view->streamed_content != 0) {
+      // Its bytes come after this (PredictStreamDecoder): an unplaced tensor grows as they
+      // arrive (frontend/streamed_tensor.h), never sized from the announced length.
+      streamed::begin(t);
+      continue;
+    }
     if (!placed) {
       t.data.resize(t.slot_bytes);
       t.slot_bytes = 0;

@@ -130,7 +130,6 @@ void PredictStreamDecoder::reset() {
   scan_ = 0;
   any_copied_ = false;
   req_ = backends::InferRequest();
-  dst_ = nullptr;
   len_ = done_ = 0;
   received_copy_ = 0;
   final_ = absl::OkStatus();
@@ -161,7 +160,7 @@ absl::Status PredictStreamDecoder::piece(const char* p, size_t n, bool copied) {
         // The one copy: from the bytes the transport delivered into the slot, at its offset.
         // The tensor_content ends the message, so every byte left belongs to it.
         const size_t take = std::min(n, len_ - done_);
-        std::memcpy(dst_ + done_, p, take);
+        streamed::write(req_.inputs[0], done_, p, take);  // grows as it arrives if unplaced
         done_ += take;
         if (copied) received_copy_ += take;
         p += take;
@@ -268,12 +267,12 @@ absl::Status PredictStreamDecoder::startStream(const Probe& r) {
     final_ = go.status();
     return final_;
   }
-  if (!*go || req.inputs.size() != 1 || req.inputs[0].byteSize() != r.len) {
+  // slot_bytes: the size placed, or (unplaced) announced; the bytes are not here yet.
+  if (!*go || req.inputs.size() != 1 || req.inputs[0].slot_bytes != r.len) {
     toGather();  // the placement, if any, goes with `req`
     return absl::OkStatus();
   }
   req_ = std::move(req);
-  dst_ = req_.inputs[0].mutableBytes();
   len_ = r.len;
   done_ = 0;
   phase_ = Phase::kData;
@@ -300,6 +299,7 @@ PredictStreamDecoder::Result PredictStreamDecoder::finish() {
     if (done_ != len_) {
       out.status = absl::InternalError("tensor_content incomplete");  // lengths are checked
     } else {
+      streamed::end(req_);
       req_.received_copy_bytes = received_copy_;
       out.streamed = true;
       out.request = std::move(req_);

@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/tensor.h"
+#include "frontend/streamed_tensor.h"
 #include "frontend/tf_predict_codec.h"
 
 namespace infergate::frontend {
@@ -86,9 +87,11 @@ class PredictStreamDecoder {
   // Drops the message in progress (its placement with it).
   void reset();
 
-  // Memory held for the message in progress.
+  // Memory held for the message in progress (and the tensor it writes outside a slot), which
+  // the connection's budget counts.
   size_t bufferedBytes() const {
-    return (head_.empty() ? 0 : head_.capacity()) + (gather_.empty() ? 0 : gather_.capacity());
+    return (head_.empty() ? 0 : head_.capacity()) + (gather_.empty() ? 0 : gather_.capacity()) +
+           streamed::heldBytes(req_);
   }
   uint64_t gatheredBytes() const { return gathered_; }     // cumulative
   uint64_t fallbacks() const { return fallbacks_; }        // messages gathered whole
@@ -111,7 +114,6 @@ class PredictStreamDecoder {
   std::string gather_;
   bool any_copied_ = false;  // some byte came from a transport's copy
   backends::InferRequest req_;
-  uint8_t* dst_ = nullptr;
   size_t len_ = 0, done_ = 0;  // the streamed tensor_content: bytes, written
   uint64_t received_copy_ = 0;
   absl::Status final_;

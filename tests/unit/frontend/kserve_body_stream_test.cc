@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstring>
 #include <optional>
 #include <string>
@@ -29,6 +31,18 @@ backends::ModelConfig multiModel() {
   c.inputs = {{"x", DataType::kFp32, {1, 3}}, {"y", DataType::kInt32, {2}},
               {"s", DataType::kBytes, {1}}};
   c.outputs = c.inputs;
+  return c;
+}
+
+// multiModel with only the inputs `names` (the model a case's request is valid for: the stream
+// refuses a request its header shows invalid, validateRequestHeader).
+backends::ModelConfig only(std::initializer_list<std::string_view> names) {
+  backends::ModelConfig c = multiModel();
+  std::vector<backends::TensorSpec> keep;
+  for (const auto& s : c.inputs) {
+    if (std::find(names.begin(), names.end(), s.name) != names.end()) keep.push_back(s);
+  }
+  c.inputs = keep;
   return c;
 }
 
@@ -135,7 +149,15 @@ TEST(KServeBodyStreamTest, EverySplitMatchesTheWholeBodyDecoder) {
     const std::string body = c.body();
     const absl::StatusOr<InferRequest> whole =
         decodeInferRequest(body, c.n(), model.config(), "m", "1", &place);
-    const std::string want = describe(whole);
+    // A request whose header the model refuses (a missing input, a batch too large) is refused
+    // before its bytes are placed: validateRequestHeader's error, where the whole-body path
+    // gives the same one from validateRequest after decoding.
+    // (A body assembled whole, BYTES in binary, is checked by validateRequest after it.)
+    const absl::Status header_check =
+        whole.ok() && c.name != "bytes_binary"
+            ? backends::validateRequestHeader(model.config(), *whole)
+            : absl::OkStatus();
+    const std::string want = header_check.ok() ? describe(whole) : describe(header_check);
     // A decoded request's binary tensors are exactly the bytes after the header.
     const uint64_t binary_bytes = whole.ok() ? c.binary.size() : 0;
     for (bool known : {true, false}) {
@@ -149,8 +171,16 @@ TEST(KServeBodyStreamTest, EverySplitMatchesTheWholeBodyDecoder) {
           ASSERT_NE(s, nullptr);
           bool refused = true;
           absl::StatusOr<InferRequest> got = stream(*s, body, piece, copied, &refused);
-          EXPECT_FALSE(refused);
-          EXPECT_EQ(describe(got), want);
+          if (refused && !whole.ok()) {
+            // A request both malformed and refused by its header (a missing input, and bytes
+            // the chunked body adds later): the stream says the refusal at the header, the
+            // whole decoder the malformation at the end; both INVALID_ARGUMENT.
+            ASSERT_FALSE(got.ok());
+            EXPECT_EQ(got.status().code(), whole.status().code()) << got.status();
+          } else {
+            EXPECT_EQ(refused, !header_check.ok());
+            EXPECT_EQ(describe(got), want);
+          }
           if (got.ok()) {
             const bool assembled = c.name == "bytes_binary";
             // Streamed: only the bytes the transport had copied count; assembled: all of them.
@@ -170,7 +200,7 @@ TEST(KServeBodyStreamTest, EverySplitMatchesTheWholeBodyDecoder) {
 }
 
 TEST(KServeBodyStreamTest, WithoutPlacementTheBytesGoToTensorData) {
-  PlacingModel model(multiModel());
+  PlacingModel model(only({"x", "y"}));
   model.place = false;
   const Case c = cases()[1];
   const std::string body = c.body();
@@ -217,7 +247,7 @@ TEST(KServeBodyStreamTest, RawBytesBodyIsAssembled) {
 }
 
 TEST(KServeBodyStreamTest, AdmissionRefusalPlacesNothingAndDiscardsTheBody) {
-  PlacingModel model(multiModel());
+  PlacingModel model(only({"x", "y"}));
   model.admit = absl::UnavailableError("queue full");
   model.levels = 3;
   const Case c = cases()[1];  // "priority":2 in the header
@@ -245,7 +275,7 @@ TEST(KServeBodyStreamTest, AdmissionRefusalPlacesNothingAndDiscardsTheBody) {
 }
 
 TEST(KServeBodyStreamTest, ErrorAfterPlacementReleasesTheReservation) {
-  PlacingModel model(multiModel());
+  PlacingModel model(only({"x"}));
   const Case c = cases()[2];  // overlong
   const std::string body = c.body();
   auto s = KServeBodyStream::binary(model, c.n(), std::nullopt, kMaxBody, {});
@@ -263,6 +293,49 @@ TEST(KServeBodyStreamTest, HugeAnnouncedSizesOfAChunkedBodyAreNeverPlaced) {
   s->onBody(c.header.data(), c.header.size(), false);
   EXPECT_EQ(model.place_calls, 0);
   EXPECT_FALSE(s->streamingBinary());
+}
+
+// The model's limits a header decides are checked before anything is placed or reserved for
+// the bytes it announces: a batch of 781,250 rows for a model of max_batch_size 8 is refused at
+// the header (it allocated 48 MB before the body came), and so is an undeclared input.
+TEST(KServeBodyStreamTest, AHeaderOverTheModelsLimitsIsRefusedBeforePlacement) {
+  backends::ModelConfig cfg;
+  cfg.name = "m";
+  cfg.version = "1";
+  cfg.max_batch_size = 8;
+  cfg.inputs = {{"x", DataType::kFp32, {16}}};
+  cfg.outputs = cfg.inputs;
+  PlacingModel model(cfg);
+  model.place = false;
+  const std::string big =
+      R"({"inputs":[{"name":"x","datatype":"FP32","shape":[781250,16],"parameters":{"binary_data_size":50000000}}]})";
+  const std::string other =
+      R"({"inputs":[{"name":"q","datatype":"FP32","shape":[1,16],"parameters":{"binary_data_size":64}}]})";
+  for (const std::string& header : {big, other}) {
+    auto s = KServeBodyStream::binary(model, header.size(), std::nullopt, kMaxBody << 6, {});
+    s->onBody(header.data(), header.size(), false);
+    s->onBody("\0\0\0\0", 4, false);
+    bool refused = false;
+    absl::StatusOr<InferRequest> got = s->finish(&refused);
+    EXPECT_TRUE(refused) << header;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();
+    EXPECT_EQ(model.place_calls, 0);
+    EXPECT_LE(s->assembledBytes(), header.size());  // the header only: nothing for the tensor
+  }
+}
+
+// Without a slot the tensor grows with the bytes that arrived, never to the announced size
+// ahead of them.
+TEST(KServeBodyStreamTest, AnUnplacedTensorGrowsWithTheBytesThatArrived) {
+  PlacingModel model(only({"x"}));
+  model.place = false;
+  const std::string header = R"({"inputs":[)" + kX + "]}";
+  auto s = KServeBodyStream::binary(model, header.size(), std::nullopt, kMaxBody, {});
+  s->onBody(header.data(), header.size(), false);
+  s->onBody("\x01\x02\x03\x04", 4, false);
+  bool refused = false;
+  absl::StatusOr<InferRequest> got = s->finish(&refused);  // 4 of 12 bytes: an error
+  EXPECT_FALSE(got.ok());
 }
 
 }  // namespace
