@@ -171,6 +171,7 @@ absl::Status Server::start() {
   http2_options_.live_client_priority = &client_priority_;
   http2_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http2_options_.stream_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
+  http2_options_.request_deadline_ns = c.limits.request_deadline_ms * 1'000'000;
   http2_options_.max_connection_memory_bytes =
       std::max<uint64_t>(http2_options_.max_connection_memory_bytes, c.limits.max_body_bytes);
 
@@ -179,6 +180,7 @@ absl::Status Server::start() {
   http_options_.idle_timeout_ns = c.limits.idle_timeout_ms * 1'000'000;
   http_options_.header_timeout_ns = c.limits.header_timeout_ms * 1'000'000;
   http_options_.body_timeout_ns = c.limits.body_timeout_ms * 1'000'000;
+  http_options_.request_deadline_ns = c.limits.request_deadline_ms * 1'000'000;
   http_options_.cancel_on_peer_close = c.limits.cancel_on_half_close;
   http_options_.access_log = c.logging.access_log;
   http_options_.live_client_priority = &client_priority_;

@@ -700,7 +700,7 @@ class Loader {
     IG_CONFIG_TRY(checkMap(n, "limits",
                            {"max_header_bytes", "max_body_bytes", "max_connections",
                             "idle_timeout_ms", "header_timeout_ms", "body_timeout_ms",
-                            "send_timeout_ms", "min_drain_bytes",
+                            "request_deadline_ms", "send_timeout_ms", "min_drain_bytes",
                             "max_output_bytes_per_connection", "max_output_bytes",
                             "cancel_on_half_close"}));
     struct Field {
@@ -715,6 +715,7 @@ class Loader {
         {"idle_timeout_ms", 1, kMaxTimeoutMs, &l.idle_timeout_ms},
         {"header_timeout_ms", 1, kMaxTimeoutMs, &l.header_timeout_ms},
         {"body_timeout_ms", 1, kMaxTimeoutMs, &l.body_timeout_ms},
+        {"request_deadline_ms", 1, kMaxTimeoutMs, &l.request_deadline_ms},
         {"send_timeout_ms", 0, kMaxTimeoutMs, &l.send_timeout_ms},
         {"min_drain_bytes", 1, kMaxBodyBytes, &l.min_drain_bytes},
         {"max_output_bytes_per_connection", 0, kMaxBodyBytes, &l.max_output_bytes_per_connection},

@@ -37,6 +37,9 @@ struct LimitsConfig {
   uint64_t idle_timeout_ms = 60000;          // keep-alive connection with no request in progress
   uint64_t header_timeout_ms = 10000;        // a started request whose headers are not complete -> 408
   uint64_t body_timeout_ms = 60000;          // a request whose body is not complete -> 408
+  // A request (HTTP/1: first byte to last body byte; HTTP/2: a unary call's request message)
+  // not complete this long after it began -> 408 / DEADLINE_EXCEEDED, however steadily it trickles.
+  uint64_t request_deadline_ms = 300000;
   // HTTP/1.1: a FIN from the client (its side closed) while requests are unanswered cancels
   // them as a reset does, backend calls included (docs/BATCHING.md "Cancellation").
   bool cancel_on_half_close = false;

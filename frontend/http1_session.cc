@@ -332,6 +332,12 @@ void Http1Session::onTick(uint64_t now_ns) {
                                            : "timed out waiting for the request headers");
       return;
     }
+    if (now_ns - request_start_ns_ > options_.request_deadline_ns) {
+      failStream(408, "request_deadline",
+                 "the request was not complete within " +
+                     std::to_string(options_.request_deadline_ns / 1'000'000) + " ms");
+      return;
+    }
   }
   if (slots_.empty() && !parser_.inRequest() &&
       now_ns - last_activity_ns_ > options_.idle_timeout_ns) {

@@ -33,6 +33,9 @@ struct Http1SessionOptions {
   uint64_t idle_timeout_ns = 60'000'000'000ull;
   uint64_t header_timeout_ns = 10'000'000'000ull;
   uint64_t body_timeout_ns = 60'000'000'000ull;
+  // The whole request, first byte to last body byte: 408 past it however steadily the body
+  // trickles (body_timeout_ns measures only the gaps).
+  uint64_t request_deadline_ns = 300'000'000'000ull;
   size_t max_in_flight = 64;           // pipelined requests awaiting responses
   size_t max_pending_bytes = 8 << 20;  // unsent response bytes before reading pauses
   bool access_log = false;

@@ -836,6 +836,16 @@ void Http2Session::onTick(uint64_t now_ns) {
       finishStream(s, absl::StatusCode::kDeadlineExceeded, "Deadline Exceeded");
       continue;
     }
+    // A unary call's request message, however steadily it trickles: bounded as a whole.
+    if (!s.method.client_streaming && s.messages == 0 && !s.remote_closed &&
+        now_ns - s.call.start_ns > options_.request_deadline_ns) {
+      ++stats_.stream_timeouts;
+      if (metrics_ != nullptr) metrics_->recordParseError("http2_request_deadline");
+      finishStream(s, absl::StatusCode::kDeadlineExceeded,
+                   "request not complete within " +
+                       std::to_string(options_.request_deadline_ns / 1'000'000) + " ms");
+      continue;
+    }
     // Waiting for the client (nothing of ours outstanding) and it sends nothing.
     if (!s.remote_closed && s.outstanding == 0 &&
         now_ns - s.last_rx_ns > options_.stream_timeout_ns) {

@@ -64,6 +64,9 @@ struct Http2SessionOptions {
   // with nothing outstanding) that receives nothing for this long ends with
   // DEADLINE_EXCEEDED and RST_STREAM; the connection goes on.
   uint64_t stream_timeout_ns = 60'000'000'000ull;
+  // A unary call whose request message is not complete this long after its HEADERS ends with
+  // DEADLINE_EXCEEDED, however steadily it trickles (stream_timeout_ns measures only the gaps).
+  uint64_t request_deadline_ns = 300'000'000'000ull;
   // Memory one connection may hold: partial gRPC messages being gathered, responses not yet
   // handed to nghttp2 and bytes queued in the transport. Flow control is manual: a stream's
   // received DATA is acknowledged (stream WINDOW_UPDATE) only while the connection is under

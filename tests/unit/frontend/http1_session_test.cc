@@ -186,6 +186,30 @@ TEST_F(Fixture, HeaderTimeoutAnswers408AndCloses) {
   EXPECT_TRUE(transport.closed);
 }
 
+// The body timeout measures gaps; a body that trickles steadily (a byte a second, each inside
+// the gap timeout) still ends at the request deadline, counted from the request's first byte.
+TEST_F(Fixture, ATricklingBodyEndsAtTheRequestDeadline) {
+  options.body_timeout_ns = 2'000'000'000;
+  options.request_deadline_ns = 6'000'000'000;
+  options.idle_timeout_ns = 60'000'000'000;
+  session = std::make_shared<Http1Session>(transport, handler, options, nullptr);
+  feed("POST /now/p HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n");
+  for (int i = 0; i < 5; ++i) {
+    transport.loop_.now += 1'000'000'000;
+    feed("a");
+    session->onTick(transport.loop_.now);
+  }
+  EXPECT_EQ(transport.out, "");  // 5 s in, every gap 1 s: still reading
+  for (int i = 0; i < 2; ++i) {
+    transport.loop_.now += 1'000'000'000;
+    feed("a");
+    session->onTick(transport.loop_.now);
+  }
+  EXPECT_NE(transport.out.find("HTTP/1.1 408 Request Timeout"), std::string::npos) << transport.out;
+  EXPECT_NE(transport.out.find("not complete within 6000 ms"), std::string::npos);
+  EXPECT_TRUE(transport.closed);
+}
+
 TEST_F(Fixture, IdleTimeoutClosesSilently) {
   feed(get("/now/a"));
   transport.out.clear();

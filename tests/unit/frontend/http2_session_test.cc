@@ -438,6 +438,29 @@ TEST_F(Fixture, AReplyAfterTheDeadlineIsDeadlineExceeded) {
   EXPECT_EQ(session->stats().deadline_exceeded, 2u);
 }
 
+// A unary request message that trickles (a byte a second, inside the gap timeout) ends at the
+// request deadline, counted from its HEADERS.
+TEST_F(Fixture, ATricklingUnaryMessageEndsAtTheRequestDeadline) {
+  options.stream_timeout_ns = 2'000'000'000;
+  options.request_deadline_ns = 6'000'000'000;
+  restartWithOptions();
+  const std::string m = grpc(std::string(100, 'x'));
+  feed(frame(kHeaders, 4, 1, requestHeaders("/t.S/Echo")));
+  frames();
+  for (int i = 0; i < 5; ++i) {
+    feed(frame(kData, 0, 1, m.substr(i, 1)));
+    advance(1'000'000'000);
+  }
+  EXPECT_EQ(find(frames(), kHeaders, 1), nullptr);  // 5 s in: still reading
+  feed(frame(kData, 0, 1, m.substr(5, 1)));
+  advance(1'100'000'000);
+  const auto fs = frames();
+  const Frame* t = find(fs, kHeaders, 1);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->headers.at("grpc-status"), "4");
+  EXPECT_NE(t->headers.at("grpc-message").find("not complete within 6000 ms"), std::string::npos);
+}
+
 // A header block left open (HEADERS without END_HEADERS, no CONTINUATION) blocks every other
 // frame of the connection: after header_timeout_ns the connection ends with GOAWAY.
 TEST_F(Fixture, UnfinishedHeaderBlockEndsTheConnection) {
