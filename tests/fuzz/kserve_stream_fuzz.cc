@@ -3,7 +3,9 @@
 // pieces, with its length known (Content-Length) or not (chunked), copied by the transport or
 // not; the streamed result must be the whole-body one: the same error, or the same request
 // (names, datatypes, shapes, bytes, outputs, parameters), written into its slots when placed, with
-// received_copy_bytes the binary bytes delivered as copied (all of them when assembled).
+// received_copy_bytes the binary bytes delivered as copied (all of them when assembled). Or the
+// stream refused it at its header (be::validateRequestHeader, before placement): then it is
+// INVALID_ARGUMENT, validateRequestHeader's own error when the whole body decodes.
 //
 // Input (the format of fuzz_kserve_json, so its corpus seeds this one):
 // [mode][header length lo][header length hi] then the body.
@@ -101,7 +103,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bool refused = false;
   absl::StatusOr<be::InferRequest> got = s->finish(&refused);
-  FUZZ_CHECK(!refused);
+  if (refused) {
+    // Refused at its header (be::validateRequestHeader, before anything is placed): an invalid
+    // request whichever path decodes it; the same error when the whole body decodes.
+    FUZZ_CHECK(!got.ok() && got.status().code() == absl::StatusCode::kInvalidArgument);
+    if (whole.ok()) {
+      const absl::Status header_check = be::validateRequestHeader(cfg, *whole);
+      FUZZ_CHECK(!header_check.ok() && got.status() == header_check);
+    }
+    return 0;
+  }
   FUZZ_CHECK(describe(got) == describe(whole));
   if (got.ok()) {
     const uint64_t binary = header_length > 0 ? body.size() - header_length : body.size();
