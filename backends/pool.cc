@@ -473,6 +473,7 @@ void Pool::retiredLoop(std::unique_lock<std::mutex>& lock) {
         e->sequences = 0;
       }
       sequences_.clear();
+      sequence_owners_.clear();
       // The model's gauges go to 0, unless a pool that replaced this one (a reload rebuilt the
       // model) shares them: they are its figures.
       if (live_) {
@@ -538,6 +539,7 @@ void Pool::reap() {
           --b->sequences;
         }
         if (seq_expired_ != nullptr) seq_expired_->inc();
+        releaseOwnerLocked(it->second.owner);
         it = sequences_.erase(it);
       } else {
         ++it;
@@ -1045,6 +1047,7 @@ void Pool::dispatch(Pending p) {
       if (Endpoint* b = findLocked(it->second.endpoint); b != nullptr && b->sequences > 0) {
         --b->sequences;
       }
+      releaseOwnerLocked(it->second.owner);
       sequences_.erase(it);
       if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
     };
@@ -1099,6 +1102,18 @@ void Pool::dispatch(Pending p) {
                seq_refused_full_);
         return;
       }
+      if (!aff.key.empty() && !aff.end && !aff.owner.empty() &&
+          config_.sequence_max_per_client > 0) {
+        auto held = sequence_owners_.find(aff.owner);
+        if (held != sequence_owners_.end() && held->second >= config_.sequence_max_per_client) {
+          refuse(absl::ResourceExhaustedError(fmt::format(
+                     "model '{}': client {} holds {} sequences already "
+                     "(sequence_max_per_client); sequence {} refused",
+                     model_, aff.owner, held->second, aff.key.substr(2))),
+                 seq_refused_full_);
+          return;
+        }
+      }
       bool all_busy = false;
       e = pickLocked(p, &all_busy);
       if (e == nullptr && all_busy) {
@@ -1111,7 +1126,8 @@ void Pool::dispatch(Pending p) {
         return;
       }
       if (!aff.key.empty() && !aff.end) {
-        sequences_[aff.key] = Binding{e->id, now, {}};
+        sequences_[aff.key] = Binding{e->id, now, {}, aff.owner};
+        if (!aff.owner.empty()) ++sequence_owners_[aff.owner];
         ++e->sequences;
         if (seq_gauge_ != nullptr) seq_gauge_->set(static_cast<int64_t>(sequences_.size()));
       }
@@ -1251,7 +1267,15 @@ Pool::Affinity Pool::affinityOf(const Batch& batch) const {
   a.key = (sp.id_is_string ? "s:" : "i:") + sp.id;
   a.start = sp.start;
   a.end = sp.end;
+  a.owner = sp.owner;
   return a;
+}
+
+void Pool::releaseOwnerLocked(const std::string& owner) {
+  if (owner.empty()) return;
+  auto it = sequence_owners_.find(owner);
+  if (it == sequence_owners_.end()) return;
+  if (--it->second == 0) sequence_owners_.erase(it);
 }
 
 std::vector<Pool::EndpointStatus> Pool::status() const {

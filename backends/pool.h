@@ -106,6 +106,9 @@ struct RemoteBackendConfig {
   std::string sequence_id_header;
   uint64_t sequence_idle_timeout_ms = 60000;
   uint32_t sequence_max = 65536;
+  // Bindings one client (SequenceParams::owner: a tenant, else a source address) may hold, so
+  // one client cannot fill the table for everyone; a start beyond is 429. 0: no per-client bound.
+  uint32_t sequence_max_per_client = 4096;
 };
 
 std::string_view sharedMemoryKindName(SharedMemoryKind k);  // "none" | "system" | "cuda"
@@ -250,12 +253,14 @@ class Pool : public BatchBackend {
     uint64_t endpoint = 0;  // id
     uint64_t last_ns = 0;
     std::string broken;  // non-empty: the endpoint failed; the next request is refused
+    std::string owner;   // SequenceParams::owner of its start
   };
   // What a sequence request needs: where to go (0: pick, then bind), or an error.
   struct Affinity {
     std::string key;  // empty: not a sequence
     bool start = false;
     bool end = false;
+    std::string owner;
   };
   Affinity affinityOf(const Batch& batch) const;
   std::shared_ptr<Endpoint> makeEndpoint(std::unique_ptr<EndpointClient> client);
@@ -328,6 +333,8 @@ class Pool : public BatchBackend {
   common::Gauge* endpoints_gauge_ = nullptr;
   // Sequences.
   std::unordered_map<std::string, Binding> sequences_;
+  std::unordered_map<std::string, uint32_t> sequence_owners_;  // bindings per owner (non-zero)
+  void releaseOwnerLocked(const std::string& owner);
   common::Counter* seq_refused_full_ = nullptr;
   common::Counter* seq_broken_ = nullptr;
   common::Counter* seq_expired_ = nullptr;

@@ -184,6 +184,9 @@ struct SequenceParams {
   bool id_is_string = false;
   bool start = false;
   bool end = false;
+  // Who starts it, for the per-client bound on bindings (PoolConfig::sequence_max_per_client):
+  // the request's tenant, else its source address; set by the frontend, empty: unbounded.
+  std::string owner;
   bool active() const { return !id.empty(); }
 
   // The one rule for integer ids, in every protocol: 1..2^63-1 (0: no sequence). Backends get

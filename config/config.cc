@@ -1583,7 +1583,7 @@ class Loader {
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "shared_memory",
            "cuda_device", "validate_metadata", "max_message_bytes", "metrics_port",
            "metrics_interval_ms", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
-           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max",
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max", "sequence_max_per_client",
            "sequence_id_header"}));
     } else {
       IG_CONFIG_TRY(checkMap(
@@ -1592,7 +1592,7 @@ class Loader {
            "channels", "health_check_interval_ms", "health_check_timeout_ms", "request_timeout_ms",
            "startup_timeout_ms", "eject_after_failures", "ejection_ms", "validate_metadata",
            "max_message_bytes", "dns_refresh_ms", "dns_min_refresh_ms", "dns_timeout_ms",
-           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max",
+           "dns_server", "dns_max_endpoints", "sequence_idle_timeout_ms", "sequence_max", "sequence_max_per_client",
            "sequence_id_header"}));
     }
     const std::string epath = join(path, "endpoints");
@@ -1772,6 +1772,10 @@ class Loader {
     }
     if (YAML::Node v = n["sequence_max"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "sequence_max"), 1, 10000000, out.sequence_max));
+    }
+    if (YAML::Node v = n["sequence_max_per_client"]; v.IsDefined()) {
+      IG_CONFIG_TRY(readNumber(v, join(path, "sequence_max_per_client"), 0, 10000000,
+                               out.sequence_max_per_client));
     }
     if (YAML::Node v = n["cuda_device"]; v.IsDefined()) {
       IG_CONFIG_TRY(readNumber(v, join(path, "cuda_device"), 0, 1023, out.cuda_device));

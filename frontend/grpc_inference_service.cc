@@ -11,6 +11,7 @@
 #include "frontend/grpc_infer_stream.h"
 #include "frontend/grpc_kserve_codec.h"
 #include "frontend/status_map.h"
+#include "frontend/tenants.h"
 #include "frontend/tf_predict_codec.h"
 #include "frontend/tf_predict_stream.h"
 #include "grpc_service.pb.h"
@@ -339,6 +340,7 @@ void InferenceGrpcServices::answerInfer(GrpcCall& call, absl::Status decoded,
       req.sequence.id_is_string = true;
     }
   }
+  if (req.sequence.active()) req.sequence.owner = sequenceOwner(call.tenant, call.peer);
   {
     // As the REST path: parameter, then x-infergate-priority metadata, then the ingress tag.
     absl::StatusOr<int64_t> prio =

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "backends/tensor.h"
+#include "common/cidr.h"
 #include "net/cancel_token.h"
 
 namespace infergate::frontend {
@@ -26,6 +27,8 @@ namespace infergate::frontend {
 // One reply on a call. For a unary method exactly one reply ends the call with `code`. For a
 // streaming method every OK reply with a message is sent as one response message and the call
 // stays open; a non-OK reply ends the call with that status.
+class TenantLease;  // frontend/tenants.h
+
 struct GrpcReply {
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string message;  // grpc-message (error text), unencoded
@@ -53,6 +56,11 @@ struct GrpcMethod {
 // The per-call context the session passes with each message.
 struct GrpcCall {
   int32_t stream_id = 0;
+  // Whose call it is, for the bound on sequences per client (frontend/tenants.h
+  // sequenceOwner): the tenant that admitted it (valid while the call is dispatched; null
+  // without tenants) and the connection's source address.
+  const TenantLease* tenant = nullptr;
+  std::optional<common::IpBytes> peer;
   uint64_t start_ns = 0;     // net::Loop::nowNs() when the call's headers arrived
   uint64_t deadline_ns = 0;  // from grpc-timeout, on the net::Loop::nowNs() clock; 0 = none
   uint64_t timeout_ns = 0;   // the grpc-timeout value itself; 0 = none

@@ -126,6 +126,7 @@ struct Http2Session::Callbacks {
     s->id = frame->hd.stream_id;
     s->call.stream_id = s->id;
     s->call.start_ns = h.transport_ != nullptr ? h.transport_->loop().nowNs() : 0;
+    if (h.transport_ != nullptr) s->call.peer = h.transport_->peerAddress();
     s->last_rx_ns = s->call.start_ns;
     s->call.priority_trusted = h.priorityTrusted();
     // The ingress tag of the latest request start the transport saw (xdp-filter / afxdp modes;
@@ -551,6 +552,7 @@ void Http2Session::onHeadersDone(Stream& s) {
       return;
     }
     s.tenant_lease = std::move(a.lease);
+    s.call.tenant = s.tenant_lease.get();
     // The tenant's default class stands in for the XDP tag's (a trusted client's own priority
     // still wins: resolvePriority).
     if (std::optional<int> cls = tenants.priorityClass(a.tenant)) s.call.priority_class = *cls;
@@ -765,6 +767,7 @@ void Http2Session::finishStream(Stream& s, absl::StatusCode code, const std::str
   s.status_message = message;
   s.retry_after_s = code == absl::StatusCode::kOk ? 0 : retry_after_s;
   s.tenant_lease.reset();  // the call is over: the tenant's in-flight place goes
+  s.call.tenant = nullptr;
   record(s, code);
   if (!s.headers_sent) {
     // Trailers-Only: one HEADERS frame with END_STREAM.

@@ -9,6 +9,7 @@
 #include "frontend/encode_guard.h"
 #include "frontend/kserve_body_stream.h"
 #include "frontend/kserve_json.h"
+#include "frontend/tenants.h"
 #include "frontend/tfserving_rest.h"
 #include "net/session.h"
 
@@ -291,6 +292,9 @@ void KServeRestHandler::infer(HttpRequest&& request, backends::Model& model, int
       req->sequence.id = *v;
       req->sequence.id_is_string = true;
     }
+  }
+  if (req->sequence.active()) {
+    req->sequence.owner = sequenceOwner(request.tenant_lease.get(), request.peer);
   }
   {
     absl::StatusOr<int64_t> prio = resolvePriority(

@@ -243,6 +243,12 @@ int TenantLimiter::classify(int source_tenant, const std::string* api_key) const
                                                                                    : kDefaultTenant;
 }
 
+std::string sequenceOwner(const TenantLease* lease, const std::optional<common::IpBytes>& peer) {
+  if (lease != nullptr) return "tenant " + lease->limiter()->name(lease->tenant());
+  if (!peer) return std::string();
+  return "source " + common::Cidr{*peer, 128}.toString();
+}
+
 absl::StatusOr<int> TenantLimiter::classify(int source_tenant, const std::string* api_key,
                                             size_t key_count) const {
   if (key_count > 1) {

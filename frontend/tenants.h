@@ -73,6 +73,13 @@ struct TenantsOptions {
 
 class TenantLimiter;
 
+class TenantLease;
+
+// Who a sequence request belongs to, for the per-client bound on sequence bindings
+// (backends::SequenceParams::owner): "tenant <name>" when a tenant admitted it, else
+// "source <address>"; empty when neither is known. One rule for every protocol.
+std::string sequenceOwner(const TenantLease* lease, const std::optional<common::IpBytes>& peer);
+
 // A request's place among its tenant's requests in flight: held from admission until the
 // request is answered (or its connection goes), released by the destructor. Any thread.
 class TenantLease {

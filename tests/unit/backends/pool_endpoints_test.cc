@@ -507,6 +507,41 @@ TEST(PoolSequences, BoundedTableAndIdleExpiry) {
             std::string::npos);
 }
 
+// One client cannot fill the table for everyone: its starts beyond sequence_max_per_client are
+// 429 while another client's still bind; its ended sequences free its share.
+TEST(PoolSequences, OneClientHoldsAtMostItsShare) {
+  RemoteBackendConfig cfg;
+  cfg.sequence_max = 100;
+  cfg.sequence_max_per_client = 2;
+  Fixture f({"a:1"}, cfg);
+  ASSERT_TRUE(f.pool->start(true).ok());
+  BatchResult r;
+  auto owned = [](const std::string& id, bool start, bool end, const std::string& owner) {
+    auto b = seqBatch(id, start, end);
+    b->requests[0]->request.sequence.owner = owner;
+    return b;
+  };
+  for (const char* id : {"1", "2"}) {
+    auto s = owned(id, true, false, "source 192.0.2.7/128");
+    f.pool->execute(*s, collect(r));
+    ASSERT_TRUE(r.status.ok()) << r.status;
+  }
+  auto third = owned("3", true, false, "source 192.0.2.7/128");
+  f.pool->execute(*third, collect(r));
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status.message().find("sequence_max_per_client"), std::string::npos) << r.status;
+  auto other = owned("4", true, false, "tenant b");
+  f.pool->execute(*other, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  // Its sequence 1 ends: its next start binds again.
+  auto end = owned("1", false, true, "source 192.0.2.7/128");
+  f.pool->execute(*end, collect(r));
+  ASSERT_TRUE(r.status.ok()) << r.status;
+  f.pool->execute(*third, collect(r));
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(f.pool->sequenceCount(), 3u);
+}
+
 TEST(PoolSequences, NotSentStartIsRetriedElsewhereAndBoundThere) {
   Fixture f({"a:1", "b:1"});
   ASSERT_TRUE(f.pool->start(true).ok());
