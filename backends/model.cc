@@ -250,9 +250,11 @@ absl::Status validate(const ModelConfig& config, const InferRequest& request, bo
     }
   }
   int64_t batch = -1;
+  size_t declared_given = 0;  // request inputs that are declared (each given once)
   for (const TensorSpec& spec : config.inputs) {
     const auto found = by_name.find(spec.name);
     const Tensor* t = found == by_name.end() ? nullptr : found->second;
+    if (t != nullptr) ++declared_given;
     if (t == nullptr) {
       if (!with_data) continue;
       return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}","expected input '", spec.name, "' for model '",
@@ -287,10 +289,10 @@ absl::Status validate(const ModelConfig& config, const InferRequest& request, bo
           need ? fmt::format("{}", *need) : std::string("more than 2^64")));
     }
   }
-  // Every declared input was found once, so a further one is undeclared; the search stops at
-  // the first (at most as many declared names before it as the model has inputs).
-  // (At the header stage inputs may be missing, so any may be the undeclared one.)
-  if (!with_data || request.inputs.size() > config.inputs.size()) {
+  // Inputs given beyond the declared ones found are undeclared (names are unique by now); the
+  // search runs only then and stops at the first (at most as many declared names before it as
+  // the model has inputs), whether or not some declared input is missing (the header stage).
+  if (declared_given < request.inputs.size()) {
     for (const Tensor& in : request.inputs) {
       if (!declares(config.inputs, in.name)) {
         return absl::InvalidArgumentError(fmt::format("{}{}{}{}{}", "unexpected input '", in.name,
